@@ -1,0 +1,30 @@
+"""Session outcomes (DESIGN.md contract 3) and how they group."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    OK = "ok"
+    LEAK = "leak"  # tool-call markup in content instead of structured tool_calls
+    NO_TOOL = "no_tool"  # a call was required and none came
+    LOST_PLOT = "lost_plot"  # a well-formed call carrying the wrong canary: context corruption
+    BAD_ARGS = "bad_args"  # arguments not valid JSON or not matching the tool schema
+    ERROR = "error"  # HTTP error or disconnect
+    TIMEOUT = "timeout"
+
+
+CORRUPTION: frozenset[Outcome] = frozenset(
+    {Outcome.LEAK, Outcome.NO_TOOL, Outcome.LOST_PLOT, Outcome.BAD_ARGS}
+)
+# Infrastructure or wedge evidence: never counted as corrupt, never as clean.
+INFRA: frozenset[Outcome] = frozenset({Outcome.ERROR, Outcome.TIMEOUT})
+
+
+def is_corrupt(outcome: str) -> bool:
+    return Outcome(outcome) in CORRUPTION
+
+
+def is_infra(outcome: str) -> bool:
+    return Outcome(outcome) in INFRA

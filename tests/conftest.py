@@ -1,0 +1,81 @@
+"""Shared fixtures: real twins over HTTP, one Ray per test run."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_healthy(url: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"twin at {url} not healthy after {timeout_s}s")
+
+
+TwinFactory = Callable[..., str]
+
+
+@pytest.fixture
+def twin(tmp_path: Path) -> Iterator[TwinFactory]:
+    """Start real twin processes: ``url = twin("--enable-hierarchical-cache", env={...})``."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, startup_delay: float = 0.0) -> str:
+        port = free_port()
+        log = open(tmp_path / f"twin-{port}.log", "wb")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "experiments.twin", "--port", str(port),
+             "--twin-startup-delay", str(startup_delay), *args],
+            stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+            env={**os.environ, **(env or {})},
+        )
+        started.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url)
+        return url
+
+    yield start
+    for proc in started:
+        proc.terminate()
+    for proc in started:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One local Ray for the whole run (starting it costs seconds and ~750 MiB)."""
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ["RAY_TMPDIR"] = str(tmp_path_factory.mktemp("ray"))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _temp_dir=os.environ["RAY_TMPDIR"])
+    yield
+    ray.shutdown()
