@@ -1,0 +1,34 @@
+"""The store: SQLAlchemy models, migrations shipped in the package, and frozen records."""
+
+from db.errors import NotFound, StoreError
+from db.records import (
+    CampaignRecord,
+    LogRecord,
+    LogRow,
+    MetricRecord,
+    MetricRow,
+    SessionRecord,
+    SessionRow,
+    TrialRecord,
+    TrialTiming,
+    VariantRecord,
+    variant_key,
+)
+from db.store import Store
+
+__all__ = [
+    "CampaignRecord",
+    "LogRecord",
+    "LogRow",
+    "MetricRecord",
+    "MetricRow",
+    "NotFound",
+    "SessionRecord",
+    "SessionRow",
+    "Store",
+    "StoreError",
+    "TrialRecord",
+    "TrialTiming",
+    "VariantRecord",
+    "variant_key",
+]

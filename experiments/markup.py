@@ -21,11 +21,11 @@ class MarkupFamily(StrEnum):
 def _dsml_params(arguments: dict[str, Any]) -> str:
     parts = []
     for key, value in arguments.items():
-        if isinstance(value, str):
-            parts.append(f'<｜DSML｜parameter name="{key}" string="true">{value}</｜DSML｜parameter>')
-        else:
-            text = json.dumps(value)
-            parts.append(f'<｜DSML｜parameter name="{key}" string="false">{text}</｜DSML｜parameter>')
+        # string="true": the raw text; string="false": a JSON value.
+        is_text = isinstance(value, str)
+        text = value if is_text else json.dumps(value)
+        flag = "true" if is_text else "false"
+        parts.append(f'<｜DSML｜parameter name="{key}" string="{flag}">{text}</｜DSML｜parameter>')
     return "".join(parts)
 
 

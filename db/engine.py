@@ -1,0 +1,40 @@
+"""Engines: URL normalisation and the SQLite connection pragmas (the only SQLite-only code)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+BUSY_TIMEOUT_MS = 30_000
+
+
+def to_url(url_or_path: str | Path) -> str:
+    """A SQLAlchemy URL as is; a plain path becomes ``sqlite:///<absolute path>``."""
+    text = str(url_or_path)
+    if _URL.match(text):
+        return text
+    path = Path(text).expanduser().resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+def make_engine(url_or_path: str | Path) -> Engine:
+    engine = create_engine(to_url(url_or_path))
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()

@@ -1,0 +1,145 @@
+"""SQLAlchemy models of the store. Private to ``db``: callers see ``db.records`` values."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    DateTime,
+    Dialect,
+    Double,
+    ForeignKey,
+    Index,
+    MetaData,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC in and out, whatever the backend stores."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def __init__(self) -> None:
+        super().__init__(timezone=True)
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: the store keeps UTC")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime,
+        float: Double,
+    }
+
+
+class Campaign(Base):
+    __tablename__ = "campaign"
+
+    id: Mapped[str] = mapped_column(primary_key=True)
+    name: Mapped[str]
+    created_at: Mapped[datetime]
+    status: Mapped[str]
+    spec_json: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(Text)
+    finished_at: Mapped[datetime | None]
+
+
+class Variant(Base):
+    __tablename__ = "variant"
+    __table_args__ = (UniqueConstraint("campaign_id", "key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    campaign_id: Mapped[str] = mapped_column(ForeignKey("campaign.id"))
+    key: Mapped[str] = mapped_column(Text)
+    levels_json: Mapped[str] = mapped_column(Text)
+
+
+class Trial(Base):
+    __tablename__ = "trial"
+    __table_args__ = (Index(None, "campaign_id", "seq"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    campaign_id: Mapped[str] = mapped_column(ForeignKey("campaign.id"))
+    variant_id: Mapped[int] = mapped_column(ForeignKey("variant.id"), index=True)
+    seq: Mapped[int]
+    pool: Mapped[str]
+    status: Mapped[str]
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    wall_s: Mapped[float | None]
+    restart_s: Mapped[float | None]
+    workload_s: Mapped[float | None]
+    restarts: Mapped[int] = mapped_column(default=0, server_default="0")
+    error: Mapped[str | None] = mapped_column(Text)
+    seed: Mapped[int]
+
+
+class TrialSession(Base):
+    """One simulated agent conversation (table ``session``)."""
+
+    __tablename__ = "session"
+    __table_args__ = (UniqueConstraint("trial_id", "idx"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trial.id"), index=True)
+    idx: Mapped[int]
+    key: Mapped[str]
+    outcome: Mapped[str]
+    turns: Mapped[int]
+    first_bad_turn: Mapped[int | None]
+    evidence: Mapped[str | None] = mapped_column(Text)
+    latency_s: Mapped[float]
+
+
+class MetricSample(Base):
+    __tablename__ = "metric_sample"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trial.id"), index=True)
+    service: Mapped[str]
+    t: Mapped[float]
+    name: Mapped[str]
+    labels_json: Mapped[str] = mapped_column(Text)
+    value: Mapped[float]
+
+
+class LogEvent(Base):
+    __tablename__ = "log_event"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trial.id"), index=True)
+    service: Mapped[str]
+    line_no: Mapped[int]
+    kind: Mapped[str]
+    text: Mapped[str] = mapped_column(Text)

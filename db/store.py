@@ -1,0 +1,347 @@
+"""The store: every write and read of campaigns, variants, trials and what trials observed.
+
+ORM rows never leave this module; callers get the frozen values of ``db.records``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from types import TracebackType
+from typing import Any, Self
+
+from sqlalchemy import Engine, func, insert, select
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.engine import make_engine
+from db.errors import NotFound, StoreError
+from db.migrate import upgrade_engine
+from db.models import Campaign, LogEvent, MetricSample, Trial, TrialSession, Variant, utcnow
+from db.records import (
+    CAMPAIGN_STATUSES,
+    CampaignRecord,
+    LogRecord,
+    LogRow,
+    MetricRecord,
+    MetricRow,
+    SessionRecord,
+    SessionRow,
+    TrialRecord,
+    TrialTiming,
+    VariantRecord,
+    variant_key,
+)
+
+
+def _reason(exc: SQLAlchemyError) -> str:
+    orig = getattr(exc, "orig", None)
+    return str(orig) if orig is not None else str(exc).split("\n", 1)[0]
+
+
+def _campaign(row: Campaign) -> CampaignRecord:
+    return CampaignRecord(
+        id=row.id, name=row.name, created_at=row.created_at, status=row.status,
+        spec=json.loads(row.spec_json), source=row.source, finished_at=row.finished_at,
+    )
+
+
+def _variant(row: Variant) -> VariantRecord:
+    return VariantRecord(
+        id=row.id, campaign_id=row.campaign_id, key=row.key, levels=json.loads(row.levels_json)
+    )
+
+
+def _trial(row: Trial, levels_json: str, counts: dict[str, int]) -> TrialRecord:
+    return TrialRecord(
+        id=row.id, campaign_id=row.campaign_id, variant_id=row.variant_id,
+        levels=json.loads(levels_json), seq=row.seq, pool=row.pool, status=row.status,
+        started_at=row.started_at, finished_at=row.finished_at, wall_s=row.wall_s,
+        restart_s=row.restart_s, workload_s=row.workload_s, restarts=row.restarts,
+        error=row.error, seed=row.seed, counts=counts,
+    )
+
+
+def _apply_timing(trial: Trial, timing: TrialTiming) -> None:
+    trial.wall_s = timing.wall_s
+    trial.restart_s = timing.restart_s
+    trial.workload_s = timing.workload_s
+    trial.restarts = timing.restarts
+
+
+class Store:
+    """A database of campaigns. ``Store.open(path_or_url)`` migrates it to the newest schema."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url_or_path: str) -> Store:
+        """Open (creating if needed) and upgrade the database; a plain path means SQLite."""
+        try:
+            engine = make_engine(url_or_path)
+        except (SQLAlchemyError, ValueError) as exc:
+            raise StoreError(f"cannot open the store {url_or_path!r}: {exc}") from exc
+        try:
+            upgrade_engine(engine)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine)
+
+    @property
+    def url(self) -> str:
+        return self._engine.url.render_as_string(hide_password=True)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @contextmanager
+    def _session(self, doing: str) -> Iterator[Session]:
+        """One transaction: commit on success, roll back on any error, errors as StoreError."""
+        session = self._sessions()
+        try:
+            yield session
+            session.commit()
+        except SQLAlchemyError as exc:
+            session.rollback()
+            raise StoreError(f"cannot {doing}: {_reason(exc)}") from exc
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    # --- campaigns ------------------------------------------------------------------------
+
+    def create_campaign(
+        self, id: str, name: str, spec: dict[str, Any], source: str
+    ) -> CampaignRecord:
+        with self._session(f"create campaign {id!r}") as s:
+            if s.get(Campaign, id) is not None:
+                raise StoreError(f"cannot create campaign {id!r}: it already exists")
+            row = Campaign(
+                id=id, name=name, created_at=utcnow(), status="running",
+                spec_json=json.dumps(spec, sort_keys=True), source=source,
+            )
+            s.add(row)
+            s.flush()
+            return _campaign(row)
+
+    def get_campaign(self, id: str) -> CampaignRecord:
+        with self._session(f"read campaign {id!r}") as s:
+            return _campaign(self._get_campaign(s, id))
+
+    def list_campaigns(self) -> list[CampaignRecord]:
+        """All campaigns, newest first."""
+        with self._session("list campaigns") as s:
+            rows = s.scalars(select(Campaign).order_by(Campaign.created_at.desc(), Campaign.id))
+            return [_campaign(row) for row in rows]
+
+    def set_campaign_status(self, id: str, status: str, finished: bool = False) -> None:
+        """Set the status; ``finished`` stamps ``finished_at`` now, otherwise it is cleared."""
+        if status not in CAMPAIGN_STATUSES:
+            known = ", ".join(sorted(CAMPAIGN_STATUSES))
+            raise StoreError(f"unknown campaign status {status!r} (known: {known})")
+        with self._session(f"set the status of campaign {id!r}") as s:
+            row = self._get_campaign(s, id)
+            row.status = status
+            row.finished_at = utcnow() if finished else None
+
+    @staticmethod
+    def _get_campaign(s: Session, id: str) -> Campaign:
+        row = s.get(Campaign, id)
+        if row is None:
+            raise NotFound(f"no campaign {id!r}")
+        return row
+
+    # --- variants -------------------------------------------------------------------------
+
+    def variant(self, campaign_id: str, levels: dict[str, str]) -> VariantRecord:
+        """The campaign's variant with these levels, created on first use."""
+        key = variant_key(levels)
+        query = select(Variant).where(Variant.campaign_id == campaign_id, Variant.key == key)
+        for _attempt in range(2):  # a concurrent writer may insert the same key between the two
+            try:
+                with self._session(f"record variant {key!r}") as s:
+                    self._get_campaign(s, campaign_id)
+                    row = s.scalars(query).one_or_none()
+                    if row is None:
+                        row = Variant(
+                            campaign_id=campaign_id, key=key,
+                            levels_json=json.dumps(levels, sort_keys=True),
+                        )
+                        s.add(row)
+                        s.flush()
+                    return _variant(row)
+            except StoreError as exc:
+                if not isinstance(exc.__cause__, IntegrityError):
+                    raise
+        raise StoreError(f"cannot record variant {key!r} of campaign {campaign_id!r}")
+
+    def variants(self, campaign_id: str) -> list[VariantRecord]:
+        with self._session(f"list the variants of campaign {campaign_id!r}") as s:
+            query = select(Variant).where(Variant.campaign_id == campaign_id).order_by(Variant.id)
+            return [_variant(row) for row in s.scalars(query)]
+
+    # --- trials ---------------------------------------------------------------------------
+
+    def start_trial(self, campaign_id: str, variant_id: int, seq: int, pool: str, seed: int) -> int:
+        """Record a trial as running; returns its id."""
+        with self._session(f"start trial {seq} of campaign {campaign_id!r}") as s:
+            self._get_campaign(s, campaign_id)
+            variant = s.get(Variant, variant_id)
+            if variant is None or variant.campaign_id != campaign_id:
+                raise NotFound(f"no variant {variant_id} in campaign {campaign_id!r}")
+            row = Trial(
+                campaign_id=campaign_id, variant_id=variant_id, seq=seq, pool=pool,
+                status="running", started_at=utcnow(), restarts=0, seed=seed,
+            )
+            s.add(row)
+            s.flush()
+            return row.id
+
+    @staticmethod
+    def _running_trial(s: Session, trial_id: int) -> Trial:
+        row = s.get(Trial, trial_id)
+        if row is None:
+            raise NotFound(f"no trial {trial_id}")
+        if row.status != "running":
+            raise StoreError(f"trial {trial_id} is {row.status}, not running")
+        return row
+
+    def finish_trial(
+        self,
+        trial_id: int,
+        timing: TrialTiming,
+        sessions: Sequence[SessionRow],
+        metrics: Sequence[MetricRow],
+        logs: Sequence[LogRow],
+    ) -> None:
+        """Store everything the trial observed and mark it done, all in one transaction."""
+        with self._session(f"finish trial {trial_id}") as s:
+            row = self._running_trial(s, trial_id)
+            if sessions:
+                s.execute(insert(TrialSession), [
+                    {**asdict(one), "trial_id": trial_id} for one in sessions
+                ])
+            if metrics:
+                s.execute(insert(MetricSample), [
+                    {"trial_id": trial_id, "service": m.service, "t": m.t, "name": m.name,
+                     "labels_json": json.dumps(m.labels, sort_keys=True), "value": m.value}
+                    for m in metrics
+                ])
+            if logs:
+                s.execute(insert(LogEvent), [
+                    {**asdict(one), "trial_id": trial_id} for one in logs
+                ])
+            _apply_timing(row, timing)
+            row.status = "done"
+            row.finished_at = utcnow()
+
+    def fail_trial(self, trial_id: int, error: str, timing: TrialTiming | None = None) -> None:
+        with self._session(f"fail trial {trial_id}") as s:
+            row = self._running_trial(s, trial_id)
+            if timing is not None:
+                _apply_timing(row, timing)
+            row.status = "failed"
+            row.error = error
+            row.finished_at = utcnow()
+
+    def discard_unfinished(self, campaign_id: str) -> list[int]:
+        """Mark the campaign's still-running trials discarded (before a resume); their ids."""
+        with self._session(f"discard unfinished trials of campaign {campaign_id!r}") as s:
+            rows = list(s.scalars(
+                select(Trial)
+                .where(Trial.campaign_id == campaign_id, Trial.status == "running")
+                .order_by(Trial.seq, Trial.id)
+            ))
+            for row in rows:
+                row.status = "discarded"
+            return [row.id for row in rows]
+
+    def trials(self, campaign_id: str, status: str | None = "done") -> list[TrialRecord]:
+        """The campaign's trials with ``status`` (all if ``None``), by seq then id."""
+        with self._session(f"list the trials of campaign {campaign_id!r}") as s:
+            query = (
+                select(Trial, Variant.levels_json)
+                .join(Variant, Trial.variant_id == Variant.id)
+                .where(Trial.campaign_id == campaign_id)
+            )
+            tally = (
+                select(TrialSession.trial_id, TrialSession.outcome, func.count())
+                .join(Trial, TrialSession.trial_id == Trial.id)
+                .where(Trial.campaign_id == campaign_id)
+                .group_by(TrialSession.trial_id, TrialSession.outcome)
+            )
+            if status is not None:
+                query = query.where(Trial.status == status)
+                tally = tally.where(Trial.status == status)
+            counts: dict[int, dict[str, int]] = {}
+            for trial_id, outcome, n in s.execute(tally):
+                counts.setdefault(trial_id, {})[outcome] = n
+            rows = s.execute(query.order_by(Trial.seq, Trial.id))
+            return [_trial(row, levels, counts.get(row.id, {})) for row, levels in rows]
+
+    def get_trial(self, trial_id: int) -> TrialRecord:
+        with self._session(f"read trial {trial_id}") as s:
+            found = s.execute(
+                select(Trial, Variant.levels_json)
+                .join(Variant, Trial.variant_id == Variant.id)
+                .where(Trial.id == trial_id)
+            ).one_or_none()
+            if found is None:
+                raise NotFound(f"no trial {trial_id}")
+            tally = s.execute(
+                select(TrialSession.outcome, func.count())
+                .where(TrialSession.trial_id == trial_id)
+                .group_by(TrialSession.outcome)
+            )
+            return _trial(found[0], found[1], {outcome: n for outcome, n in tally})
+
+    # --- what a trial observed ------------------------------------------------------------
+
+    def sessions(self, trial_id: int) -> list[SessionRecord]:
+        with self._session(f"read the sessions of trial {trial_id}") as s:
+            query = select(TrialSession).where(TrialSession.trial_id == trial_id)
+            return [
+                SessionRecord(
+                    id=r.id, trial_id=r.trial_id, idx=r.idx, key=r.key, outcome=r.outcome,
+                    turns=r.turns, first_bad_turn=r.first_bad_turn, evidence=r.evidence,
+                    latency_s=r.latency_s,
+                )
+                for r in s.scalars(query.order_by(TrialSession.idx, TrialSession.id))
+            ]
+
+    def metrics(self, trial_id: int) -> list[MetricRecord]:
+        with self._session(f"read the metrics of trial {trial_id}") as s:
+            query = select(MetricSample).where(MetricSample.trial_id == trial_id)
+            return [
+                MetricRecord(
+                    id=r.id, trial_id=r.trial_id, service=r.service, t=r.t, name=r.name,
+                    labels=json.loads(r.labels_json), value=r.value,
+                )
+                for r in s.scalars(query.order_by(MetricSample.t, MetricSample.id))
+            ]
+
+    def log_events(self, trial_id: int) -> list[LogRecord]:
+        with self._session(f"read the log events of trial {trial_id}") as s:
+            query = select(LogEvent).where(LogEvent.trial_id == trial_id)
+            return [
+                LogRecord(
+                    id=r.id, trial_id=r.trial_id, service=r.service, line_no=r.line_no,
+                    kind=r.kind, text=r.text,
+                )
+                for r in s.scalars(query.order_by(LogEvent.id))
+            ]

@@ -1,0 +1,36 @@
+"""The service-manager protocol: start, stop and inspect one service on a node."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """A service as a variant renders it: the exact argv and the environment it adds."""
+
+    name: str
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, name: str, argv: Sequence[str], env: Mapping[str, str]) -> ServiceConfig:
+        return cls(name, tuple(argv), tuple(sorted(env.items())))
+
+
+@dataclass(frozen=True)
+class Started:
+    pid: int
+    log_offset: int  # where this start's output begins in the service log
+
+
+class ServiceManager(Protocol):
+    def start(self, config: ServiceConfig) -> Started: ...
+
+    def stop(self, name: str) -> None: ...
+
+    def is_running(self, name: str) -> bool: ...
+
+    def read_log(self, name: str, offset: int = 0) -> str: ...

@@ -1,0 +1,74 @@
+"""Plain processes as services: each in its own session, with a pid file and a log file.
+
+Every action is one ``sh -c`` script sent through the transport, with every value quoted, so the
+same code drives this machine and (later) a node over SSH in one round trip per action.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from deploy.services.base import ServiceConfig, Started
+from deploy.transports.base import Transport, TransportError
+
+_STOP_GRACE_S = 10
+
+
+class ProcessServiceManager:
+    def __init__(self, transport: Transport, workdir: str) -> None:
+        self.transport = transport
+        self.workdir = workdir.rstrip("/") or "/"
+
+    def pid_file(self, name: str) -> str:
+        return f"{self.workdir}/{name}.pid"
+
+    def log_file(self, name: str) -> str:
+        return f"{self.workdir}/{name}.log"
+
+    def _sh(self, script: str, timeout_s: float = 60.0) -> str:
+        return self.transport.run(["sh", "-c", script], timeout_s=timeout_s).check().stdout
+
+    def start(self, config: ServiceConfig) -> Started:
+        """Start the service (stopping a previous instance first); return its pid and log offset."""
+        self.stop(config.name)
+        q = shlex.quote
+        env = " ".join(q(f"{key}={value}") for key, value in config.env)
+        command = " ".join(q(arg) for arg in config.argv)
+        log, pid = q(self.log_file(config.name)), q(self.pid_file(config.name))
+        # setsid: the service leads its own process group, so stop() reaches its children too.
+        script = (
+            f"set -e; mkdir -p {q(self.workdir)}; touch {log}; offset=$(wc -c < {log}); "
+            f"setsid env {env} {command} >> {log} 2>&1 < /dev/null & "
+            f'echo $! > {pid}; echo "$offset $!"'
+        )
+        out = self._sh(script).split()
+        if len(out) != 2:
+            raise TransportError(f"{self.transport.node}: could not start {config.name}: {out}")
+        return Started(pid=int(out[1]), log_offset=int(out[0]))
+
+    def stop(self, name: str) -> None:
+        """Stop the service's whole process group: TERM, then KILL after a grace period."""
+        pid = shlex.quote(self.pid_file(name))
+        script = (
+            f"[ -f {pid} ] || exit 0; p=$(cat {pid}); "
+            f'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then '
+            f'kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true; '
+            f"i=0; while kill -0 -- \"-$p\" 2>/dev/null && [ $i -lt {_STOP_GRACE_S * 10} ]; "
+            f"do sleep 0.1; i=$((i+1)); done; "
+            f'kill -KILL -- "-$p" 2>/dev/null || true; fi; rm -f {pid}'
+        )
+        self._sh(script, timeout_s=_STOP_GRACE_S + 30)
+
+    def pid(self, name: str) -> int | None:
+        out = self._sh(f"cat {shlex.quote(self.pid_file(name))} 2>/dev/null || true").strip()
+        return int(out) if out.isdigit() else None
+
+    def is_running(self, name: str) -> bool:
+        pid = self.pid(name)
+        if pid is None:
+            return False
+        return self.transport.run(["kill", "-0", str(pid)]).ok
+
+    def read_log(self, name: str, offset: int = 0) -> str:
+        log = shlex.quote(self.log_file(name))
+        return self._sh(f"[ -f {log} ] && tail -c +{int(offset) + 1} {log} || true")

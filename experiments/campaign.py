@@ -1,0 +1,198 @@
+"""The campaign file: what to deploy where, which factors to flip, how to stress, how to decide.
+
+Validated by pydantic; every error names the file, the line and the field (exit code 2 upstream).
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+
+from experiments.workload.spec import WorkloadSpec
+from experiments.yaml_lines import LoadedYaml, Path_, YamlInputError, dotted, load_yaml
+
+
+class CampaignError(ValueError):
+    """A campaign file that cannot be used; the message names file, line and field."""
+
+
+def _scalar_to_str(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+EnvValue = Annotated[str, BeforeValidator(_scalar_to_str)]
+Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Level(_Strict):
+    """What one level of a factor sets: environment variables and extra command-line flags."""
+
+    env: dict[str, EnvValue] = {}
+    flags: list[str] = []
+
+    @field_validator("flags", mode="before")
+    @classmethod
+    def _split_flags(cls, value: Any) -> Any:
+        return shlex.split(value) if isinstance(value, str) else value
+
+
+class Factor(_Strict):
+    name: Name
+    levels: dict[Name, Level | None] = Field(min_length=2)
+    services: list[str] | None = None  # the services it touches; None means every service
+
+    def level(self, name: str) -> Level:
+        return self.levels[name] or Level()
+
+
+class Node(_Strict):
+    name: Name
+    transport: Literal["local"] = "local"
+    workdir: str  # pid and log files of the services live here
+
+
+class Service(_Strict):
+    name: Name
+    node: str
+    start: list[str] = Field(min_length=1)  # argv; a string is split like a shell would
+    env: dict[str, EnvValue] = {}
+    health_url: str
+    metrics_url: str | None = None
+    startup_timeout_s: float = Field(default=120.0, gt=0)
+
+    @field_validator("start", mode="before")
+    @classmethod
+    def _split_start(cls, value: Any) -> Any:
+        return shlex.split(value) if isinstance(value, str) else value
+
+
+class Pool(_Strict):
+    name: Name
+    endpoint: str  # the OpenAI-compatible base URL the workload talks to
+    services: list[Service] = Field(min_length=1)  # restart order: first to last
+
+
+class Strategy(_Strict):
+    kind: Literal["factorial"] = "factorial"
+    repeats: int = Field(default=2, ge=1)
+    alpha: float = Field(default=0.01, gt=0, lt=0.5)
+    clean_rate: float = Field(default=0.02, ge=0, lt=1)  # below this upper bound a variant is clean
+
+
+class Cost(_Strict):
+    """Real-world durations, so a time-compressed run on twins still reports real cost."""
+
+    restart_s: float = Field(default=90.0, ge=0)
+    workload_s: float = Field(default=485.0, ge=0)
+    gpus: int = Field(default=8, ge=0)  # GPUs held by one pool while a trial runs
+
+
+class Campaign(_Strict):
+    name: str = Field(min_length=1)
+    nodes: list[Node] = Field(min_length=1)
+    pools: list[Pool] = Field(min_length=1)
+    factors: list[Factor] = Field(min_length=1)
+    workload: WorkloadSpec = WorkloadSpec()
+    strategy: Strategy = Strategy()
+    cost: Cost = Cost()
+    known_good: dict[str, str] | None = None
+    known_bad: dict[str, str] | None = None
+
+    def factor(self, name: str) -> Factor:
+        return next(f for f in self.factors if f.name == name)
+
+    def level_names(self) -> dict[str, list[str]]:
+        return {f.name: list(f.levels) for f in self.factors}
+
+
+def _check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
+    problems: list[tuple[Path_, str]] = []
+
+    def unique(items: list[str], path: Path_, what: str) -> None:
+        seen: set[str] = set()
+        for index, item in enumerate(items):
+            if item in seen:
+                problems.append(((*path, index, "name"), f"duplicate {what} name '{item}'"))
+            seen.add(item)
+
+    unique([n.name for n in campaign.nodes], ("nodes",), "node")
+    unique([p.name for p in campaign.pools], ("pools",), "pool")
+    unique([f.name for f in campaign.factors], ("factors",), "factor")
+    node_names = {n.name for n in campaign.nodes}
+    service_names: set[str] = set()
+    for p, pool in enumerate(campaign.pools):
+        unique([s.name for s in pool.services], ("pools", p, "services"), "service")
+        for s, service in enumerate(pool.services):
+            service_names.add(service.name)
+            if service.node not in node_names:
+                problems.append(
+                    (("pools", p, "services", s, "node"), f"unknown node '{service.node}'")
+                )
+    for f, factor in enumerate(campaign.factors):
+        for s, name in enumerate(factor.services or []):
+            if name not in service_names:
+                problems.append((("factors", f, "services", s), f"unknown service '{name}'"))
+    levels = campaign.level_names()
+    for field in ("known_good", "known_bad"):
+        for factor_name, level in (getattr(campaign, field) or {}).items():
+            if factor_name not in levels:
+                problems.append(((field, factor_name), f"unknown factor '{factor_name}'"))
+            elif level not in levels[factor_name]:
+                known = ", ".join(levels[factor_name])
+                problems.append(
+                    ((field, factor_name), f"factor '{factor_name}' has no level '{level}' "
+                                           f"(levels: {known})")
+                )
+    return problems
+
+
+def _format(loaded: LoadedYaml, path: Path_, message: str) -> str:
+    field = dotted(path)
+    return f"{loaded.where(path)}: {field + ': ' if field else ''}{message}"
+
+
+def parse_campaign(loaded: LoadedYaml) -> Campaign:
+    if not isinstance(loaded.data, dict):
+        raise CampaignError(f"{loaded.source}: a campaign file must be a YAML mapping")
+    try:
+        campaign = Campaign.model_validate(loaded.data)
+    except ValidationError as exc:
+        lines = [
+            _format(loaded, tuple(err["loc"]), err["msg"].replace("Field required", "missing"))
+            for err in exc.errors()
+        ]
+        raise CampaignError("\n".join(lines)) from None
+    problems = _check_references(campaign)
+    if problems:
+        raise CampaignError("\n".join(_format(loaded, path, msg) for path, msg in problems))
+    return campaign
+
+
+def load_campaign(path: str | Path) -> Campaign:
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CampaignError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise CampaignError(f"{source}: not a UTF-8 text file") from None
+    try:
+        loaded = load_yaml(text, source)
+    except YamlInputError as exc:
+        raise CampaignError(str(exc)) from None
+    return parse_campaign(loaded)
+
+
+def campaign_schema() -> dict[str, Any]:
+    return Campaign.model_json_schema()

@@ -1,0 +1,101 @@
+"""Collectors: Prometheus samples from each service during a run, events from its log after."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+# The series worth keeping per scrape; the rest of /metrics stays on the server.
+KEPT_METRICS = frozenset({
+    "sglang:num_running_reqs",
+    "sglang:num_queue_reqs",
+    "sglang:token_usage",
+    "sglang:num_used_tokens",
+    "sglang:gen_throughput",
+    "sglang:cache_hit_rate",
+    "sglang:num_prefill_bootstrap_queue_reqs",
+    "sglang:num_decode_transfer_queue_reqs",
+    "sglang:num_transfer_failed_reqs_total",
+})
+
+
+@dataclass(frozen=True)
+class Sample:
+    service: str
+    t: float  # seconds since the collector started
+    name: str
+    labels: Mapping[str, str]
+    value: float
+
+
+def parse_metrics(text: str, service: str, t: float) -> list[Sample]:
+    samples = []
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in KEPT_METRICS:
+                samples.append(Sample(service, t, sample.name, dict(sample.labels), sample.value))
+    return samples
+
+
+async def poll_metrics(
+    urls: Mapping[str, str], stop: asyncio.Event, interval_s: float = 0.5
+) -> list[Sample]:
+    """Scrape every service's metrics URL each interval until ``stop`` is set (and once more)."""
+    samples: list[Sample] = []
+    started = time.monotonic()
+    timeout = aiohttp.ClientTimeout(total=max(1.0, interval_s * 4))
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+
+        async def scrape(service: str, url: str) -> None:
+            try:
+                async with http.get(url) as response:
+                    if response.status == 200:
+                        text = await response.text()
+                        samples.extend(parse_metrics(text, service, time.monotonic() - started))
+            except (aiohttp.ClientError, TimeoutError, ValueError):
+                pass  # a missed scrape is a gap in the series, not a failed trial
+
+        while True:
+            await asyncio.gather(*(scrape(s, u) for s, u in urls.items()))
+            if stop.is_set():
+                return samples
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    line_no: int
+    kind: str
+    text: str
+
+
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("wedge", re.compile(r"WaitingForInput")),
+    ("abort", re.compile(r"Aborted by AbortReq")),
+    ("transfer_timeout", re.compile(r"(?i)transfer.*time(d)?\s*out|bootstrap timeout")),
+    ("error", re.compile(r"Traceback \(most recent call last\)|\bERROR\b")),
+    ("startup", re.compile(
+        r"Load weight end|KV Cache is allocated|max_total_num_tokens=|Allocating .* host memory"
+        r"|Capture cuda graph end|fired up and ready to roll|bytes_per_token_per_layer="
+    )),
+)
+MAX_EVENT_TEXT = 500
+
+
+def log_events(text: str) -> list[LogEvent]:
+    """Lines of interest in one start's log, numbered from 1."""
+    events = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        for kind, pattern in _PATTERNS:
+            if pattern.search(line):
+                events.append(LogEvent(line_no, kind, line[:MAX_EVENT_TEXT]))
+                break
+    return events

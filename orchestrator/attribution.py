@@ -1,0 +1,112 @@
+"""Name the culprit: the smallest set of levels whose variants are corrupt while the rest are not.
+
+A greedy conjunction search over pooled session counts. Start from every variant; split by the
+factor level with the most significant excess of corruption (one-sided Fisher, Bonferroni over
+the candidates of the step); keep splitting inside the matching group while a further level still
+matters. The conjunction found is one culprit (one level: a single factor; several: an
+interaction). Its variants are set aside and the search repeats on the rest, so independent
+culprits are found too. A culprit must also hold trial by trial, not only in pooled sessions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from orchestrator.evidence import Cell, pooled
+from orchestrator.stats.exact import fisher_greater, trials_greater
+from orchestrator.stats.proportions import newcombe_difference
+
+MAX_CULPRITS = 4
+TRIAL_ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class Culprit:
+    factors: Mapping[str, str]
+    corrupted_in: int
+    judged_in: int
+    corrupted_out: int
+    judged_out: int
+    ci95: tuple[float, float]  # of the rate difference inside - outside
+    p_value: float  # sessions, one-sided Fisher
+    trial_p_value: float  # trials as units, one-sided Mann-Whitney
+    trials_in: int
+    trials_out: int
+
+    @property
+    def rate_in(self) -> float:
+        return self.corrupted_in / self.judged_in if self.judged_in else 0.0
+
+    @property
+    def rate_out(self) -> float:
+        return self.corrupted_out / self.judged_out if self.judged_out else 0.0
+
+    @property
+    def effect(self) -> float:
+        return self.rate_in - self.rate_out
+
+
+def _split(group: Sequence[Cell], factor: str, level: str) -> tuple[list[Cell], list[Cell]]:
+    inside = [c for c in group if c.levels.get(factor) == level]
+    outside = [c for c in group if c.levels.get(factor) != level]
+    return inside, outside
+
+
+def _refine(
+    group: Sequence[Cell], factors: Mapping[str, Sequence[str]], alpha: float
+) -> dict[str, str]:
+    condition: dict[str, str] = {}
+    subset = list(group)
+    while True:
+        best: tuple[float, str, str, list[Cell]] | None = None
+        tests = 0
+        for factor, levels in factors.items():
+            if factor in condition:
+                continue
+            for level in levels:
+                inside, outside = _split(subset, factor, level)
+                if not inside or not outside:
+                    continue
+                tests += 1
+                p = fisher_greater(*pooled(inside), *pooled(outside))
+                if best is None or p < best[0]:
+                    best = (p, factor, level, inside)
+        if best is None or best[0] * tests > alpha:
+            return condition
+        _, factor, level, subset = best
+        condition[factor] = level
+
+
+def measure(condition: Mapping[str, str], group: Sequence[Cell]) -> Culprit:
+    inside = [c for c in group if c.matches(condition)]
+    outside = [c for c in group if not c.matches(condition)]
+    k_in, n_in = pooled(inside)
+    k_out, n_out = pooled(outside)
+    rates_in = [t.rate for c in inside for t in c.trials if t.judged]
+    rates_out = [t.rate for c in outside for t in c.trials if t.judged]
+    return Culprit(
+        factors=dict(condition),
+        corrupted_in=k_in, judged_in=n_in, corrupted_out=k_out, judged_out=n_out,
+        ci95=newcombe_difference(k_in, n_in, k_out, n_out),
+        p_value=fisher_greater(k_in, n_in, k_out, n_out),
+        trial_p_value=trials_greater(rates_in, rates_out),
+        trials_in=len(rates_in), trials_out=len(rates_out),
+    )
+
+
+def find_culprits(
+    group: Sequence[Cell], factors: Mapping[str, Sequence[str]], alpha: float
+) -> list[Culprit]:
+    remaining = list(group)
+    culprits: list[Culprit] = []
+    while remaining and len(culprits) < MAX_CULPRITS:
+        condition = _refine(remaining, factors, alpha)
+        if not condition:
+            break
+        culprit = measure(condition, remaining)
+        if culprit.p_value > alpha or culprit.trial_p_value > TRIAL_ALPHA:
+            break
+        culprits.append(culprit)
+        remaining = [c for c in remaining if not c.matches(condition)]
+    return culprits

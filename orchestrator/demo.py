@@ -1,0 +1,108 @@
+"""`bisect demo`: the seed investigation, replayed on twin nodes of this machine.
+
+Four factors shaped like the real DeepSeek deployment; a fault model plants the culprit the
+engineer eventually found (bf16 index keys AND HiCache, only under concurrency). No GPU needed.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from experiments.campaign import Campaign
+
+DEMO_POOLS = 2
+
+FAULT_MODEL: dict[str, Any] = {
+    "seed": 2026,
+    "rules": [
+        {
+            # SGLang PR #22811: HiCache's async host→device loads race the indexer's reads
+            # of bf16 index keys; it shows only with many requests in flight.
+            "name": "bf16-index-k-hicache-race",
+            "when": {
+                "env": {"BF16_INDEX_K": "1"},
+                "flags": {"enable-hierarchical-cache": True},
+            },
+            "min_inflight": 16,
+            "probability": 0.15,
+            "effect": "leak",
+            "markup": "dsml",
+        }
+    ],
+    "noise": {"probability": 0.003, "effect": "leak"},
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def demo_campaign(workdir: Path, fault_model: Path) -> Campaign:
+    pools = []
+    for index in range(DEMO_POOLS):
+        port = _free_port()
+        base = f"http://127.0.0.1:{port}"
+        pools.append({
+            "name": f"pool-{index + 1}",
+            "endpoint": base,
+            "services": [{
+                "name": f"sglang-{index + 1}",
+                "node": "local",
+                "start": [
+                    sys.executable, "-m", "experiments.twin", "--port", str(port),
+                    "--tool-call-parser", "deepseekv32", "--enable-metrics",
+                    "--fault-model", str(fault_model),
+                    "--twin-startup-delay", "0.3", "--twin-latency-ms", "20",
+                ],
+                "health_url": f"{base}/health",
+                "metrics_url": f"{base}/metrics",
+                "startup_timeout_s": 60,
+            }],
+        })
+    return Campaign.model_validate({
+        "name": "demo: DeepSeek tool-call leaks under load (twin nodes)",
+        "nodes": [{"name": "local", "transport": "local", "workdir": str(workdir / "services")}],
+        "pools": pools,
+        "factors": [
+            {"name": "index_k", "levels": {
+                "fp8": {"env": {"BF16_INDEX_K": "0"}},
+                "bf16": {"env": {"BF16_INDEX_K": "1"}},
+            }},
+            {"name": "hicache", "levels": {
+                "off": {},
+                "on": {"flags": ["--enable-hierarchical-cache", "--hicache-ratio", "2"]},
+            }},
+            {"name": "topk_v2", "levels": {
+                "off": {"env": {"SGLANG_OPT_USE_TOPK_V2": "0"}},
+                "on": {"env": {"SGLANG_OPT_USE_TOPK_V2": "1"}},
+            }},
+            {"name": "cuda_graph", "levels": {
+                "on": {},
+                "off": {"flags": ["--disable-cuda-graph"]},
+            }},
+        ],
+        "workload": {"sessions": 80, "rounds": 4, "timeout_s": 30, "seed": 1},
+        "strategy": {"kind": "factorial", "repeats": 2, "alpha": 0.01},
+        "cost": {"restart_s": 90, "workload_s": 485, "gpus": 16},
+        "known_good": {"index_k": "fp8", "hicache": "on", "topk_v2": "on", "cuda_graph": "on"},
+        "known_bad": {"index_k": "bf16", "hicache": "on", "topk_v2": "on", "cuda_graph": "on"},
+    })
+
+
+def prepare_demo(workdir: Path) -> Campaign:
+    """Write the fault model into ``workdir`` and return the demo campaign."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    fault_model = workdir / "fault-model.yaml"
+    fault_model.write_text(yaml.safe_dump(FAULT_MODEL, sort_keys=False), encoding="utf-8")
+    campaign = demo_campaign(workdir, fault_model)
+    (workdir / "campaign.yaml").write_text(
+        yaml.safe_dump(campaign.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
+    )
+    return campaign

@@ -1,0 +1,137 @@
+"""The campaign driver: asks the strategy, dispatches trials to pool actors, stores every result.
+
+The store is the state: the driver is its only writer, a trial is stored (sessions, metrics,
+logs) in one transaction before it counts as done, and a resumed campaign discards what was
+unfinished and goes on from what was stored.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from db.records import TrialRecord
+from db.store import Store
+from deploy.services.process import ProcessServiceManager
+from deploy.transports.local import LocalTransport
+from experiments.campaign import Campaign
+from orchestrator.evidence import TrialEvidence, variant_key
+from orchestrator.ray_pool import PoolActors, PoolCrashed, ensure_ray
+from orchestrator.strategies.factorial import Factorial
+from orchestrator.trial import TrialOrder
+from orchestrator.verdict import CostModel, Verdict, decide
+
+MAX_FAILED_ATTEMPTS = 2  # then the variant is unresolvable, like `git bisect skip`
+Progress = Callable[[str], None]
+
+
+class RunFailed(RuntimeError):
+    """The campaign could not go on (not a bad variant: a broken run)."""
+
+
+def new_campaign_id(name: str) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{secrets.token_hex(2)}"
+
+
+def evidence(trials: list[TrialRecord]) -> list[TrialEvidence]:
+    return [
+        TrialEvidence(levels=t.levels, counts=t.counts, restarts=t.restarts, wall_s=t.wall_s or 0.0)
+        for t in trials
+        if t.status == "done"
+    ]
+
+
+def campaign_of(store: Store, campaign_id: str) -> Campaign:
+    return Campaign.model_validate(store.get_campaign(campaign_id).spec)
+
+
+def verdict_of(store: Store, campaign_id: str) -> Verdict:
+    """Recompute the verdict from the stored trials."""
+    campaign = campaign_of(store, campaign_id)
+    return decide(
+        evidence(store.trials(campaign_id)),
+        campaign.level_names(),
+        alpha=campaign.strategy.alpha,
+        clean_rate=campaign.strategy.clean_rate,
+        cost=CostModel(campaign.cost.restart_s, campaign.cost.workload_s, campaign.cost.gpus),
+        known_bad=campaign.known_bad,
+    )
+
+
+def create_campaign(store: Store, campaign: Campaign, source: str) -> str:
+    campaign_id = new_campaign_id(campaign.name)
+    store.create_campaign(campaign_id, campaign.name, campaign.model_dump(mode="json"), source)
+    return campaign_id
+
+
+def stop_services(campaign: Campaign) -> None:
+    """Stop every service of the campaign from the driver: the safety net behind the actors."""
+    workdirs = {node.name: node.workdir for node in campaign.nodes}
+    for pool in campaign.pools:
+        for service in reversed(pool.services):
+            manager = ProcessServiceManager(LocalTransport(service.node), workdirs[service.node])
+            manager.stop(service.name)
+
+
+def run_campaign(
+    store: Store, campaign_id: str, *, progress: Progress = lambda _: None,
+    ray_address: str | None = None,
+) -> Verdict:
+    campaign = campaign_of(store, campaign_id)
+    discarded = store.discard_unfinished(campaign_id)
+    if discarded:
+        progress(f"discarded {len(discarded)} unfinished trial(s): {discarded}")
+    store.set_campaign_status(campaign_id, "running")
+    strategy = Factorial(campaign.level_names(), campaign.strategy.repeats)
+    ensure_ray(ray_address)
+    actors = PoolActors(campaign.model_dump(mode="json"), [p.name for p in campaign.pools])
+    pending: dict[int, dict[str, str]] = {}
+    status = "failed"
+    try:
+        while True:
+            trials = store.trials(campaign_id, status=None)
+            failed = Counter(variant_key(t.levels) for t in trials if t.status == "failed")
+            free = [p.name for p in campaign.pools if p.name not in actors.busy]
+            proposals = [
+                levels
+                for levels in strategy.propose(evidence(trials), list(pending.values()))
+                if failed[variant_key(levels)] < MAX_FAILED_ATTEMPTS
+            ]
+            next_seq = max((t.seq for t in trials), default=0) + 1
+            for pool, levels in zip(free, proposals, strict=False):
+                variant = store.variant(campaign_id, levels)
+                seed = campaign.workload.seed * 1_000_003 + next_seq
+                trial_id = store.start_trial(campaign_id, variant.id, next_seq, pool, seed)
+                pending[trial_id] = levels
+                actors.submit(pool, TrialOrder(trial_id, levels, seed))
+                progress(f"trial {next_seq} on {pool}: {variant.key}")
+                next_seq += 1
+            if not pending:
+                break
+            try:
+                pool, report = actors.next_report()
+            except PoolCrashed as exc:
+                raise RunFailed(f"{exc} (`bisect resume {campaign_id}` retries)") from exc
+            pending.pop(report.trial_id)
+            if report.error is None:
+                store.finish_trial(report.trial_id, report.timing, report.sessions,
+                                   report.metrics, report.logs)
+                corrupt = sum(s.outcome not in ("ok", "error", "timeout") for s in report.sessions)
+                progress(f"  done on {pool}: {corrupt}/{len(report.sessions)} corrupt")
+            else:
+                store.fail_trial(report.trial_id, report.error, report.timing)
+                progress(f"  FAILED on {pool}: {report.error.splitlines()[0]}")
+        status = "done"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        try:
+            actors.shutdown()
+        finally:
+            stop_services(campaign)
+            store.set_campaign_status(campaign_id, status, finished=status == "done")
+    return verdict_of(store, campaign_id)

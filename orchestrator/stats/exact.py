@@ -1,0 +1,28 @@
+"""Exact tests on session counts, and a check that an effect holds trial by trial."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scipy.stats import fisher_exact, mannwhitneyu
+
+
+def fisher_greater(k1: int, n1: int, k2: int, n2: int) -> float:
+    """One-sided Fisher exact p-value that group 1's rate exceeds group 2's."""
+    if n1 <= 0 or n2 <= 0:
+        return 1.0
+    table = [[k1, n1 - k1], [k2, n2 - k2]]
+    return float(fisher_exact(table, alternative="greater").pvalue)
+
+
+def trials_greater(rates_in: Sequence[float], rates_out: Sequence[float]) -> float:
+    """One-sided Mann-Whitney p-value that per-trial rates inside exceed those outside.
+
+    Sessions of one trial share a server and are correlated; pooled counts alone can let one
+    bad trial masquerade as an effect. This asks whether the trials, as units, differ.
+    """
+    if not rates_in or not rates_out:
+        return 1.0
+    if len(set(rates_in) | set(rates_out)) == 1:
+        return 1.0
+    return float(mannwhitneyu(rates_in, rates_out, alternative="greater").pvalue)

@@ -1,0 +1,20 @@
+"""The strategy protocol: from the evidence so far, which variants to run next.
+
+A strategy sees plain values only (no store, no Ray) so it can be tested and simulated in
+milliseconds. It returns an empty list, with nothing pending, when it is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from orchestrator.evidence import Levels, TrialEvidence
+
+
+class Strategy(Protocol):
+    def propose(
+        self, done: Sequence[TrialEvidence], pending: Sequence[Levels]
+    ) -> list[dict[str, str]]:
+        """Variants to start now, best first; the caller runs as many as it has free pools."""
+        ...

@@ -1,0 +1,149 @@
+"""One trial on one pool: apply → restart → prove healthy → stress → collect.
+
+Runs inside the pool's Ray actor. It never writes the store: it returns a TrialReport value and
+the driver, the only writer, stores it. A server that misbehaves is data (sessions, log events);
+a deploy that cannot be completed is an infrastructure failure of the trial, never a verdict input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from functools import partial
+
+from db.records import LogRow, MetricRow, SessionRow, TrialTiming
+from deploy.health import HealthTimeout, wait_healthy
+from deploy.render import LevelSettings, render_service
+from deploy.services.base import ServiceConfig, ServiceManager
+from deploy.services.process import ProcessServiceManager
+from deploy.transports.base import TransportError
+from deploy.transports.local import LocalTransport
+from experiments.campaign import Campaign, Pool
+from experiments.collect import Sample, log_events, poll_metrics
+from experiments.workload.stress import StressResult, run_stress
+
+LOG_TAIL_LINES = 20
+
+
+@dataclass(frozen=True)
+class TrialOrder:
+    trial_id: int
+    levels: dict[str, str]
+    seed: int
+
+
+@dataclass(frozen=True)
+class TrialReport:
+    trial_id: int
+    error: str | None
+    timing: TrialTiming
+    sessions: list[SessionRow] = field(default_factory=list)
+    metrics: list[MetricRow] = field(default_factory=list)
+    logs: list[LogRow] = field(default_factory=list)
+
+
+class DeployFailed(RuntimeError):
+    pass
+
+
+def level_settings(campaign: Campaign, levels: dict[str, str]) -> list[LevelSettings]:
+    settings = []
+    for factor in campaign.factors:
+        level = factor.level(levels[factor.name])
+        touched = frozenset(factor.services) if factor.services is not None else None
+        settings.append(LevelSettings(factor.name, levels[factor.name], level.env,
+                                      tuple(level.flags), touched))
+    return settings
+
+
+class PoolRunner:
+    """Owns one pool's services for the whole campaign; restarts only what a variant changes."""
+
+    def __init__(self, campaign_json: dict[str, object], pool_name: str) -> None:
+        self.campaign = Campaign.model_validate(campaign_json)
+        self.pool: Pool = next(p for p in self.campaign.pools if p.name == pool_name)
+        nodes = {node.name: node for node in self.campaign.nodes}
+        self.managers: dict[str, ServiceManager] = {
+            service.name: ProcessServiceManager(
+                LocalTransport(service.node), nodes[service.node].workdir
+            )
+            for service in self.pool.services
+        }
+        self.applied: dict[str, ServiceConfig] = {}
+        self.log_read: dict[str, int] = {}  # bytes of each service log already examined
+
+    async def run_trial(self, order: TrialOrder) -> TrialReport:
+        """One trial; the blocking deploy steps run in a thread so the event loop stays free."""
+        started = time.monotonic()
+        restarts, restart_s = 0, 0.0
+        try:
+            restart_began = time.monotonic()
+            restarts = await asyncio.to_thread(self._deploy, order.levels)
+            restart_s = time.monotonic() - restart_began
+            workload_began = time.monotonic()
+            result, samples = await self._stress(order.seed)
+            workload_s = time.monotonic() - workload_began
+            logs = await asyncio.to_thread(self._collect_logs)
+        except (DeployFailed, TransportError, HealthTimeout) as exc:
+            timing = TrialTiming(time.monotonic() - started, restart_s, 0.0, restarts)
+            return TrialReport(order.trial_id, str(exc), timing)
+        timing = TrialTiming(time.monotonic() - started, restart_s, workload_s, restarts)
+        sessions = [
+            SessionRow(s.index, s.key, s.outcome.value, s.turns, s.first_bad_turn, s.evidence,
+                       s.latency_s)
+            for s in result.sessions
+        ]
+        metrics = [MetricRow(m.service, m.t, m.name, dict(m.labels), m.value) for m in samples]
+        return TrialReport(order.trial_id, None, timing, sessions, metrics, logs)
+
+    def _deploy(self, levels: dict[str, str]) -> int:
+        settings = level_settings(self.campaign, levels)
+        restarts = 0
+        for service in self.pool.services:  # declared order: e.g. prefill, decode, router
+            config = render_service(service.name, service.start, service.env, settings)
+            manager = self.managers[service.name]
+            if self.applied.get(service.name) == config and manager.is_running(service.name):
+                continue
+            self.applied.pop(service.name, None)
+            started = manager.start(config)
+            self.log_read[service.name] = started.log_offset
+            try:
+                wait_healthy(service.health_url, service.startup_timeout_s,
+                             alive=partial(manager.is_running, service.name))
+            except HealthTimeout as exc:
+                tail = manager.read_log(service.name, started.log_offset).splitlines()
+                last = "\n".join(tail[-LOG_TAIL_LINES:])
+                raise DeployFailed(f"{service.name}: {exc}\n{last}".rstrip()) from None
+            self.applied[service.name] = config
+            restarts += 1
+        return restarts
+
+    async def _stress(self, seed: int) -> tuple[StressResult, list[Sample]]:
+        urls = {s.name: s.metrics_url for s in self.pool.services if s.metrics_url}
+        stop = asyncio.Event()
+        poller = asyncio.create_task(poll_metrics(urls, stop))
+        try:
+            result = await run_stress(self.pool.endpoint, self.campaign.workload, seed=seed)
+        finally:
+            stop.set()
+        return result, await poller
+
+    def _collect_logs(self) -> list[LogRow]:
+        rows: list[LogRow] = []
+        for service in self.pool.services:
+            manager = self.managers[service.name]
+            offset = self.log_read.get(service.name, 0)
+            text = manager.read_log(service.name, offset)
+            self.log_read[service.name] = offset + len(text.encode())
+            rows.extend(LogRow(service.name, e.line_no, e.kind, e.text) for e in log_events(text))
+        return rows
+
+    async def shutdown(self) -> None:
+        """Stop every service this pool started: nodes are left as they were found."""
+        await asyncio.to_thread(self._stop_all)
+
+    def _stop_all(self) -> None:
+        for service in reversed(self.pool.services):
+            self.managers[service.name].stop(service.name)
+        self.applied.clear()

@@ -1,0 +1,144 @@
+"""The verdict, always recomputed from stored trials (never stored itself)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from orchestrator.attribution import Culprit, find_culprits
+from orchestrator.evidence import Cell, TrialEvidence, cells, pooled, variant_key
+from orchestrator.stats.proportions import wilson
+
+# syzkaller's rule: a trial that is mostly infrastructure errors says nothing about the variant.
+MAX_INFRA_SHARE = 2 / 3
+
+
+class Status(StrEnum):
+    CULPRIT = "culprit"
+    NO_CULPRIT = "no_culprit"
+    INCONCLUSIVE = "inconclusive"
+    NOT_REPRODUCED = "not_reproduced"
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Real-world seconds per restart and per workload run, and the GPUs one trial holds."""
+
+    restart_s: float
+    workload_s: float
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    reason: str
+    culprits: tuple[Culprit, ...]
+    cells: tuple[Cell, ...]
+    trials: tuple[TrialEvidence, ...]
+    unjudged_trials: int
+    cost: CostModel
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "reason": self.reason,
+            "culprits": [_culprit_json(c) for c in self.culprits],
+            "variants": [_cell_json(c) for c in self.cells],
+            "cost": self.cost_json(),
+        }
+
+    def cost_json(self) -> dict[str, Any]:
+        restarts = sum(t.restarts for t in self.trials)
+        real_s = len(self.trials) * self.cost.workload_s + restarts * self.cost.restart_s
+        return {
+            "trials": len(self.trials),
+            "unjudged_trials": self.unjudged_trials,
+            "restarts": restarts,
+            "sessions": sum(t.sessions for t in self.trials),
+            "wall_s": round(sum(t.wall_s for t in self.trials), 3),
+            "gpu_s_equivalent": round(real_s * self.cost.gpus, 1),
+        }
+
+
+def _round(value: float) -> float:
+    return round(value, 6)
+
+
+def _culprit_json(culprit: Culprit) -> dict[str, Any]:
+    return {
+        "factors": dict(culprit.factors),
+        "kind": "interaction" if len(culprit.factors) > 1 else "factor",
+        "effect": _round(culprit.effect),
+        "ci95": [_round(culprit.ci95[0]), _round(culprit.ci95[1])],
+        "p_value": culprit.p_value,
+        "trial_p_value": culprit.trial_p_value,
+        "rate_with": _round(culprit.rate_in),
+        "rate_without": _round(culprit.rate_out),
+        "corrupted_with": culprit.corrupted_in,
+        "sessions_with": culprit.judged_in,
+        "corrupted_without": culprit.corrupted_out,
+        "sessions_without": culprit.judged_out,
+        "trials_with": culprit.trials_in,
+        "trials_without": culprit.trials_out,
+    }
+
+
+def _cell_json(cell: Cell) -> dict[str, Any]:
+    low, high = wilson(cell.corrupted, cell.judged)
+    return {
+        "key": variant_key(cell.levels),
+        "levels": dict(cell.levels),
+        "sessions": cell.sessions,
+        "judged": cell.judged,
+        "corrupted": cell.corrupted,
+        "infra": cell.infra,
+        "rate": _round(cell.rate),
+        "ci95": [_round(low), _round(high)],
+        "trials": len(cell.trials),
+    }
+
+
+def decide(
+    evidence: Sequence[TrialEvidence],
+    factors: Mapping[str, Sequence[str]],
+    *,
+    alpha: float,
+    clean_rate: float,
+    cost: CostModel,
+    known_bad: Mapping[str, str] | None = None,
+) -> Verdict:
+    judged = [t for t in evidence if t.sessions and t.infra / t.sessions <= MAX_INFRA_SHARE]
+    grouped = cells(judged)
+    order = {name: [*levels] for name, levels in factors.items()}
+    grouped.sort(key=lambda c: [order[f].index(c.levels[f]) for f in order if f in c.levels])
+
+    def verdict(status: Status, reason: str, culprits: Sequence[Culprit] = ()) -> Verdict:
+        return Verdict(status, reason, tuple(culprits), tuple(grouped), tuple(evidence),
+                       len(evidence) - len(judged), cost)
+
+    corrupted, sessions = pooled(grouped)
+    if sessions == 0:
+        return verdict(Status.INCONCLUSIVE, "no session could be judged")
+    culprits = find_culprits(grouped, factors, alpha)
+    if culprits:
+        names = "; ".join(
+            " AND ".join(f"{f}={lvl}" for f, lvl in c.factors.items()) for c in culprits
+        )
+        return verdict(Status.CULPRIT, f"corruption follows {names}", culprits)
+    if corrupted == 0 and known_bad is not None:
+        return verdict(Status.NOT_REPRODUCED, "the known-bad variant showed no corruption")
+    upper = wilson(corrupted, sessions)[1]
+    if upper <= clean_rate:
+        return verdict(
+            Status.NO_CULPRIT,
+            f"{corrupted} of {sessions} sessions corrupt; upper 95% bound {upper:.2%} "
+            f"is within the clean rate {clean_rate:.2%}",
+        )
+    return verdict(
+        Status.INCONCLUSIVE,
+        f"{corrupted} of {sessions} sessions corrupt, but no factor or interaction explains it "
+        f"at alpha {alpha:g}",
+    )

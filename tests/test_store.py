@@ -1,0 +1,283 @@
+"""The store on a real database file. ``TestStore`` takes its URL from the ``url`` fixture, so a
+PostgreSQL backend is one more fixture parameter."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from datetime import UTC
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, inspect, text
+
+from db import (
+    LogRow,
+    MetricRow,
+    NotFound,
+    SessionRow,
+    Store,
+    StoreError,
+    TrialTiming,
+    variant_key,
+)
+from db.migrate import current_revision, downgrade, head_revision, upgrade
+from db.models import Base
+
+TABLES = {"campaign", "variant", "trial", "session", "metric_sample", "log_event"}
+OUTCOMES = ["ok", "leak", "no_tool", "lost_plot", "bad_args", "error", "timeout"]
+BAD = {"index_k": "bf16", "hicache": "on"}
+GOOD = {"index_k": "fp8", "hicache": "on"}
+
+
+def sessions(n: int, leaks: int = 0) -> list[SessionRow]:
+    return [
+        SessionRow(idx=i, key=f"s{i}", outcome="leak" if i < leaks else "ok", turns=4,
+                   first_bad_turn=2 if i < leaks else None,
+                   evidence="<｜DSML｜invoke" if i < leaks else None, latency_s=0.5 + i / 100)
+        for i in range(n)
+    ]
+
+
+def metrics(n: int) -> list[MetricRow]:
+    return [MetricRow(service="decode", t=i * 0.5, name="sglang:num_running_reqs",
+                      labels={"tp_rank": str(i % 2)}, value=float(i)) for i in range(n)]
+
+
+LOGS = [
+    LogRow(service="prefill", line_no=1, kind="startup", text="The server is fired up"),
+    LogRow(service="decode", line_no=412, kind="abort", text="Abort request <b>rid=7</b>"),
+]
+TIMING = TrialTiming(wall_s=12.5, restart_s=3.0, workload_s=9.0, restarts=2)
+
+
+@pytest.fixture(params=["sqlite"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    # A PostgreSQL backend: add "postgresql" here and return a URL to a fresh database.
+    return f"sqlite:///{tmp_path / 'bisect.db'}"
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[Store]:
+    with Store.open(url) as opened:
+        yield opened
+
+
+class TestStore:
+    def test_migrations_create_every_table_at_head(self, store: Store, url: str) -> None:
+        engine = create_engine(url)
+        try:
+            inspector = inspect(engine)
+            assert set(inspector.get_table_names()) == TABLES | {"alembic_version"}
+            for table in ("session", "metric_sample", "log_event"):
+                indexed = {tuple(ix["column_names"]) for ix in inspector.get_indexes(table)}
+                assert ("trial_id",) in indexed
+            assert current_revision(url) == head_revision()
+        finally:
+            engine.dispose()
+
+    def test_models_match_the_migrations(self, store: Store, url: str) -> None:
+        engine = create_engine(url)
+        try:
+            with engine.connect() as connection:
+                context = MigrationContext.configure(connection, opts={"compare_type": True})
+                assert compare_metadata(context, Base.metadata) == []
+        finally:
+            engine.dispose()
+
+    def test_downgrade_and_upgrade_again(self, store: Store, url: str) -> None:
+        store.close()
+        downgrade(url, "base")
+        assert current_revision(url) is None
+        upgrade(url)
+        assert current_revision(url) == head_revision()
+
+    def test_round_trip(self, store: Store) -> None:
+        campaign = store.create_campaign("c1", "index-k leak", {"factors": {"index_k": ["fp8"]}},
+                                         "campaign.yaml")
+        assert campaign.status == "running" and campaign.created_at.tzinfo == UTC
+        assert store.get_campaign("c1") == campaign
+        assert campaign.spec == {"factors": {"index_k": ["fp8"]}}
+        bad, good = store.variant("c1", BAD), store.variant("c1", GOOD)
+        assert store.variant("c1", dict(reversed(BAD.items()))) == bad
+        assert bad.key == "hicache=on,index_k=bf16" and bad.levels == BAD
+        assert store.variants("c1") == [bad, good]
+
+        t_bad = store.start_trial("c1", bad.id, seq=1, pool="pool-a", seed=11)
+        t_good = store.start_trial("c1", good.id, seq=0, pool="pool-b", seed=12)
+        assert store.trials("c1") == []
+        assert [t.status for t in store.trials("c1", status=None)] == ["running", "running"]
+        store.finish_trial(t_bad, TIMING, sessions(80, leaks=14), metrics(3000), LOGS)
+        store.finish_trial(t_good, TrialTiming(wall_s=10.0), sessions(80), metrics(5), [])
+
+        good_trial, bad_trial = store.trials("c1")
+        assert (good_trial.id, bad_trial.id) == (t_good, t_bad)
+        assert bad_trial.levels == BAD and bad_trial.variant_id == bad.id
+        assert bad_trial.counts == {"ok": 66, "leak": 14} and bad_trial.sessions == 80
+        assert good_trial.counts == {"ok": 80}
+        assert (bad_trial.wall_s, bad_trial.restart_s, bad_trial.workload_s) == (12.5, 3.0, 9.0)
+        assert bad_trial.restarts == 2 and good_trial.restarts == 0
+        assert good_trial.workload_s is None
+        assert bad_trial.pool == "pool-a" and bad_trial.seed == 11 and bad_trial.error is None
+        assert bad_trial.finished_at is not None and bad_trial.finished_at >= bad_trial.started_at
+        assert store.get_trial(t_bad) == bad_trial
+
+        stored = store.sessions(t_bad)
+        assert [s.idx for s in stored] == list(range(80))
+        assert stored[0].evidence == "<｜DSML｜invoke" and stored[0].first_bad_turn == 2
+        assert stored[79].outcome == "ok" and stored[79].latency_s == pytest.approx(1.29)
+        samples = store.metrics(t_bad)
+        assert len(samples) == 3000 and samples[3].labels == {"tp_rank": "1"}
+        assert samples[3].t == 1.5 and samples[3].name == "sglang:num_running_reqs"
+        assert [e.text for e in store.log_events(t_bad)] == [row.text for row in LOGS]
+        assert store.log_events(t_good) == []
+
+    def test_counts_every_outcome(self, store: Store) -> None:
+        store.create_campaign("c", "c", {}, "demo")
+        variant = store.variant("c", BAD)
+        trial = store.start_trial("c", variant.id, seq=0, pool="p", seed=0)
+        rows = [dataclasses.replace(row, outcome=OUTCOMES[row.idx % 7]) for row in sessions(70)]
+        store.finish_trial(trial, TIMING, rows, [], [])
+        assert store.trials("c")[0].counts == dict.fromkeys(OUTCOMES, 10)
+
+    def test_finish_trial_is_atomic(self, store: Store) -> None:
+        store.create_campaign("c", "c", {}, "demo")
+        variant = store.variant("c", BAD)
+        trial = store.start_trial("c", variant.id, seq=0, pool="p", seed=0)
+        broken_session = [*sessions(40), SessionRow(40, "s40", None, 4, None, None, 1.0)]  # type: ignore[arg-type]
+        with pytest.raises(StoreError, match="finish trial"):
+            store.finish_trial(trial, TIMING, broken_session, metrics(10), LOGS)
+        # this one fails last, after the sessions and metrics were already sent
+        broken_log = [*LOGS, LogRow("decode", 9, "error", None)]  # type: ignore[arg-type]
+        with pytest.raises(StoreError):
+            store.finish_trial(trial, TIMING, sessions(80), metrics(10), broken_log)
+        duplicate = [*sessions(3), sessions(3)[0]]
+        with pytest.raises(StoreError):
+            store.finish_trial(trial, TIMING, duplicate, [], [])
+
+        (still,) = store.trials("c", status=None)
+        assert still.status == "running" and still.counts == {} and still.wall_s is None
+        assert store.sessions(trial) == [] and store.metrics(trial) == []
+        assert store.log_events(trial) == []
+        store.finish_trial(trial, TIMING, sessions(80), metrics(10), LOGS)
+        assert store.trials("c")[0].counts == {"ok": 80}
+
+    def test_finished_trials_cannot_be_written_again(self, store: Store) -> None:
+        store.create_campaign("c", "c", {}, "demo")
+        trial = store.start_trial("c", store.variant("c", BAD).id, seq=0, pool="p", seed=0)
+        store.finish_trial(trial, TIMING, sessions(2), [], [])
+        with pytest.raises(StoreError, match="is done"):
+            store.finish_trial(trial, TIMING, sessions(2), [], [])
+        with pytest.raises(StoreError, match="is done"):
+            store.fail_trial(trial, "late")
+
+    def test_fail_trial(self, store: Store) -> None:
+        store.create_campaign("c", "c", {}, "demo")
+        trial = store.start_trial("c", store.variant("c", BAD).id, seq=0, pool="p", seed=0)
+        store.fail_trial(trial, "ssh: connection reset", TrialTiming(wall_s=4.0, restarts=1))
+        assert store.trials("c") == []
+        (failed,) = store.trials("c", status="failed")
+        assert failed.error == "ssh: connection reset" and failed.restarts == 1
+        assert failed.wall_s == 4.0 and failed.finished_at is not None
+
+    def test_discard_unfinished(self, store: Store) -> None:
+        store.create_campaign("c", "c", {}, "demo")
+        store.create_campaign("other", "o", {}, "demo")
+        variant = store.variant("c", BAD)
+        done = store.start_trial("c", variant.id, seq=0, pool="p", seed=0)
+        store.finish_trial(done, TIMING, sessions(5), [], [])
+        running = [store.start_trial("c", variant.id, seq=i, pool="p", seed=i) for i in (1, 2)]
+        elsewhere = store.start_trial("other", store.variant("other", BAD).id, 0, "p", 0)
+
+        assert store.discard_unfinished("c") == running
+        assert store.discard_unfinished("c") == []
+        assert [t.id for t in store.trials("c", status="discarded")] == running
+        assert [t.id for t in store.trials("c")] == [done]
+        assert store.trials("other", status="running")[0].id == elsewhere
+        with pytest.raises(StoreError, match="discarded"):
+            store.finish_trial(running[0], TIMING, [], [], [])
+
+    def test_not_found(self, store: Store) -> None:
+        with pytest.raises(NotFound, match="no campaign 'nope'"):
+            store.get_campaign("nope")
+        with pytest.raises(NotFound):
+            store.set_campaign_status("nope", "done")
+        with pytest.raises(NotFound):
+            store.variant("nope", BAD)
+        store.create_campaign("c", "c", {}, "demo")
+        store.create_campaign("d", "d", {}, "demo")
+        with pytest.raises(NotFound, match="no variant"):
+            store.start_trial("c", 999, seq=0, pool="p", seed=0)
+        with pytest.raises(NotFound, match="no variant"):
+            store.start_trial("c", store.variant("d", BAD).id, seq=0, pool="p", seed=0)
+        with pytest.raises(NotFound, match="no trial 42"):
+            store.finish_trial(42, TIMING, [], [], [])
+        with pytest.raises(NotFound):
+            store.get_trial(42)
+        assert store.trials("nope") == [] and store.sessions(42) == []
+
+    def test_campaigns(self, store: Store) -> None:
+        store.create_campaign("first", "one", {}, "demo")
+        store.create_campaign("second", "two", {"x": [1, 2]}, "/tmp/c.yaml")
+        with pytest.raises(StoreError, match="already exists"):
+            store.create_campaign("first", "again", {}, "demo")
+        assert [c.id for c in store.list_campaigns()] == ["second", "first"]
+
+        store.set_campaign_status("first", "interrupted", finished=True)
+        assert store.get_campaign("first").finished_at is not None
+        store.set_campaign_status("first", "running")
+        resumed = store.get_campaign("first")
+        assert resumed.status == "running" and resumed.finished_at is None
+        with pytest.raises(StoreError, match="unknown campaign status"):
+            store.set_campaign_status("first", "finished")
+
+    def test_reopen_is_a_no_op_upgrade_and_keeps_data(self, store: Store, url: str) -> None:
+        store.create_campaign("c", "c", {}, "demo")
+        trial = store.start_trial("c", store.variant("c", BAD).id, seq=0, pool="p", seed=0)
+        store.finish_trial(trial, TIMING, sessions(80, leaks=3), metrics(4), LOGS)
+        store.close()
+        with Store.open(url) as again:
+            assert current_revision(url) == head_revision()
+            assert again.trials("c")[0].counts == {"ok": 77, "leak": 3}
+            assert len(again.metrics(trial)) == 4
+
+    def test_records_are_frozen(self, store: Store) -> None:
+        campaign = store.create_campaign("c", "c", {}, "demo")
+        variant = store.variant("c", BAD)
+        trial = store.start_trial("c", variant.id, seq=0, pool="p", seed=0)
+        store.finish_trial(trial, TIMING, sessions(1), metrics(1), LOGS[:1])
+        values = [campaign, variant, store.trials("c")[0], store.sessions(trial)[0],
+                  store.metrics(trial)[0], store.log_events(trial)[0]]
+        for value in values:
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                setattr(value, "id", 5)  # noqa: B010 - the assignment must raise
+
+
+def test_variant_key_is_canonical_and_unambiguous() -> None:
+    assert variant_key({"b": "y", "a": "x"}) == "a=x,b=y"
+    assert variant_key({"a": "x,b=y"}) != variant_key({"a": "x", "b": "y"})
+    assert variant_key({}) == ""
+
+
+def test_sqlite_file_is_wal_with_foreign_keys(tmp_path: Path) -> None:
+    path = tmp_path / "nested" / "bisect.db"
+    with Store.open(str(path)) as store:
+        assert store.url == f"sqlite:///{path}"
+        engine = store._engine
+        with engine.connect() as connection:
+            assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+            assert connection.execute(text("PRAGMA foreign_keys")).scalar() == 1
+            assert connection.execute(text("PRAGMA busy_timeout")).scalar() == 30000
+
+
+def test_unknown_schema_revision_is_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "bisect.db"
+    Store.open(str(path)).close()
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = 'from_the_future'"))
+    engine.dispose()
+    with pytest.raises(StoreError, match="cannot upgrade"):
+        Store.open(str(path))
