@@ -143,7 +143,9 @@ def _check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
         for s, name in enumerate(factor.services or []):
             if name not in service_names:
                 problems.append((("factors", f, "services", s), f"unknown service '{name}'"))
-    levels = campaign.level_names()
+    levels: dict[str, list[str]] = {}  # the first of duplicate factors: no misleading echoes
+    for factor in campaign.factors:
+        levels.setdefault(factor.name, list(factor.levels))
     for field in ("known_good", "known_bad"):
         for factor_name, level in (getattr(campaign, field) or {}).items():
             if factor_name not in levels:
@@ -164,7 +166,10 @@ def _format(loaded: LoadedYaml, path: Path_, message: str) -> str:
 
 def parse_campaign(loaded: LoadedYaml) -> Campaign:
     if not isinstance(loaded.data, dict):
-        raise CampaignError(f"{loaded.source}: a campaign file must be a YAML mapping")
+        found = "an empty document" if loaded.data is None else type(loaded.data).__name__
+        raise CampaignError(
+            f"{loaded.where(())}: a campaign file must be a YAML mapping (found {found})"
+        )
     try:
         campaign = Campaign.model_validate(loaded.data)
     except ValidationError as exc:

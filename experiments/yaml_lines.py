@@ -51,8 +51,13 @@ class LoadedYaml:
         return f"{self.source}:{line}" if line is not None else self.source
 
 
-def _walk(node: yaml.Node, path: Path_, lines: dict[Path_, int], source: str) -> None:
+def _walk(
+    node: yaml.Node, path: Path_, lines: dict[Path_, int], source: str, seen_nodes: set[int]
+) -> None:
     lines.setdefault(path, node.start_mark.line + 1)
+    if id(node) in seen_nodes:  # an alias of a node walked already (possibly of itself)
+        return
+    seen_nodes.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, int] = {}
         for key_node, value_node in node.value:
@@ -65,10 +70,10 @@ def _walk(node: yaml.Node, path: Path_, lines: dict[Path_, int], source: str) ->
                 )
             seen[key] = line
             lines[(*path, key)] = line
-            _walk(value_node, (*path, key), lines, source)
+            _walk(value_node, (*path, key), lines, source, seen_nodes)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _walk(item, (*path, index), lines, source)
+            _walk(item, (*path, index), lines, source, seen_nodes)
 
 
 def dotted(path: Path_) -> str:
@@ -85,7 +90,7 @@ def load_yaml(text: str, source: str) -> LoadedYaml:
         if node is None:
             return LoadedYaml(data=None, source=source)
         lines: dict[Path_, int] = {}
-        _walk(node, (), lines, source)
+        _walk(node, (), lines, source, set())
         data = loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

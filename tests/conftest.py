@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -69,13 +71,15 @@ def twin(tmp_path: Path) -> Iterator[TwinFactory]:
 
 
 @pytest.fixture(scope="session")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def ray_cluster() -> Iterator[None]:
     """One local Ray for the whole run (starting it costs seconds and ~750 MiB)."""
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ["RAY_TMPDIR"] = str(tmp_path_factory.mktemp("ray"))
+    # Ray's socket paths must stay under 108 bytes: a short private directory of its own.
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              _temp_dir=os.environ["RAY_TMPDIR"])
     yield
     ray.shutdown()
+    shutil.rmtree(os.environ.pop("RAY_TMPDIR"), ignore_errors=True)

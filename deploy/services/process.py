@@ -13,6 +13,15 @@ from deploy.transports.base import Transport, TransportError
 
 _STOP_GRACE_S = 10
 
+# `live G`: group G has a process that is not a zombie. `kill -0` alone counts zombies, which an
+# init that reaps late or never (containers) keeps around, so a dead group would look alive.
+# Plain `kill -SIG -G`: dash's kill rejects `--`.
+_LIVE = (
+    'live() { kill -0 "-$1" 2>/dev/null || return 1; [ -r /proc/self/stat ] || return 0; g=$1; '
+    'for f in /proc/[0-9]*/stat; do read -r l 2>/dev/null < "$f" || continue; '
+    'set -- ${l##*) }; [ "$3" = "$g" ] && [ "$1" != Z ] && return 0; done; return 1; }; '
+)
+
 
 class ProcessServiceManager:
     def __init__(self, transport: Transport, workdir: str) -> None:
@@ -50,12 +59,12 @@ class ProcessServiceManager:
         """Stop the service's whole process group: TERM, then KILL after a grace period."""
         pid = shlex.quote(self.pid_file(name))
         script = (
-            f"[ -f {pid} ] || exit 0; p=$(cat {pid}); "
-            f'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then '
-            f'kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true; '
-            f"i=0; while kill -0 -- \"-$p\" 2>/dev/null && [ $i -lt {_STOP_GRACE_S * 10} ]; "
+            f"{_LIVE}[ -f {pid} ] || exit 0; p=$(cat {pid}); "
+            f'if [ "$p" -gt 1 ] 2>/dev/null && live "$p"; then '
+            f'kill -TERM "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true; '
+            f'i=0; while live "$p" && [ $i -lt {_STOP_GRACE_S * 10} ]; '
             f"do sleep 0.1; i=$((i+1)); done; "
-            f'kill -KILL -- "-$p" 2>/dev/null || true; fi; rm -f {pid}'
+            f'kill -KILL "-$p" 2>/dev/null || true; fi; rm -f {pid}'
         )
         self._sh(script, timeout_s=_STOP_GRACE_S + 30)
 
@@ -67,7 +76,11 @@ class ProcessServiceManager:
         pid = self.pid(name)
         if pid is None:
             return False
-        return self.transport.run(["kill", "-0", str(pid)]).ok
+        script = (
+            f'p={pid}; kill -0 "$p" 2>/dev/null || exit 1; [ -r /proc/self/stat ] || exit 0; '
+            f'read -r l 2>/dev/null < "/proc/$p/stat" || exit 1; set -- ${{l##*) }}; [ "$1" != Z ]'
+        )
+        return self.transport.run(["sh", "-c", script]).ok
 
     def read_log(self, name: str, offset: int = 0) -> str:
         log = shlex.quote(self.log_file(name))

@@ -1,0 +1,107 @@
+"""SGLang-like log lines and the pretend memory sizing behind them.
+
+Collectors and the deploy layer's "is the variant really loaded" checks read these lines on real
+nodes (index-K bytes, HiCache host pool, CUDA graph capture), so the twin prints the same shapes.
+Every line is flushed: the service manager redirects stdout to a file that is read while we run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+
+GPU_GB = 139.8  # an H200-sized card
+WEIGHTS_GB_TOTAL = 640.0  # split over tensor-parallel ranks
+LAYERS = 61
+LATENT_BYTES = 656  # MLA latent per token per layer (fp8 + scale)
+INDEX_HEAD_DIM = 128
+QUANT_BLOCK = 128
+
+
+def log(message: str, rank: int | None = None) -> None:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    where = f" TP{rank}" if rank is not None else ""
+    print(f"[{stamp}{where}] {message}", flush=True)
+
+
+def access(peer: str, method: str, path: str, status: int, reason: str) -> None:
+    # uvicorn's access-log shape, as SGLang prints it.
+    print(f'INFO:     {peer} - "{method} {path} HTTP/1.1" {status} {reason}', flush=True)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    weights_gb: float
+    kv_gb: float
+    index_k_dtype: str
+    index_k_bytes: int
+    max_total_num_tokens: int
+    hicache_gb: float | None
+    context_len: int
+    chunked_prefill_size: int
+    max_running_requests: int
+    mem_fraction_static: float
+
+
+def index_k_bytes(bf16: bool) -> int:
+    """Bytes per token per layer of the indexer keys (FACTS.md: fp8 132, bf16 256)."""
+    if bf16:
+        return INDEX_HEAD_DIM * 2
+    return INDEX_HEAD_DIM + INDEX_HEAD_DIM // QUANT_BLOCK * 4
+
+
+def capacity(ns: argparse.Namespace, env: dict[str, str]) -> Capacity:
+    bf16 = env.get("BF16_INDEX_K") == "1"
+    per_layer = index_k_bytes(bf16)
+    fraction = ns.mem_fraction_static if ns.mem_fraction_static is not None else 0.88
+    weights = min(WEIGHTS_GB_TOTAL / max(1, ns.tp_size), GPU_GB * 0.55)
+    kv_gb = max(1.0, GPU_GB * fraction - weights)
+    tokens = int(kv_gb * 1e9 / (LAYERS * (LATENT_BYTES + per_layer)))
+    hicache = None
+    if ns.enable_hierarchical_cache:
+        hicache = float(ns.hicache_size) if ns.hicache_size > 0 else kv_gb * ns.hicache_ratio
+    return Capacity(
+        weights_gb=weights,
+        kv_gb=kv_gb,
+        index_k_dtype="bf16" if bf16 else "fp8",
+        index_k_bytes=per_layer,
+        max_total_num_tokens=tokens,
+        hicache_gb=hicache,
+        context_len=ns.context_length or 163840,
+        chunked_prefill_size=ns.chunked_prefill_size or 8192,
+        max_running_requests=ns.max_running_requests or 1024,
+        mem_fraction_static=fraction,
+    )
+
+
+def loading_lines(cap: Capacity) -> list[str]:
+    avail = GPU_GB - cap.weights_gb
+    lines = [
+        f"Load weight begin. avail mem={GPU_GB:.2f} GB",
+        f"Load weight end. type=DeepseekV4ForCausalLM, dtype=torch.bfloat16, "
+        f"avail mem={avail:.2f} GB, mem usage={cap.weights_gb:.2f} GB.",
+        f"index_k dtype={cap.index_k_dtype} bytes_per_token_per_layer={cap.index_k_bytes}",
+        f"KV Cache is allocated. #tokens: {cap.max_total_num_tokens}, KV size: {cap.kv_gb:.2f} GB",
+    ]
+    if cap.hicache_gb is not None:
+        lines.append(f"Allocating {cap.hicache_gb:.2f} GB host memory for hierarchical KV cache.")
+    return lines
+
+
+def graph_lines(cap: Capacity, elapsed_s: float) -> list[str]:
+    avail = GPU_GB - cap.weights_gb - cap.kv_gb
+    return [
+        f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB",
+        f"Capture cuda graph end. Time elapsed: {elapsed_s:.2f} s. mem usage=0.87 GB. "
+        f"avail mem={avail - 0.87:.2f} GB.",
+    ]
+
+
+def limits_line(cap: Capacity) -> str:
+    return (
+        f"max_total_num_tokens={cap.max_total_num_tokens}, "
+        f"chunked_prefill_size={cap.chunked_prefill_size}, "
+        f"max_running_requests={cap.max_running_requests}, context_len={cap.context_len}, "
+        f"available_gpu_mem={GPU_GB - cap.weights_gb - cap.kv_gb:.2f} GB"
+    )

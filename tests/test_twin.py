@@ -1,0 +1,471 @@
+"""The twin as real processes over HTTP: endpoints, scripted agent, fault model, CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from experiments import agent
+from experiments.markup import find_markup
+from experiments.twin import faults
+from experiments.twin.agent_script import build_reply
+
+REPO = Path(__file__).resolve().parent.parent
+TwinFactory = Callable[..., str]  # the `twin` fixture of conftest.py
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+LEAK_RULE = """
+seed: 7
+rules:
+  - name: bf16-hicache-race
+    when:
+      env: {BF16_INDEX_K: "1"}
+      flags: {enable-hierarchical-cache: true}
+    min_inflight: %(min_inflight)d
+    probability: %(probability)s
+    effect: %(effect)s
+    markup: dsml
+"""
+
+
+def fault_file(tmp_path: Path, probability: float = 1.0, effect: str = "leak",
+               min_inflight: int = 1) -> Path:
+    path = tmp_path / f"faults-{effect}-{probability}-{min_inflight}.yaml"
+    path.write_text(LEAK_RULE % {"probability": probability, "effect": effect,
+                                 "min_inflight": min_inflight})
+    return path
+
+
+BAD = {"env": {"BF16_INDEX_K": "1"}}
+BAD_FLAGS = ("--enable-hierarchical-cache",)
+
+
+def opening(key: str, canary: str = "CANARY0001") -> list[dict[str, Any]]:
+    return [
+        {"role": "system", "content": agent.SYSTEM_PROMPT},
+        {"role": "user", "content": agent.first_user_message(key, canary)},
+    ]
+
+
+def body(messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": messages, "tools": agent.TOOLS, **extra}
+
+
+def post(url: str, payload: Any, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
+    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    request = urllib.request.Request(f"{url}/v1/chat/completions", data=data,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def get(url: str, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"{url}{path}", timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def message_of(response: dict[str, Any]) -> dict[str, Any]:
+    return dict(response["choices"][0]["message"])
+
+
+def is_leak(response: dict[str, Any]) -> bool:
+    message = message_of(response)
+    return find_markup(message["content"]) is not None and not message.get("tool_calls")
+
+
+def metric(url: str, name: str) -> float:
+    text = get(url, "/metrics")[1].decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return float(sample.value)
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def log_of(url: str, tmp_path: Path) -> str:
+    return (tmp_path / f"twin-{url.rsplit(':', 1)[1]}.log").read_text()
+
+
+async def burst(url: str, payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async with aiohttp.ClientSession() as session:
+        async def one(payload: dict[str, Any]) -> dict[str, Any]:
+            async with session.post(f"{url}/v1/chat/completions", json=payload) as response:
+                return dict(await response.json())
+
+        return list(await asyncio.gather(*(one(p) for p in payloads)))
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "experiments.twin", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=30)
+
+
+# --- endpoints ---------------------------------------------------------------------------------
+
+
+def test_health_is_503_until_the_startup_delay_passed(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with open(tmp_path / "twin.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "experiments.twin", "--port", str(port),
+             "--twin-startup-delay", "1.0"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        seen: list[int] = []
+        generate: list[int] = []
+        deadline = time.monotonic() + 20
+        while (not seen or seen[-1] != 200) and time.monotonic() < deadline:
+            try:
+                seen.append(get(url, "/health")[0])
+                generate.append(get(url, "/health_generate")[0])
+            except urllib.error.URLError:
+                pass  # not listening yet
+            time.sleep(0.05)
+        assert seen[0] == 503 and seen[-1] == 200, seen
+        assert 503 in generate
+        assert get(url, "/health_generate")[0] == 200
+        assert "The server is fired up and ready to roll!" in (tmp_path / "twin.log").read_text()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+
+
+def test_openai_client_gets_the_scripted_tool_calls(twin: TwinFactory) -> None:
+    from openai import OpenAI
+
+    url = twin("--served-model-name", "twin-model", "--twin-latency-ms", "1")
+    # Typed loosely: the test feeds plain dicts, as the workload does.
+    client: Any = OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+    assert [m.id for m in client.models.list().data] == ["twin-model"]
+
+    messages: list[Any] = opening("alpha", "FIRSTCANARY")
+    first = client.chat.completions.create(model="twin-model", messages=messages,
+                                           tools=agent.TOOLS)
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    call = choice.message.tool_calls[0]
+    assert call.type == "function" and call.id
+    assert call.function.name == "read_file"
+    arguments = json.loads(call.function.arguments)
+    assert arguments["canary"] == "FIRSTCANARY" and arguments["path"]
+
+    # Turn 1 answers the tool result: the next tool, the fresh canary.
+    messages += [choice.message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id,
+                  "content": agent.tool_result_message("read_file", "SECONDCANARY")}]
+    second = client.chat.completions.create(model="twin-model", messages=messages,
+                                            tools=agent.TOOLS)
+    call = second.choices[0].message.tool_calls[0]
+    assert call.function.name == "search_code"
+    assert json.loads(call.function.arguments)["canary"] == "SECONDCANARY"
+
+    # Streaming: accumulate delta.tool_calls by index, parse at the end.
+    pieces: dict[int, dict[str, str]] = {}
+    finish = None
+    stream = client.chat.completions.create(model="twin-model", messages=opening("beta", "S1"),
+                                            tools=agent.TOOLS, stream=True)
+    for chunk in stream:
+        for delta in chunk.choices[0].delta.tool_calls or []:
+            slot = pieces.setdefault(delta.index, {"name": "", "arguments": ""})
+            slot["name"] += (delta.function and delta.function.name) or ""
+            slot["arguments"] += (delta.function and delta.function.arguments) or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls"
+    assert pieces[0]["name"] == "read_file"
+    assert json.loads(pieces[0]["arguments"])["canary"] == "S1"
+
+    # No tools: plain text.
+    plain = client.chat.completions.create(model="twin-model", messages=opening("gamma"))
+    assert plain.choices[0].finish_reason == "stop" and plain.choices[0].message.content
+
+
+def test_bad_requests_get_400_with_an_error_body(twin: TwinFactory) -> None:
+    url = twin()
+    payloads: list[Any] = [b"not json", {"messages": []}, {"messages": [{"role": "wizard"}]}, [1]]
+    for payload in payloads:
+        status, answer = post(url, payload)
+        assert status == 400, payload
+        assert answer["error"]["message"] and answer["object"] == "error"
+
+
+def test_server_info_and_models(twin: TwinFactory) -> None:
+    url = twin("--tp-size", "8", "--enable-hierarchical-cache", env={"BF16_INDEX_K": "1"})
+    info = json.loads(get(url, "/get_server_info")[1])
+    assert info["tp_size"] == 8 and info["enable_hierarchical_cache"] is True
+    assert info["env"]["BF16_INDEX_K"] == "1"
+    models = json.loads(get(url, "/v1/models")[1])
+    assert models["data"][0]["id"] == "deepseek-ai/DeepSeek-V4-twin"
+
+
+def test_metrics_parse_and_running_requests_rise_under_load(twin: TwinFactory) -> None:
+    url = twin("--enable-metrics", "--twin-latency-ms", "800")
+    assert metric(url, "sglang:num_running_reqs") == 0
+
+    async def load_and_watch() -> float:
+        task = asyncio.create_task(burst(url, [body(opening(f"m{i}")) for i in range(40)]))
+        await asyncio.sleep(0.4)
+        running = await asyncio.to_thread(metric, url, "sglang:num_running_reqs")
+        answers = await task
+        assert all(a["choices"][0]["finish_reason"] == "tool_calls" for a in answers)
+        return running
+
+    assert asyncio.run(load_and_watch()) >= 30
+    assert metric(url, "sglang:num_running_reqs") == 0
+    assert metric(url, "sglang:prompt_tokens_total") > 0
+    assert metric(url, "sglang:generation_tokens_total") > 0
+    assert metric(url, "sglang:num_queue_reqs") == 0
+
+
+def test_max_running_requests_queues_the_rest(twin: TwinFactory) -> None:
+    url = twin("--max-running-requests", "5", "--twin-latency-ms", "400")
+
+    async def load_and_watch() -> tuple[float, float]:
+        task = asyncio.create_task(burst(url, [body(opening(f"q{i}")) for i in range(12)]))
+        await asyncio.sleep(0.2)
+        running = await asyncio.to_thread(metric, url, "sglang:num_running_reqs")
+        queued = await asyncio.to_thread(metric, url, "sglang:num_queue_reqs")
+        await task
+        return running, queued
+
+    assert asyncio.run(load_and_watch()) == (5, 7)
+
+
+# --- the fault model ----------------------------------------------------------------------------
+
+
+def test_planted_leak_needs_bf16_and_hicache(twin: TwinFactory, tmp_path: Path) -> None:
+    path = fault_file(tmp_path)
+    bad = twin(*BAD_FLAGS, "--fault-model", str(path), **BAD)
+    status, answer = post(bad, body(opening("leaky")))
+    assert status == 200 and is_leak(answer)
+    assert "<｜DSML｜function_calls>" in message_of(answer)["content"]
+    assert answer["choices"][0]["finish_reason"] == "stop"
+
+    # The env fallback names the same file; without the flag the condition does not hold.
+    good = twin(env={"BF16_INDEX_K": "1", "BISECT_TWIN_FAULT_MODEL": str(path)})
+    status, answer = post(good, body(opening("leaky")))
+    assert status == 200 and not is_leak(answer)
+    assert json.loads(message_of(answer)["tool_calls"][0]["function"]["arguments"])["canary"] \
+        == "CANARY0001"
+
+
+def hits(url: str, keys: list[str]) -> set[str]:
+    return {key for key in keys if is_leak(post(url, body(opening(key)))[1])}
+
+
+def test_decisions_are_deterministic_per_session_and_seed(
+    twin: TwinFactory, tmp_path: Path
+) -> None:
+    path = str(fault_file(tmp_path, probability=0.5))
+    keys = [f"det-{i}" for i in range(30)]
+    first = twin(*BAD_FLAGS, "--fault-model", path, "--twin-latency-ms", "1", **BAD)
+    second = twin(*BAD_FLAGS, "--fault-model", path, "--twin-latency-ms", "1", **BAD)
+    reseeded = twin(*BAD_FLAGS, "--fault-model", path, "--twin-latency-ms", "1",
+                    "--twin-seed", "1", **BAD)
+    hit = hits(first, keys)
+    assert 0 < len(hit) < len(keys)
+    assert hits(second, keys) == hit
+    assert hits(first, keys) == hit  # the same session stays hit on every turn
+    assert hits(reseeded, keys) != hit
+
+
+def test_probability_is_honoured_over_many_sessions(twin: TwinFactory, tmp_path: Path) -> None:
+    path = str(fault_file(tmp_path, probability=0.3))
+    url = twin(*BAD_FLAGS, "--fault-model", path, "--twin-latency-ms", "1", **BAD)
+    count = len(hits(url, [f"many-{i}" for i in range(200)]))
+    assert 35 <= count <= 85  # 60 expected; +-4 standard deviations
+
+
+def test_min_inflight_is_respected(twin: TwinFactory, tmp_path: Path) -> None:
+    path = str(fault_file(tmp_path, min_inflight=8))
+    url = twin(*BAD_FLAGS, "--fault-model", path, "--twin-latency-ms", "200", **BAD)
+    sequential = [post(url, body(opening(f"seq-{i}")))[1] for i in range(4)]
+    assert not any(is_leak(a) for a in sequential)
+    concurrent = asyncio.run(burst(url, [body(opening(f"conc-{i}")) for i in range(20)]))
+    assert sum(is_leak(a) for a in concurrent) >= 10  # all but the first arrivals
+
+
+@pytest.mark.parametrize("effect", ["no_tool", "lost_plot", "bad_args", "error"])
+def test_each_effect_has_its_shape(twin: TwinFactory, tmp_path: Path, effect: str) -> None:
+    path = str(fault_file(tmp_path, effect=effect))
+    url = twin(*BAD_FLAGS, "--fault-model", path, "--twin-latency-ms", "1", **BAD)
+    status, answer = post(url, body(opening("fx", "RIGHTCANARY")))
+    if effect == "error":
+        assert status == 500 and answer["error"]["code"] == 500
+        return
+    assert status == 200
+    message = message_of(answer)
+    if effect == "no_tool":
+        assert message["content"] and not message.get("tool_calls")
+        assert find_markup(message["content"]) is None
+        return
+    arguments = message["tool_calls"][0]["function"]["arguments"]
+    if effect == "lost_plot":
+        assert json.loads(arguments)["canary"] not in ("RIGHTCANARY", None)
+    else:
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(arguments)
+
+
+def test_wedge_hangs_until_the_client_leaves(twin: TwinFactory, tmp_path: Path) -> None:
+    path = str(fault_file(tmp_path, effect="wedge"))
+    url = twin(*BAD_FLAGS, "--fault-model", path, "--twin-wedge-s", "60", **BAD)
+
+    async def wedge() -> float:
+        async with aiohttp.ClientSession() as session:
+            request = session.post(f"{url}/v1/chat/completions", json=body(opening("stuck")),
+                                   timeout=aiohttp.ClientTimeout(total=1.0))
+            task = asyncio.create_task(request.__aenter__())
+            await asyncio.sleep(0.5)
+            running = await asyncio.to_thread(metric, url, "sglang:num_running_reqs")
+            with pytest.raises(asyncio.TimeoutError):
+                await task
+            return running
+
+    assert asyncio.run(wedge()) == 1
+    deadline = time.monotonic() + 5
+    while "Aborted by AbortReq" not in log_of(url, tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "WaitingForInput" in log_of(url, tmp_path)
+    assert "Aborted by AbortReq" in log_of(url, tmp_path)
+    assert metric(url, "sglang:num_running_reqs") == 0
+
+
+def test_wedge_times_out_with_an_error(twin: TwinFactory, tmp_path: Path) -> None:
+    path = str(fault_file(tmp_path, effect="wedge"))
+    url = twin(*BAD_FLAGS, "--fault-model", path, "--twin-wedge-s", "0.3", **BAD)
+    status, answer = post(url, body(opening("stuck")))
+    assert status == 503 and answer["error"]["message"]
+    assert "waiting timeout" in log_of(url, tmp_path)
+
+
+def test_example_fault_model_is_valid() -> None:
+    model = faults.load(REPO / "experiments" / "twin" / "faults.example.yaml")
+    assert model.rules[0].name == "bf16-hicache-race"
+
+
+# --- CLI and start-up log -------------------------------------------------------------------------
+
+
+def test_unknown_flag_exits_2() -> None:
+    result = run_cli("--no-such-flag")
+    assert result.returncode == 2 and "unrecognized arguments: --no-such-flag" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        (LEAK_RULE % {"probability": 1.5, "effect": "leak", "min_inflight": 1},
+         "field rules[0].probability"),
+        ("rules:\n  - name: x\n    probability: 0.1\n    effect: leak\n    colour: red\n",
+         "field rules[0].colour"),
+        ("rules:\n  - name: x\n    probability: 0.1\n    effect: explode\n",
+         "field rules[0].effect"),
+        ("rules:\n  - name: x\n    when: {flags: {enable-hicache: true}}\n"
+         "    probability: 0.1\n    effect: leak\n", "field rules[0].when.flags.enable-hicache"),
+    ],
+)
+def test_bad_fault_model_exits_2_naming_the_field(tmp_path: Path, text: str, field: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    result = run_cli("--fault-model", str(path), "--twin-startup-delay", "0")
+    assert result.returncode == 2
+    assert str(path) in result.stderr and field in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_bad_fault_model_error_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("seed: 1\nrules:\n  - name: x\n    probability: 2\n    effect: leak\n")
+    with pytest.raises(faults.FaultModelError, match=r"line 4, field rules\[0\]\.probability"):
+        faults.load(path)
+
+
+def test_help_and_schema() -> None:
+    help_text = run_cli("--help")
+    assert help_text.returncode == 0
+    for flag in ("--enable-hierarchical-cache", "--tool-call-parser", "--fault-model",
+                 "--twin-seed", "--disaggregation-mode", "--hicache-write-policy"):
+        assert flag in help_text.stdout
+    schema = run_cli("--schema")
+    assert schema.returncode == 0
+    document = json.loads(schema.stdout)
+    assert {"seed", "rules", "noise"} <= set(document["properties"])
+
+
+def test_startup_log_shows_what_was_loaded(twin: TwinFactory, tmp_path: Path) -> None:
+    bf16 = twin("--enable-hierarchical-cache", "--hicache-size", "64", env={"BF16_INDEX_K": "1"})
+    text = log_of(bf16, tmp_path)
+    for line in ("server_args=ServerArgs(", "enable_hierarchical_cache=True",
+                 "Load weight end. type=DeepseekV4ForCausalLM", "KV Cache is allocated. #tokens:",
+                 "index_k dtype=bf16 bytes_per_token_per_layer=256",
+                 "Allocating 64.00 GB host memory for hierarchical KV cache.",
+                 "Capture cuda graph end. Time elapsed:", "max_total_num_tokens=",
+                 "The server is fired up and ready to roll!"):
+        assert line in text, line
+
+    fp8 = twin("--disable-cuda-graph", env={"BF16_INDEX_K": "0"})
+    text = log_of(fp8, tmp_path)
+    assert "bytes_per_token_per_layer=132" in text
+    assert "Capture cuda graph" not in text and "hierarchical KV cache" not in text
+
+
+# --- pure parts ---------------------------------------------------------------------------------
+
+
+def test_conditions_compare_like_the_yaml_reads() -> None:
+    model = faults.FaultModel.model_validate({"rules": [{
+        "name": "r", "probability": 1.0, "effect": "leak",
+        "when": {"env": {"BF16_INDEX_K": 1, "SGLANG_OPT_USE_TOPK_V2": None},
+                 "flags": {"enable-hierarchical-cache": True, "hicache_ratio": 2,
+                           "tool-call-parser": "deepseekv32"}},
+    }]})
+    flags = {"enable-hierarchical-cache": True, "hicache-ratio": 2.0,
+             "tool-call-parser": "deepseekv32"}
+
+    def hit(env: dict[str, str], **changed: Any) -> bool:
+        return faults.decide(model, twin_seed=0, flags={**flags, **changed}, env=env,
+                             inflight=1, session_key="k") is not None
+
+    assert hit({"BF16_INDEX_K": "1"})
+    assert not hit({"BF16_INDEX_K": "1", "SGLANG_OPT_USE_TOPK_V2": "1"})  # must be unset
+    assert not hit({"BF16_INDEX_K": "0"})
+    assert not hit({"BF16_INDEX_K": "1"}, **{"enable-hierarchical-cache": False})
+    assert not hit({"BF16_INDEX_K": "1"}, **{"hicache-ratio": 3.0})
+
+
+@pytest.mark.parametrize(("parser", "fragment"), [
+    ("deepseekv31", "<｜tool▁calls▁begin｜>"),
+    ("deepseekv32", "<｜DSML｜function_calls>"),
+    ("deepseekv4", "<｜DSML｜tool_calls>"),
+])
+def test_leak_markup_follows_the_tool_call_parser(parser: str, fragment: str) -> None:
+    decision = faults.Decision("r", faults.Effect.LEAK, None)
+    reply = build_reply(opening("k", "CAN"), agent.TOOLS, "auto", decision, parser)
+    assert reply.tool_calls == [] and reply.finish_reason == "stop"
+    assert reply.content is not None and fragment in reply.content and "CAN" in reply.content

@@ -1,0 +1,170 @@
+"""The pure core: intervals, exact tests, the factorial plan and the verdict, on plain values."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Mapping
+
+import pytest
+
+from orchestrator.evidence import TrialEvidence, variant_key
+from orchestrator.stats.exact import fisher_greater, trials_greater
+from orchestrator.stats.proportions import newcombe_difference, wilson
+from orchestrator.strategies.factorial import Factorial, gray_order
+from orchestrator.verdict import CostModel, Status, decide
+
+FACTORS = {
+    "index_k": ["fp8", "bf16"],
+    "hicache": ["off", "on"],
+    "topk_v2": ["off", "on"],
+    "cuda_graph": ["on", "off"],
+}
+COST = CostModel(restart_s=90, workload_s=485, gpus=16)
+Rate = Callable[[Mapping[str, str]], float]
+
+
+def simulate(rate: Rate, *, factors: Mapping[str, list[str]] = FACTORS, repeats: int = 2,
+             sessions: int = 80, seed: int = 1, infra: float = 0.0) -> list[TrialEvidence]:
+    rng = random.Random(seed)
+    trials = []
+    for combo in itertools.product(*factors.values()):
+        levels = dict(zip(factors, combo, strict=True))
+        for _ in range(repeats):
+            counts = {"ok": 0, "leak": 0, "error": 0}
+            for _ in range(sessions):
+                if rng.random() < infra:
+                    counts["error"] += 1
+                elif rng.random() < rate(levels):
+                    counts["leak"] += 1
+                else:
+                    counts["ok"] += 1
+            trials.append(TrialEvidence(levels, counts, restarts=1, wall_s=2.0))
+    return trials
+
+
+def judge(trials: list[TrialEvidence], factors: Mapping[str, list[str]] = FACTORS, **kw: object):
+    return decide(trials, factors, alpha=0.01, clean_rate=0.02, cost=COST, **kw)  # type: ignore[arg-type]
+
+
+def test_wilson_and_fisher_match_published_values() -> None:
+    # FACTS.md: 0 of 80 vs 5 of 80 is Fisher p = 0.059 two-sided, so 0.029 one-sided.
+    assert fisher_greater(5, 80, 0, 80) == pytest.approx(0.0293, abs=1e-3)
+    low, high = wilson(5, 80)
+    assert low == pytest.approx(0.0270, abs=1e-3) and high == pytest.approx(0.1381, abs=1e-3)
+    assert wilson(0, 0) == (0.0, 1.0)
+    low, high = newcombe_difference(5, 80, 0, 80)
+    assert 0 < low < 5 / 80 < high < 0.2
+    assert fisher_greater(0, 0, 3, 10) == 1.0
+
+
+def test_trial_level_check_needs_the_trials_to_differ() -> None:
+    assert trials_greater([0.1, 0.2, 0.15, 0.12], [0.0] * 12) < 0.001
+    assert trials_greater([0.0, 0.0], [0.0, 0.0]) == 1.0
+    assert trials_greater([], [0.1]) == 1.0
+
+
+def test_gray_order_covers_every_variant_and_changes_one_factor_at_a_time() -> None:
+    factors = {"a": ["0", "1"], "policy": ["back", "through", "selective"], "c": ["x", "y"]}
+    order = gray_order(factors)
+    assert len(order) == 12
+    assert len({variant_key(v) for v in order}) == 12
+    for before, after in itertools.pairwise(order):
+        assert sum(before[f] != after[f] for f in factors) == 1
+
+
+def test_factorial_proposes_what_is_neither_done_nor_pending() -> None:
+    strategy = Factorial({"a": ["0", "1"], "b": ["x", "y"]}, repeats=2)
+    assert len(strategy.propose([], [])) == 8
+    done = [TrialEvidence({"a": "0", "b": "x"}, {"ok": 10})]
+    pending = [{"a": "0", "b": "x"}, {"a": "1", "b": "y"}]
+    proposed = strategy.propose(done, pending)
+    assert len(proposed) == 5
+    assert sum(p == {"a": "0", "b": "x"} for p in proposed) == 0
+    everything = [TrialEvidence(v, {"ok": 1}) for v in strategy.plan]
+    assert strategy.propose(everything, []) == []
+
+
+def test_planted_interaction_is_named_exactly() -> None:
+    def rate(levels: Mapping[str, str]) -> float:
+        return 0.15 if levels["index_k"] == "bf16" and levels["hicache"] == "on" else 0.003
+
+    verdict = judge(simulate(rate))
+    assert verdict.status is Status.CULPRIT
+    assert [dict(c.factors) for c in verdict.culprits] == [{"index_k": "bf16", "hicache": "on"}]
+    culprit = verdict.to_json()["culprits"][0]
+    assert culprit["kind"] == "interaction"
+    assert culprit["ci95"][0] > 0.05 and culprit["p_value"] < 1e-10
+    assert culprit["trials_with"] == 8 and culprit["trials_without"] == 24
+
+
+def test_single_factor_culprit() -> None:
+    verdict = judge(simulate(lambda lv: 0.12 if lv["topk_v2"] == "on" else 0.0))
+    assert [dict(c.factors) for c in verdict.culprits] == [{"topk_v2": "on"}]
+    assert verdict.to_json()["culprits"][0]["kind"] == "factor"
+
+
+def test_two_independent_culprits_are_both_named() -> None:
+    def rate(levels: Mapping[str, str]) -> float:
+        if levels["index_k"] == "bf16" and levels["hicache"] == "on":
+            return 0.2
+        return 0.1 if levels["cuda_graph"] == "off" else 0.0
+
+    verdict = judge(simulate(rate, repeats=3))
+    named = [dict(c.factors) for c in verdict.culprits]
+    assert {"index_k": "bf16", "hicache": "on"} in named
+    assert {"cuda_graph": "off"} in named
+    assert len(named) == 2
+
+
+def test_multi_level_factor() -> None:
+    factors = {"policy": ["write_back", "write_through", "selective"], "hicache": ["off", "on"]}
+    verdict = judge(simulate(lambda lv: 0.2 if lv["policy"] == "selective" else 0.0,
+                             factors=factors, repeats=3), factors)
+    assert [dict(c.factors) for c in verdict.culprits] == [{"policy": "selective"}]
+
+
+def test_clean_campaign_is_no_culprit_and_without_reproduction_not_reproduced() -> None:
+    trials = simulate(lambda lv: 0.0)
+    assert judge(trials).status is Status.NO_CULPRIT
+    bad = {"index_k": "bf16", "hicache": "on", "topk_v2": "on", "cuda_graph": "on"}
+    assert judge(trials, known_bad=bad).status is Status.NOT_REPRODUCED
+
+
+def test_corruption_everywhere_is_inconclusive_not_an_accusation() -> None:
+    verdict = judge(simulate(lambda lv: 0.08))
+    assert verdict.status is Status.INCONCLUSIVE
+    assert verdict.culprits == ()
+
+
+def test_errors_and_timeouts_are_neither_corrupt_nor_clean() -> None:
+    trial = TrialEvidence({"a": "x"}, {"ok": 50, "leak": 10, "error": 30, "timeout": 10})
+    assert trial.sessions == 100 and trial.judged == 60 and trial.infra == 40
+    assert trial.rate == pytest.approx(10 / 60)
+
+
+def test_trials_dominated_by_infrastructure_errors_are_not_judged() -> None:
+    trials = simulate(lambda lv: 0.0)
+    wrecked = TrialEvidence(dict(trials[0].levels), {"error": 70, "leak": 10}, restarts=1)
+    verdict = judge([*trials, wrecked])
+    assert verdict.status is Status.NO_CULPRIT
+    assert verdict.to_json()["cost"]["unjudged_trials"] == 1
+
+
+def test_no_evidence_and_zero_counts_do_not_crash() -> None:
+    assert judge([]).status is Status.INCONCLUSIVE
+    zero = [TrialEvidence({"index_k": "fp8", "hicache": "off", "topk_v2": "off",
+                           "cuda_graph": "on"}, {})]
+    assert judge(zero).status is Status.INCONCLUSIVE
+
+
+def test_verdict_json_has_the_contract_fields() -> None:
+    document = judge(simulate(lambda lv: 0.15 if lv["hicache"] == "on" else 0.0)).to_json()
+    assert set(document) >= {"status", "culprits", "variants", "cost"}
+    variant = document["variants"][0]
+    assert set(variant) >= {"levels", "sessions", "corrupted", "rate", "ci95", "trials"}
+    cost = document["cost"]
+    assert set(cost) >= {"trials", "restarts", "sessions", "wall_s", "gpu_s_equivalent"}
+    # 32 trials, one restart each: (32 * 485 + 32 * 90) s on 16 GPUs.
+    assert cost["gpu_s_equivalent"] == pytest.approx(32 * (485 + 90) * 16)
+    assert len(document["variants"]) == 16
