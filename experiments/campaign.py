@@ -29,6 +29,8 @@ def _scalar_to_str(value: Any) -> Any:
 
 EnvValue = Annotated[str, BeforeValidator(_scalar_to_str)]
 Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+# Level names may be written as numbers (`tp: {4: ..., 8: ...}`); they are names all the same.
+LevelName = Annotated[Name, BeforeValidator(_scalar_to_str)]
 
 
 class _Strict(BaseModel):
@@ -49,7 +51,7 @@ class Level(_Strict):
 
 class Factor(_Strict):
     name: Name
-    levels: dict[Name, Level | None] = Field(min_length=2)
+    levels: dict[LevelName, Level | None] = Field(min_length=2)
     services: list[str] | None = None  # the services it touches; None means every service
 
     def level(self, name: str) -> Level:
@@ -106,8 +108,8 @@ class Campaign(_Strict):
     workload: WorkloadSpec = WorkloadSpec()
     strategy: Strategy = Strategy()
     cost: Cost = Cost()
-    known_good: dict[str, str] | None = None
-    known_bad: dict[str, str] | None = None
+    known_good: dict[str, LevelName] | None = None
+    known_bad: dict[str, LevelName] | None = None
 
     def factor(self, name: str) -> Factor:
         return next(f for f in self.factors if f.name == name)

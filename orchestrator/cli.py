@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from db.errors import NotFound, StoreError
 from db.store import Store
@@ -45,14 +46,19 @@ def _user_errors() -> Iterator[None]:
     try:
         yield
     except CampaignError as exc:
-        err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+        _error(str(exc))
         raise typer.Exit(2) from None
     except NotFound as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        _error(str(exc))
         raise typer.Exit(2) from None
     except (StoreError, RunFailed) as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        _error(str(exc))
         raise typer.Exit(1) from None
+
+
+def _error(message: str) -> None:
+    """Print an error; its text may come from a user's file, so it is never read as markup."""
+    err.print(Text("error: ", style="red") + Text(message), highlight=False)
 
 
 def _progress(message: str) -> None:
@@ -212,10 +218,14 @@ def stress(
 
     spec = WorkloadSpec(sessions=sessions, rounds=rounds, timeout_s=timeout, seed=seed)
     result = asyncio.run(run_stress(url.rstrip("/"), spec))
+    summary = result.summary()
     if as_json:
-        print(json.dumps(result.summary(), indent=2))
+        print(json.dumps(summary, indent=2))
     else:
         out.print(summary_table(result))
+    if summary["judged"] == 0:
+        _error("no session could be judged (every one errored or timed out)")
+        raise typer.Exit(1)
 
 
 @app.command(
@@ -260,7 +270,7 @@ def main() -> None:
     except Exception as exc:  # the last line of defence: one sentence, no traceback
         if os.environ.get("BISECT_DEBUG"):
             raise
-        err.print(f"error: {type(exc).__name__}: {exc}", highlight=False, markup=False)
+        _error(f"{type(exc).__name__}: {exc}")
         sys.exit(1)
 
 
