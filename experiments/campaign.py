@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from experiments.workload.spec import WorkloadSpec
 from experiments.yaml_lines import LoadedYaml, Path_, YamlInputError, dotted, load_yaml
@@ -27,7 +27,13 @@ def _scalar_to_str(value: Any) -> Any:
     return value
 
 
+def _split_shell_words(value: Any) -> Any:
+    return shlex.split(value) if isinstance(value, str) else value
+
+
 EnvValue = Annotated[str, BeforeValidator(_scalar_to_str)]
+# An argv; a string is split as a shell would split it (it never reaches a shell).
+Argv = Annotated[list[str], BeforeValidator(_split_shell_words)]
 Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
 # Level names may be written as numbers (`tp: {4: ..., 8: ...}`); they are names all the same.
 LevelName = Annotated[Name, BeforeValidator(_scalar_to_str)]
@@ -41,12 +47,7 @@ class Level(_Strict):
     """What one level of a factor sets: environment variables and extra command-line flags."""
 
     env: dict[str, EnvValue] = {}
-    flags: list[str] = []
-
-    @field_validator("flags", mode="before")
-    @classmethod
-    def _split_flags(cls, value: Any) -> Any:
-        return shlex.split(value) if isinstance(value, str) else value
+    flags: Argv = []
 
 
 class Factor(_Strict):
@@ -67,16 +68,11 @@ class Node(_Strict):
 class Service(_Strict):
     name: Name
     node: str
-    start: list[str] = Field(min_length=1)  # argv; a string is split like a shell would
+    start: Annotated[Argv, Field(min_length=1)]
     env: dict[str, EnvValue] = {}
     health_url: str
     metrics_url: str | None = None
     startup_timeout_s: float = Field(default=120.0, gt=0)
-
-    @field_validator("start", mode="before")
-    @classmethod
-    def _split_start(cls, value: Any) -> Any:
-        return shlex.split(value) if isinstance(value, str) else value
 
 
 class Pool(_Strict):

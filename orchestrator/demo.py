@@ -44,28 +44,31 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def twin_pool(name: str, node: str, fault_model: Path, latency_ms: float = 20) -> dict[str, Any]:
+    """A pool of one combined twin server on a free loopback port, as campaign-file data."""
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    return {
+        "name": name,
+        "endpoint": base,
+        "services": [{
+            "name": f"sglang-{name}",
+            "node": node,
+            "start": [
+                sys.executable, "-m", "experiments.twin", "--port", str(port),
+                "--tool-call-parser", "deepseekv32", "--enable-metrics",
+                "--fault-model", str(fault_model),
+                "--twin-startup-delay", "0.3", "--twin-latency-ms", str(latency_ms),
+            ],
+            "health_url": f"{base}/health",
+            "metrics_url": f"{base}/metrics",
+            "startup_timeout_s": 60,
+        }],
+    }
+
+
 def demo_campaign(workdir: Path, fault_model: Path) -> Campaign:
-    pools = []
-    for index in range(DEMO_POOLS):
-        port = _free_port()
-        base = f"http://127.0.0.1:{port}"
-        pools.append({
-            "name": f"pool-{index + 1}",
-            "endpoint": base,
-            "services": [{
-                "name": f"sglang-{index + 1}",
-                "node": "local",
-                "start": [
-                    sys.executable, "-m", "experiments.twin", "--port", str(port),
-                    "--tool-call-parser", "deepseekv32", "--enable-metrics",
-                    "--fault-model", str(fault_model),
-                    "--twin-startup-delay", "0.3", "--twin-latency-ms", "20",
-                ],
-                "health_url": f"{base}/health",
-                "metrics_url": f"{base}/metrics",
-                "startup_timeout_s": 60,
-            }],
-        })
+    pools = [twin_pool(f"pool-{index + 1}", "local", fault_model) for index in range(DEMO_POOLS)]
     return Campaign.model_validate({
         "name": "demo: DeepSeek tool-call leaks under load (twin nodes)",
         "nodes": [{"name": "local", "transport": "local", "workdir": str(workdir / "services")}],

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +15,9 @@ from typer.testing import CliRunner
 from db.store import Store
 from experiments.campaign import Campaign
 from orchestrator.cli import app
+from orchestrator.demo import twin_pool
 from orchestrator.runner import create_campaign, run_campaign
 from orchestrator.verdict import Status
-from tests.conftest import free_port
 
 HOSTILE_NAME = '<script>alert("x")</script> & co'
 FAULTS = {
@@ -37,24 +36,7 @@ FAULTS = {
 def small_campaign(workdir: Path) -> dict[str, Any]:
     fault_model = workdir / "faults.yaml"
     fault_model.write_text(yaml.safe_dump(FAULTS))
-    pools = []
-    for index in range(2):
-        port = free_port()
-        base = f"http://127.0.0.1:{port}"
-        pools.append({
-            "name": f"p{index}",
-            "endpoint": base,
-            "services": [{
-                "name": f"server{index}",
-                "node": "here",
-                "start": [sys.executable, "-m", "experiments.twin", "--port", str(port),
-                          "--fault-model", str(fault_model), "--twin-startup-delay", "0.2",
-                          "--twin-latency-ms", "5", "--enable-metrics"],
-                "health_url": f"{base}/health",
-                "metrics_url": f"{base}/metrics",
-                "startup_timeout_s": 30,
-            }],
-        })
+    pools = [twin_pool(f"p{index}", "here", fault_model, latency_ms=5) for index in range(2)]
     return {
         "name": HOSTILE_NAME,
         "nodes": [{"name": "here", "workdir": str(workdir / "services")}],
