@@ -9,7 +9,16 @@ import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from experiments.workload.spec import WorkloadSpec
 from experiments.yaml_lines import LoadedYaml, Path_, YamlInputError, dotted, load_yaml
@@ -60,9 +69,37 @@ class Factor(_Strict):
 
 
 class Node(_Strict):
+    """Where services run. ``transport: ssh`` reaches it over SSH, with OpenSSH's semantics:
+    values given here win over the ssh config file, which fills in the rest (HostName, User,
+    Port, IdentityFile, ProxyJump) when ``host`` is one of its aliases."""
+
     name: Name
-    transport: Literal["local"] = "local"
+    transport: Literal["local", "ssh"] = "local"
     workdir: str  # pid and log files of the services live here
+    # ssh only. host: an address, a DNS name or a Host alias of the ssh config.
+    host: Annotated[str, Field(min_length=1)] | None = Field(default=None, validate_default=True)
+    port: int | None = Field(default=None, ge=1, le=65535)  # None: the config's Port, else 22
+    user: str | None = None  # None: the config's User, else the local user
+    identity_file: str | list[str] | None = None  # none: the config's, the agent, ~/.ssh/id_*
+    ssh_config: str | None = None  # None: ~/.ssh/config
+    known_hosts: str | None = None  # None: the config's UserKnownHostsFile, ~/.ssh/known_hosts
+    # strict: an unknown host key is refused; accept_new: trusted on first use and recorded in
+    # known_hosts (OpenSSH's StrictHostKeyChecking=accept-new). A changed key is always refused.
+    host_key_policy: Literal["strict", "accept_new"] = "strict"
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("host")
+    @classmethod
+    def _host_matches_transport(cls, host: str | None, info: ValidationInfo) -> str | None:
+        transport = info.data.get("transport")  # absent when the transport itself was invalid
+        if transport == "ssh" and host is None:
+            raise PydanticCustomError(
+                "ssh_host", "required when transport is ssh (an address, a DNS name or an "
+                            "alias of the ssh config)")
+        if transport == "local" and host is not None:
+            raise PydanticCustomError(
+                "local_host", "set, but the node's transport is local: add `transport: ssh`")
+        return host
 
 
 class Service(_Strict):
@@ -82,10 +119,17 @@ class Pool(_Strict):
 
 
 class Strategy(_Strict):
-    kind: Literal["factorial"] = "factorial"
-    repeats: int = Field(default=2, ge=1)
+    """How trials are chosen. `adaptive` needs `known_good` and `known_bad`; left out, the kind
+    is adaptive when both are given and factorial otherwise."""
+
+    kind: Literal["adaptive", "factorial"] | None = None
     alpha: float = Field(default=0.01, gt=0, lt=0.5)
     clean_rate: float = Field(default=0.02, ge=0, lt=1)  # below this upper bound a variant is clean
+    repeats: int = Field(default=2, ge=1)  # factorial: trials per variant
+    min_trials: int = Field(default=1, ge=1)  # adaptive: trials before a variant is judged
+    reproduce_trials: int = Field(default=2, ge=1)  # adaptive: of known-good and known-bad each
+    max_trials_per_variant: int = Field(default=6, ge=1)  # adaptive: then it is unresolved
+    max_trials: int = Field(default=120, ge=1)  # adaptive: the campaign's budget
 
 
 class Cost(_Strict):
@@ -106,6 +150,12 @@ class Campaign(_Strict):
     cost: Cost = Cost()
     known_good: dict[str, LevelName] | None = None
     known_bad: dict[str, LevelName] | None = None
+
+    @property
+    def strategy_kind(self) -> str:
+        if self.strategy.kind is not None:
+            return self.strategy.kind
+        return "adaptive" if self.known_good and self.known_bad else "factorial"
 
     def factor(self, name: str) -> Factor:
         return next(f for f in self.factors if f.name == name)
@@ -144,6 +194,14 @@ def _check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
     levels: dict[str, list[str]] = {}  # the first of duplicate factors: no misleading echoes
     for factor in campaign.factors:
         levels.setdefault(factor.name, list(factor.levels))
+    if campaign.strategy_kind == "adaptive":
+        for field in ("known_good", "known_bad"):
+            missing = [name for name in levels if name not in (getattr(campaign, field) or {})]
+            if missing:
+                problems.append(((field,), f"the adaptive strategy needs a level for every "
+                                           f"factor (missing: {', '.join(missing)})"))
+        if campaign.known_good is not None and campaign.known_good == campaign.known_bad:
+            problems.append((("known_bad",), "known_bad is the same variant as known_good"))
     for field in ("known_good", "known_bad"):
         for factor_name, level in (getattr(campaign, field) or {}).items():
             if factor_name not in levels:

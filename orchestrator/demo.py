@@ -92,7 +92,7 @@ def demo_campaign(workdir: Path, fault_model: Path) -> Campaign:
             }},
         ],
         "workload": {"sessions": 80, "rounds": 4, "timeout_s": 30, "seed": 1},
-        "strategy": {"kind": "factorial", "repeats": 2, "alpha": 0.01},
+        "strategy": {"kind": "adaptive", "alpha": 0.01},
         "cost": {"restart_s": 90, "workload_s": 485, "gpus": 16},
         "known_good": {"index_k": "fp8", "hicache": "on", "topk_v2": "on", "cuda_graph": "on"},
         "known_bad": {"index_k": "bf16", "hicache": "on", "topk_v2": "on", "cuda_graph": "on"},

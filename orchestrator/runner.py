@@ -19,9 +19,11 @@ from deploy.transports.local import LocalTransport
 from experiments.campaign import Campaign
 from orchestrator.evidence import TrialEvidence, variant_key
 from orchestrator.ray_pool import PoolActors, PoolCrashed, ensure_ray
+from orchestrator.strategies.adaptive import Adaptive
+from orchestrator.strategies.base import Strategy
 from orchestrator.strategies.factorial import Factorial
 from orchestrator.trial import TrialOrder
-from orchestrator.verdict import CostModel, Verdict, decide
+from orchestrator.verdict import CostModel, Verdict, decide, from_replay
 
 MAX_FAILED_ATTEMPTS = 2  # then the variant is unresolvable, like `git bisect skip`
 Progress = Callable[[str], None]
@@ -48,16 +50,30 @@ def campaign_of(store: Store, campaign_id: str) -> Campaign:
     return Campaign.model_validate(store.get_campaign(campaign_id).spec)
 
 
+def strategy_for(campaign: Campaign) -> Factorial | Adaptive:
+    plan = campaign.strategy
+    if campaign.strategy_kind == "factorial":
+        return Factorial(campaign.level_names(), plan.repeats)
+    assert campaign.known_good is not None and campaign.known_bad is not None  # validated
+    return Adaptive(
+        campaign.level_names(), campaign.known_good, campaign.known_bad,
+        alpha=plan.alpha, clean_rate=plan.clean_rate, min_trials=plan.min_trials,
+        reproduce_trials=plan.reproduce_trials,
+        max_trials_per_variant=plan.max_trials_per_variant, max_trials=plan.max_trials,
+    )
+
+
 def verdict_of(store: Store, campaign_id: str) -> Verdict:
     """Recompute the verdict from the stored trials."""
     campaign = campaign_of(store, campaign_id)
+    done = evidence(store.trials(campaign_id))
+    cost = CostModel(campaign.cost.restart_s, campaign.cost.workload_s, campaign.cost.gpus)
+    strategy = strategy_for(campaign)
+    if isinstance(strategy, Adaptive):
+        return from_replay(strategy.replay(done), done, campaign.level_names(), cost)
     return decide(
-        evidence(store.trials(campaign_id)),
-        campaign.level_names(),
-        alpha=campaign.strategy.alpha,
-        clean_rate=campaign.strategy.clean_rate,
-        cost=CostModel(campaign.cost.restart_s, campaign.cost.workload_s, campaign.cost.gpus),
-        known_bad=campaign.known_bad,
+        done, campaign.level_names(), alpha=campaign.strategy.alpha,
+        clean_rate=campaign.strategy.clean_rate, cost=cost, known_bad=campaign.known_bad,
     )
 
 
@@ -85,7 +101,7 @@ def run_campaign(
     if discarded:
         progress(f"discarded {len(discarded)} unfinished trial(s): {discarded}")
     store.set_campaign_status(campaign_id, "running")
-    strategy = Factorial(campaign.level_names(), campaign.strategy.repeats)
+    strategy: Strategy = strategy_for(campaign)
     ensure_ray(ray_address)
     actors = PoolActors(campaign.model_dump(mode="json"), [p.name for p in campaign.pools])
     pending: dict[int, dict[str, str]] = {}

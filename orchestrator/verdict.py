@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from orchestrator.attribution import Culprit, find_culprits
+from orchestrator.attribution import Culprit, find_culprits, measure
 from orchestrator.evidence import Cell, TrialEvidence, cells, pooled, variant_key
 from orchestrator.stats.proportions import wilson
+from orchestrator.strategies.adaptive import Outcome, Replay
 
 # syzkaller's rule: a trial that is mostly infrastructure errors says nothing about the variant.
 MAX_INFRA_SHARE = 2 / 3
@@ -40,6 +41,7 @@ class Verdict:
     trials: tuple[TrialEvidence, ...]
     unjudged_trials: int
     cost: CostModel
+    log: tuple[dict[str, Any], ...] = ()  # the decision trail, where the strategy keeps one
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +50,7 @@ class Verdict:
             "culprits": [_culprit_json(c) for c in self.culprits],
             "variants": [_cell_json(c) for c in self.cells],
             "cost": self.cost_json(),
+            "log": list(self.log),
         }
 
     def cost_json(self) -> dict[str, Any]:
@@ -101,6 +104,47 @@ def _cell_json(cell: Cell) -> dict[str, Any]:
     }
 
 
+def _judged_cells(
+    evidence: Sequence[TrialEvidence], factors: Mapping[str, Sequence[str]]
+) -> tuple[list[TrialEvidence], list[Cell]]:
+    judged = [t for t in evidence if t.sessions and t.infra / t.sessions <= MAX_INFRA_SHARE]
+    grouped = cells(judged)
+    order = {name: [*levels] for name, levels in factors.items()}
+    grouped.sort(key=lambda c: [order[f].index(c.levels[f]) for f in order if f in c.levels])
+    return judged, grouped
+
+
+_REPLAY_STATUS = {
+    Outcome.CULPRIT: Status.CULPRIT,
+    Outcome.NOT_REPRODUCED: Status.NOT_REPRODUCED,
+    Outcome.INCONCLUSIVE: Status.INCONCLUSIVE,
+}
+
+
+def from_replay(
+    replay: Replay,
+    evidence: Sequence[TrialEvidence],
+    factors: Mapping[str, Sequence[str]],
+    cost: CostModel,
+) -> Verdict:
+    """The adaptive strategy's conclusion, with each culprit measured on every explored cell."""
+    judged, grouped = _judged_cells(evidence, factors)
+    log = tuple(
+        {"phase": s.phase, "levels": dict(s.levels), "answer": s.answer,
+         "corrupted": s.corrupted, "sessions": s.judged, "trials": s.trials,
+         "p_fail": s.p_fail, "p_pass": s.p_pass}
+        for s in replay.trail
+    )
+    if replay.outcome is None:
+        status, reason = Status.INCONCLUSIVE, "unfinished: `bisect resume` continues it"
+    else:
+        status, reason = _REPLAY_STATUS[replay.outcome], replay.reason
+    culprits = tuple(measure(c, grouped) for c in replay.culprits) if status is Status.CULPRIT \
+        else ()
+    return Verdict(status, reason, culprits, tuple(grouped), tuple(evidence),
+                   len(evidence) - len(judged), cost, log)
+
+
 def decide(
     evidence: Sequence[TrialEvidence],
     factors: Mapping[str, Sequence[str]],
@@ -110,10 +154,7 @@ def decide(
     cost: CostModel,
     known_bad: Mapping[str, str] | None = None,
 ) -> Verdict:
-    judged = [t for t in evidence if t.sessions and t.infra / t.sessions <= MAX_INFRA_SHARE]
-    grouped = cells(judged)
-    order = {name: [*levels] for name, levels in factors.items()}
-    grouped.sort(key=lambda c: [order[f].index(c.levels[f]) for f in order if f in c.levels])
+    judged, grouped = _judged_cells(evidence, factors)
 
     def verdict(status: Status, reason: str, culprits: Sequence[Culprit] = ()) -> Verdict:
         return Verdict(status, reason, tuple(culprits), tuple(grouped), tuple(evidence),

@@ -129,7 +129,7 @@ factors: [{{name: f, levels: {{a: , b: {{flags: [--b]}}}}}}]
 """)
     campaign = load_campaign(path)
     assert campaign.pools[0].services[0].start == ["serve", "--port", "1"]
-    assert campaign.strategy.kind == "factorial" and campaign.known_bad is None
+    assert campaign.strategy_kind == "factorial" and campaign.known_bad is None
     assert campaign.workload.sessions == 80 and campaign.cost.workload_s == 485
 
 
@@ -365,3 +365,23 @@ def test_numeric_level_names_are_names(tmp_path: Path) -> None:
     campaign = load_campaign(path)
     assert list(campaign.factors[0].levels) == ["4", "8"]
     assert campaign.known_bad == {"tp": "8"}
+
+
+def test_adaptive_needs_known_good_and_known_bad(tmp_path: Path) -> None:
+    path = write(tmp_path, f"""\
+name: adaptive
+nodes: [{{name: local, workdir: {tmp_path}}}]
+pools:
+  - name: p
+    endpoint: http://127.0.0.1:1
+    services: [{{name: s, node: local, start: serve, health_url: http://x/h}}]
+factors: [{{name: f, levels: {{a: , b: }}}}, {{name: g, levels: {{x: , y: }}}}]
+strategy: {{kind: adaptive}}
+known_good: {{f: a}}
+""")
+    with pytest.raises(CampaignError) as error:
+        load_campaign(path)
+    message = str(error.value)
+    assert f"{path}:9: known_good: the adaptive strategy needs a level for every factor" in message
+    assert "(missing: g)" in message
+    assert "known_bad: the adaptive strategy needs" in message

@@ -1,0 +1,48 @@
+"""Three-way judgements on session counts: a value, never a binary guess (Pinpoint).
+
+A tested variant FAILS when it is significantly worse than the known-good variant, PASSES when it
+is significantly better than the known-bad one (and not worse than good), and is UNKNOWN
+otherwise — which means "add trials", up to a budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from orchestrator.stats.exact import fisher_greater
+
+Counts = tuple[int, int]  # (corrupted, judged)
+
+
+class Answer(StrEnum):
+    FAIL = "fail"
+    PASS = "pass"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    answer: Answer
+    p_fail: float  # p that the variant is worse than known-good
+    p_pass: float  # p that known-bad is worse than the variant
+    counts: Counts
+    alpha: float
+
+
+def judge(variant: Counts, good: Counts, bad: Counts, alpha: float) -> Judgement:
+    p_fail = fisher_greater(*variant, *good)
+    p_pass = fisher_greater(*bad, *variant)
+    if p_fail <= alpha:
+        answer = Answer.FAIL
+    elif p_pass <= alpha:
+        answer = Answer.PASS
+    else:
+        answer = Answer.UNKNOWN
+    return Judgement(answer, p_fail, p_pass, variant, alpha)
+
+
+def reproduced(bad: Counts, good: Counts, alpha: float) -> tuple[Answer, float]:
+    """Does known-bad fail against known-good? FAIL means reproduced."""
+    p = fisher_greater(*bad, *good)
+    return (Answer.FAIL if p <= alpha else Answer.UNKNOWN), p

@@ -1,0 +1,245 @@
+"""The adaptive strategy: reproduce, delta-debug, test the neighbours, look for more culprits.
+
+It is a replay: from the stored evidence alone, the whole decision procedure is run again from
+the start. Every test that still needs trials stops the replay and becomes the proposal; a
+finished replay is the conclusion. So the strategy keeps no state, a resumed campaign goes on
+exactly where it was, and the verdict and `bisect log` are recomputed from the same replay.
+
+1. Reproduce: known-bad must fail against known-good, otherwise `not_reproduced`.
+2. Zeller's ddmin over the factors where good and bad differ: a 1-minimal failing set.
+3. Neighbours: flip, alone, each factor on which good and bad agree; a flip that passes shows
+   that the shared level is part of the culprit — an interaction with the background, such as
+   HiCache being on in both.
+4. More culprits (Go's bisect): break the culprit in known-bad; if that still fails, another
+   culprit is there, and steps 2-4 run again from it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from orchestrator.evidence import Levels, TrialEvidence, variant_key
+from orchestrator.stats.compare import Answer, judge, reproduced
+from orchestrator.stats.proportions import wilson
+
+MAX_CULPRITS = 3
+_WithLevels = Callable[[Sequence[str]], dict[str, str]]  # a subset of factors -> a variant
+
+
+class Outcome(StrEnum):
+    CULPRIT = "culprit"
+    NOT_REPRODUCED = "not_reproduced"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One line of the decision trail."""
+
+    phase: str
+    levels: Mapping[str, str]
+    answer: str
+    corrupted: int
+    judged: int
+    trials: int
+    p_fail: float
+    p_pass: float
+
+
+@dataclass(frozen=True)
+class Replay:
+    needed: tuple[dict[str, str], ...]  # variants that need one more trial now
+    outcome: Outcome | None  # None while trials are needed
+    culprits: tuple[dict[str, str], ...]
+    trail: tuple[Step, ...]
+    reason: str = ""
+
+
+class _NeedTrials(Exception):
+    def __init__(self, *variants: dict[str, str]) -> None:
+        self.variants = variants
+
+
+class _Stop(Exception):
+    def __init__(self, outcome: Outcome, reason: str) -> None:
+        self.outcome, self.reason = outcome, reason
+
+
+@dataclass
+class _Counts:
+    corrupted: int = 0
+    judged: int = 0
+    trials: int = 0
+
+    @property
+    def pair(self) -> tuple[int, int]:
+        return (self.corrupted, self.judged)
+
+
+@dataclass
+class _Run:
+    strategy: Adaptive
+    cells: dict[str, _Counts]
+    total_trials: int
+    trail: list[Step] = field(default_factory=list)
+
+    def counts(self, levels: Mapping[str, str]) -> _Counts:
+        return self.cells.get(variant_key(levels), _Counts())
+
+    def test(self, levels: dict[str, str], phase: str) -> Answer:
+        """FAIL, PASS, or UNKNOWN once the variant's trial budget is spent (unresolved)."""
+        s = self.strategy
+        if levels == s.bad:
+            return Answer.FAIL
+        if levels == s.good:
+            return Answer.PASS
+        cell = self.counts(levels)
+        if cell.trials < s.min_trials:
+            self.need(levels)
+        j = judge(cell.pair, self.counts(s.good).pair, self.counts(s.bad).pair, s.alpha)
+        if j.answer is Answer.UNKNOWN and cell.trials < s.max_trials_per_variant:
+            self.need(levels)
+        self.trail.append(Step(phase, levels, j.answer.value, cell.corrupted, cell.judged,
+                               cell.trials, j.p_fail, j.p_pass))
+        return j.answer
+
+    def need(self, *variants: dict[str, str]) -> None:
+        if self.total_trials >= self.strategy.max_trials:
+            raise _Stop(Outcome.INCONCLUSIVE, f"trial budget of {self.strategy.max_trials} spent")
+        raise _NeedTrials(*variants)
+
+
+class Adaptive:
+    def __init__(
+        self,
+        factors: Mapping[str, Sequence[str]],
+        good: Mapping[str, str],
+        bad: Mapping[str, str],
+        *,
+        alpha: float = 0.01,
+        clean_rate: float = 0.02,
+        min_trials: int = 1,
+        reproduce_trials: int = 2,
+        max_trials_per_variant: int = 6,
+        max_trials: int = 120,
+    ) -> None:
+        self.factors = {name: list(levels) for name, levels in factors.items()}
+        self.good, self.bad = dict(good), dict(bad)
+        self.alpha, self.clean_rate = alpha, clean_rate
+        self.min_trials, self.reproduce_trials = min_trials, reproduce_trials
+        self.max_trials_per_variant, self.max_trials = max_trials_per_variant, max_trials
+
+    # -- the protocol -------------------------------------------------------------------------
+
+    def propose(self, done: Sequence[TrialEvidence], pending: Sequence[Levels]) -> list[
+            dict[str, str]]:
+        waiting = Counter(variant_key(levels) for levels in pending)
+        proposals = []
+        for levels in self.replay(done).needed:
+            key = variant_key(levels)
+            if waiting[key]:
+                waiting[key] -= 1  # its trial is running: wait for it
+            else:
+                proposals.append(levels)
+        return proposals
+
+    def replay(self, evidence: Sequence[TrialEvidence]) -> Replay:
+        cells: dict[str, _Counts] = {}
+        for trial in evidence:
+            cell = cells.setdefault(variant_key(trial.levels), _Counts())
+            cell.corrupted += trial.corrupted
+            cell.judged += trial.judged
+            cell.trials += 1
+        run = _Run(self, cells, len(evidence))
+        culprits: list[dict[str, str]] = []
+        try:
+            self._reproduce(run)
+            bad = dict(self.bad)
+            while len(culprits) < MAX_CULPRITS:
+                culprit = self._culprit_in(run, bad)
+                culprits.append(culprit)
+                broken = self._break(bad, culprit)
+                if broken is None or run.test(broken, "more culprits?") is not Answer.FAIL:
+                    break
+                bad = broken
+        except _NeedTrials as need:
+            return Replay(need.variants, None, tuple(culprits), tuple(run.trail))
+        except _Stop as stop:
+            return Replay((), stop.outcome, tuple(culprits), tuple(run.trail), stop.reason)
+        names = "; ".join(" AND ".join(f"{f}={v}" for f, v in c.items()) for c in culprits)
+        return Replay((), Outcome.CULPRIT, tuple(culprits), tuple(run.trail),
+                      f"corruption follows {names}")
+
+    # -- the phases ---------------------------------------------------------------------------
+
+    def _reproduce(self, run: _Run) -> None:
+        good, bad = run.counts(self.good), run.counts(self.bad)
+        short = [v for v, c in ((self.bad, bad), (self.good, good))
+                 if c.trials < self.reproduce_trials]
+        if short:
+            run.need(*short)
+        answer, p = reproduced(bad.pair, good.pair, self.alpha)
+        run.trail.append(Step("reproduce", self.bad, answer.value, bad.corrupted, bad.judged,
+                              bad.trials, p, 1.0))
+        if answer is Answer.FAIL:
+            return
+        if bad.judged and wilson(*bad.pair)[1] <= self.clean_rate:
+            raise _Stop(Outcome.NOT_REPRODUCED,
+                        f"known-bad: {bad.corrupted} of {bad.judged} sessions corrupt")
+        if bad.trials >= self.max_trials_per_variant:
+            raise _Stop(Outcome.NOT_REPRODUCED,
+                        f"known-bad ({bad.corrupted}/{bad.judged}) is not worse than known-good "
+                        f"({good.corrupted}/{good.judged}) at alpha {self.alpha:g}")
+        run.need(self.bad, self.good)
+
+    def _culprit_in(self, run: _Run, bad: dict[str, str]) -> dict[str, str]:
+        delta = [f for f in self.factors if bad[f] != self.good[f]]
+
+        def with_levels(subset: Sequence[str]) -> dict[str, str]:
+            return {**self.good, **{f: bad[f] for f in subset}}
+
+        minimal = self._ddmin(run, delta, with_levels)
+        failing = with_levels(minimal)
+        culprit = {f: failing[f] for f in minimal}
+        for factor in self.factors:
+            if factor in delta:
+                # In the minimal set, 1-minimality showed it is needed; outside it, the flip
+                # would add a level of known-bad: a superset of a failing set fails anyway.
+                continue
+            neighbour = dict(failing)
+            neighbour[factor] = next(lvl for lvl in self.factors[factor] if lvl != failing[factor])
+            if run.test(neighbour, f"neighbour {factor}") is Answer.PASS:
+                culprit[factor] = failing[factor]
+        return {f: culprit[f] for f in self.factors if f in culprit}
+
+    def _ddmin(self, run: _Run, delta: list[str], with_levels: _WithLevels) -> list[str]:
+        n = 2
+        while len(delta) >= 2:
+            size = -(-len(delta) // n)
+            chunks = [delta[i:i + size] for i in range(0, len(delta), size)]
+            for chunk in chunks:
+                if run.test(with_levels(chunk), "ddmin subset") is Answer.FAIL:
+                    delta, n = chunk, 2
+                    break
+            else:
+                for chunk in chunks if len(chunks) > 2 else []:
+                    rest = [f for f in delta if f not in chunk]
+                    if run.test(with_levels(rest), "ddmin complement") is Answer.FAIL:
+                        delta, n = rest, max(n - 1, 2)
+                        break
+                else:
+                    if n >= len(delta):
+                        return delta
+                    n = min(len(delta), 2 * n)
+        return delta
+
+    def _break(self, bad: dict[str, str], culprit: Mapping[str, str]) -> dict[str, str] | None:
+        """Known-bad with the culprit broken by one flip, preferring known-good's level."""
+        for factor, level in culprit.items():
+            if self.good[factor] != level:
+                return {**bad, factor: self.good[factor]}
+        factor, level = next(iter(culprit.items()))
+        return {**bad, factor: next(lvl for lvl in self.factors[factor] if lvl != level)}

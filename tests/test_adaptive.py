@@ -1,0 +1,115 @@
+"""The adaptive strategy on planted scenarios: exact culprits, honest stops, pure replay."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+
+import pytest
+
+from orchestrator.evidence import TrialEvidence
+from orchestrator.strategies.adaptive import Adaptive, Outcome, Replay
+from orchestrator.verdict import CostModel, Status, from_replay
+
+Rate = Callable[[Mapping[str, str]], float]
+FOUR = {"index_k": ["fp8", "bf16"], "hicache": ["off", "on"], "topk_v2": ["off", "on"],
+        "cuda_graph": ["on", "off"]}
+GOOD4 = {"index_k": "fp8", "hicache": "on", "topk_v2": "on", "cuda_graph": "on"}
+BAD4 = {"index_k": "bf16", "hicache": "on", "topk_v2": "on", "cuda_graph": "on"}
+EIGHT = {f"f{i}": ["a", "b"] for i in range(8)}
+GOOD8 = dict.fromkeys(EIGHT, "a")
+BAD8 = dict.fromkeys(EIGHT, "b")
+
+
+def campaign(strategy: Adaptive, rate: Rate, seed: int = 0, sessions: int = 80,
+             ) -> tuple[list[TrialEvidence], Replay]:
+    """Run the strategy to its end against a simulated pool drawing sessions from ``rate``."""
+    rng = random.Random(seed)
+    evidence: list[TrialEvidence] = []
+    while proposals := strategy.propose(evidence, []):
+        for levels in proposals:
+            corrupt = sum(rng.random() < rate(levels) for _ in range(sessions))
+            evidence.append(TrialEvidence(levels, {"ok": sessions - corrupt, "leak": corrupt}))
+    return evidence, strategy.replay(evidence)
+
+
+def test_the_seed_investigation_finds_the_background_interaction() -> None:
+    # good and bad differ only in index_k; HiCache is on in both and is half of the culprit.
+    def rate(lv: Mapping[str, str]) -> float:
+        return 0.15 if lv["index_k"] == "bf16" and lv["hicache"] == "on" else 0.003
+
+    evidence, replay = campaign(Adaptive(FOUR, GOOD4, BAD4), rate)
+    assert replay.outcome is Outcome.CULPRIT
+    assert replay.culprits == ({"index_k": "bf16", "hicache": "on"},)
+    assert len(evidence) <= 10  # a full factorial with 2 repeats costs 32
+    phases = [step.phase for step in replay.trail]
+    assert phases[0] == "reproduce" and "neighbour hicache" in phases
+
+
+@pytest.mark.parametrize(("name", "rate", "expected"), [
+    ("single", lambda lv: 0.06 if lv["f3"] == "b" else 0.0, [{"f3": "b"}]),
+    ("two-way", lambda lv: 0.15 if lv["f2"] == "b" and lv["f5"] == "b" else 0.0,
+     [{"f2": "b", "f5": "b"}]),
+    ("three-way", lambda lv: 0.15 if all(lv[f] == "b" for f in ("f0", "f4", "f7")) else 0.0,
+     [{"f0": "b", "f4": "b", "f7": "b"}]),
+    ("independent", lambda lv: 0.15 if lv["f2"] == "b" or lv["f6"] == "b" else 0.0,
+     [{"f2": "b"}, {"f6": "b"}]),
+])
+def test_planted_culprits_among_eight_factors(name: str, rate: Rate,
+                                              expected: list[dict[str, str]]) -> None:
+    _, replay = campaign(Adaptive(EIGHT, GOOD8, BAD8), rate, seed=3)
+    assert replay.outcome is Outcome.CULPRIT, name
+    assert list(replay.culprits) == expected
+
+
+def test_a_bad_variant_that_does_not_fail_is_not_reproduced() -> None:
+    evidence, replay = campaign(Adaptive(EIGHT, GOOD8, BAD8), lambda lv: 0.0)
+    assert replay.outcome is Outcome.NOT_REPRODUCED and replay.culprits == ()
+    assert len(evidence) <= 8
+
+
+def test_the_budget_ends_a_campaign_as_inconclusive() -> None:
+    strategy = Adaptive(EIGHT, GOOD8, BAD8, max_trials=5)
+    evidence, replay = campaign(strategy, lambda lv: 0.03 if lv["f1"] == "b" else 0.0)
+    assert replay.outcome is Outcome.INCONCLUSIVE and "budget" in replay.reason
+    assert len(evidence) <= 6
+
+
+def test_multi_level_factor() -> None:
+    factors = {"policy": ["write_back", "write_through", "selective"], "hicache": ["off", "on"]}
+    good = {"policy": "write_back", "hicache": "on"}
+    bad = {"policy": "selective", "hicache": "on"}
+    _, replay = campaign(Adaptive(factors, good, bad),
+                         lambda lv: 0.2 if lv["policy"] == "selective" and lv["hicache"] == "on"
+                         else 0.0)
+    assert replay.culprits == ({"policy": "selective", "hicache": "on"},)
+
+
+def test_replay_is_pure_and_waits_for_running_trials() -> None:
+    strategy = Adaptive(FOUR, GOOD4, BAD4)
+    first = strategy.propose([], [])
+    assert sorted(map(str, first)) == sorted(map(str, [BAD4, GOOD4]))
+    assert strategy.propose([], first) == []  # both are running: nothing more to start
+    assert strategy.propose([], [BAD4]) == [GOOD4]
+    assert strategy.replay([]) == strategy.replay([])
+
+
+def test_verdict_from_the_replay_measures_the_culprit_and_keeps_the_trail() -> None:
+    def rate(lv: Mapping[str, str]) -> float:
+        return 0.15 if lv["index_k"] == "bf16" and lv["hicache"] == "on" else 0.0
+
+    evidence, replay = campaign(Adaptive(FOUR, GOOD4, BAD4), rate)
+    verdict = from_replay(replay, evidence, FOUR, CostModel(90, 485, 16))
+    document = verdict.to_json()
+    assert verdict.status is Status.CULPRIT
+    [culprit] = document["culprits"]
+    assert culprit["factors"] == {"index_k": "bf16", "hicache": "on"}
+    assert culprit["p_value"] < 0.01 and culprit["ci95"][0] > 0
+    assert document["log"][0]["phase"] == "reproduce"
+    assert document["cost"]["trials"] == len(evidence)
+
+
+def test_an_unfinished_replay_is_inconclusive() -> None:
+    strategy = Adaptive(FOUR, GOOD4, BAD4)
+    verdict = from_replay(strategy.replay([]), [], FOUR, CostModel(90, 485, 16))
+    assert verdict.status is Status.INCONCLUSIVE and "resume" in verdict.reason
