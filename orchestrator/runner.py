@@ -8,7 +8,6 @@ unfinished and goes on from what was stored.
 from __future__ import annotations
 
 import secrets
-from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -23,7 +22,7 @@ from orchestrator.strategies.adaptive import Adaptive
 from orchestrator.strategies.base import Strategy
 from orchestrator.strategies.factorial import Factorial
 from orchestrator.trial import TrialOrder
-from orchestrator.verdict import CostModel, Verdict, decide, from_replay
+from orchestrator.verdict import CostModel, Unresolvable, Verdict, decide, from_replay
 
 MAX_FAILED_ATTEMPTS = 2  # then the variant is unresolvable, like `git bisect skip`
 Progress = Callable[[str], None]
@@ -63,17 +62,33 @@ def strategy_for(campaign: Campaign) -> Factorial | Adaptive:
     )
 
 
+def unresolvable(trials: list[TrialRecord]) -> list[Unresolvable]:
+    """Variants whose deploys failed MAX_FAILED_ATTEMPTS times: skipped, with the last reason."""
+    failures: dict[str, list[TrialRecord]] = {}
+    for trial in trials:
+        if trial.status == "failed":
+            failures.setdefault(variant_key(trial.levels), []).append(trial)
+    return [
+        Unresolvable(failed[-1].levels, len(failed), failed[-1].error or "unknown error")
+        for failed in failures.values()
+        if len(failed) >= MAX_FAILED_ATTEMPTS
+    ]
+
+
 def verdict_of(store: Store, campaign_id: str) -> Verdict:
     """Recompute the verdict from the stored trials."""
     campaign = campaign_of(store, campaign_id)
-    done = evidence(store.trials(campaign_id))
+    trials = store.trials(campaign_id, status=None)
+    done = evidence(trials)
+    skipped = unresolvable(trials)
     cost = CostModel(campaign.cost.restart_s, campaign.cost.workload_s, campaign.cost.gpus)
     strategy = strategy_for(campaign)
     if isinstance(strategy, Adaptive):
-        return from_replay(strategy.replay(done), done, campaign.level_names(), cost)
+        return from_replay(strategy.replay(done), done, campaign.level_names(), cost, skipped)
     return decide(
         done, campaign.level_names(), alpha=campaign.strategy.alpha,
         clean_rate=campaign.strategy.clean_rate, cost=cost, known_bad=campaign.known_bad,
+        unresolvable=skipped,
     )
 
 
@@ -109,12 +124,12 @@ def run_campaign(
     try:
         while True:
             trials = store.trials(campaign_id, status=None)
-            failed = Counter(variant_key(t.levels) for t in trials if t.status == "failed")
+            blocked = {variant_key(u.levels) for u in unresolvable(trials)}
             free = [p.name for p in campaign.pools if p.name not in actors.busy]
             proposals = [
                 levels
                 for levels in strategy.propose(evidence(trials), list(pending.values()))
-                if failed[variant_key(levels)] < MAX_FAILED_ATTEMPTS
+                if variant_key(levels) not in blocked
             ]
             next_seq = max((t.seq for t in trials), default=0) + 1
             for pool, levels in zip(free, proposals, strict=False):

@@ -33,6 +33,15 @@ class CostModel:
 
 
 @dataclass(frozen=True)
+class Unresolvable:
+    """A variant that could not be deployed (like `git bisect skip`), with the last reason."""
+
+    levels: Mapping[str, str]
+    attempts: int
+    error: str
+
+
+@dataclass(frozen=True)
 class Verdict:
     status: Status
     reason: str
@@ -42,9 +51,14 @@ class Verdict:
     unjudged_trials: int
     cost: CostModel
     log: tuple[dict[str, Any], ...] = ()  # the decision trail, where the strategy keeps one
+    unresolvable: tuple[Unresolvable, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "unresolvable": [
+                {"levels": dict(u.levels), "attempts": u.attempts, "error": u.error}
+                for u in self.unresolvable
+            ],
             "status": self.status.value,
             "reason": self.reason,
             "culprits": [_culprit_json(c) for c in self.culprits],
@@ -126,6 +140,7 @@ def from_replay(
     evidence: Sequence[TrialEvidence],
     factors: Mapping[str, Sequence[str]],
     cost: CostModel,
+    unresolvable: Sequence[Unresolvable] = (),
 ) -> Verdict:
     """The adaptive strategy's conclusion, with each culprit measured on every explored cell."""
     judged, grouped = _judged_cells(evidence, factors)
@@ -135,14 +150,20 @@ def from_replay(
          "p_fail": s.p_fail, "p_pass": s.p_pass}
         for s in replay.trail
     )
-    if replay.outcome is None:
+    blocked = {variant_key(u.levels): u for u in unresolvable}
+    stuck = [blocked[variant_key(v)] for v in replay.needed if variant_key(v) in blocked]
+    if stuck:
+        levels = ",".join(f"{f}={lvl}" for f, lvl in stuck[0].levels.items())
+        status = Status.INCONCLUSIVE
+        reason = f"cannot go on: {levels} could not be deployed: {stuck[0].error.splitlines()[0]}"
+    elif replay.outcome is None:
         status, reason = Status.INCONCLUSIVE, "unfinished: `bisect resume` continues it"
     else:
         status, reason = _REPLAY_STATUS[replay.outcome], replay.reason
     culprits = tuple(measure(c, grouped) for c in replay.culprits) if status is Status.CULPRIT \
         else ()
     return Verdict(status, reason, culprits, tuple(grouped), tuple(evidence),
-                   len(evidence) - len(judged), cost, log)
+                   len(evidence) - len(judged), cost, log, tuple(unresolvable))
 
 
 def decide(
@@ -153,12 +174,13 @@ def decide(
     clean_rate: float,
     cost: CostModel,
     known_bad: Mapping[str, str] | None = None,
+    unresolvable: Sequence[Unresolvable] = (),
 ) -> Verdict:
     judged, grouped = _judged_cells(evidence, factors)
 
     def verdict(status: Status, reason: str, culprits: Sequence[Culprit] = ()) -> Verdict:
         return Verdict(status, reason, tuple(culprits), tuple(grouped), tuple(evidence),
-                       len(evidence) - len(judged), cost)
+                       len(evidence) - len(judged), cost, unresolvable=tuple(unresolvable))
 
     corrupted, sessions = pooled(grouped)
     if sessions == 0:
