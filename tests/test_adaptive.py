@@ -43,7 +43,7 @@ def test_the_seed_investigation_finds_the_background_interaction() -> None:
     assert replay.culprits == ({"index_k": "bf16", "hicache": "on"},)
     assert len(evidence) <= 10  # a full factorial with 2 repeats costs 32
     phases = [step.phase for step in replay.trail]
-    assert phases[0] == "reproduce" and "neighbour hicache" in phases
+    assert phases[0] == "reproduce" and "flip hicache" in phases
 
 
 @pytest.mark.parametrize(("name", "rate", "expected"), [

@@ -1,8 +1,8 @@
 """Three-way judgements on session counts: a value, never a binary guess (Pinpoint).
 
 A tested variant FAILS when it is significantly worse than the known-good variant, PASSES when it
-is significantly better than the known-bad one (and not worse than good), and is UNKNOWN
-otherwise — which means "add trials", up to a budget.
+is significantly better than the known-bad one and shows no hint of being worse than known-good,
+and is UNKNOWN otherwise — which means "add trials", up to a budget.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from enum import StrEnum
 from orchestrator.stats.exact import fisher_greater
 
 Counts = tuple[int, int]  # (corrupted, judged)
+# A pass must look like known-good, not merely better than known-bad: a variant at 3/80 against
+# 0/160 (p = 0.04) is not clean, it is a weaker failure that one more trial will show.
+SUSPICION = 0.2
 
 
 class Answer(StrEnum):
@@ -35,7 +38,7 @@ def judge(variant: Counts, good: Counts, bad: Counts, alpha: float) -> Judgement
     p_pass = fisher_greater(*bad, *variant)
     if p_fail <= alpha:
         answer = Answer.FAIL
-    elif p_pass <= alpha:
+    elif p_pass <= alpha and p_fail > SUSPICION:
         answer = Answer.PASS
     else:
         answer = Answer.UNKNOWN

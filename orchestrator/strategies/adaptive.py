@@ -6,10 +6,12 @@ finished replay is the conclusion. So the strategy keeps no state, a resumed cam
 exactly where it was, and the verdict and `bisect log` are recomputed from the same replay.
 
 1. Reproduce: known-bad must fail against known-good, otherwise `not_reproduced`.
-2. Zeller's ddmin over the factors where good and bad differ: a 1-minimal failing set.
-3. Neighbours: flip, alone, each factor on which good and bad agree; a flip that passes shows
-   that the shared level is part of the culprit — an interaction with the background, such as
-   HiCache being on in both.
+2. Necessity scan: flip each factor of known-bad alone; the flips that pass name the levels the
+   failure needs — among them those good and bad share (an interaction with the background,
+   such as HiCache being on in both). One sequential test per factor.
+3. If every flip still fails, several culprits are active at once: Zeller's ddmin over the
+   factors where good and bad differ isolates one 1-minimal failing set, and its shared
+   background is scanned as in step 2.
 4. More culprits (Go's bisect): break the culprit in known-bad; if that still fails, another
    culprit is there, and steps 2-4 run again from it.
 """
@@ -92,11 +94,13 @@ class _Run:
     def test(self, levels: dict[str, str], phase: str) -> Answer:
         """FAIL, PASS, or UNKNOWN once the variant's trial budget is spent (unresolved)."""
         s = self.strategy
-        if levels == s.bad:
-            return Answer.FAIL
-        if levels == s.good:
-            return Answer.PASS
         cell = self.counts(levels)
+        known = {variant_key(s.bad): Answer.FAIL, variant_key(s.good): Answer.PASS}
+        if variant_key(levels) in known:  # reproduced already: no trial of its own
+            answer = known[variant_key(levels)]
+            self.trail.append(Step(phase, levels, f"{answer.value} (known)", cell.corrupted,
+                                   cell.judged, cell.trials, float("nan"), float("nan")))
+            return answer
         if cell.trials < s.min_trials:
             self.need(levels)
         j = judge(cell.pair, self.counts(s.good).pair, self.counts(s.bad).pair, s.alpha)
@@ -162,7 +166,7 @@ class Adaptive:
                 culprit = self._culprit_in(run, bad)
                 culprits.append(culprit)
                 broken = self._break(bad, culprit)
-                if broken is None or run.test(broken, "more culprits?") is not Answer.FAIL:
+                if run.test(broken, "more culprits?") is not Answer.FAIL:
                     break
                 bad = broken
         except _NeedTrials as need:
@@ -196,6 +200,13 @@ class Adaptive:
         run.need(self.bad, self.good)
 
     def _culprit_in(self, run: _Run, bad: dict[str, str]) -> dict[str, str]:
+        # One conjunction behind the failure (the common case): exactly its levels are the ones
+        # whose single flip makes the failing variant pass. One test per factor, no ddmin.
+        necessary = self._necessary(run, bad, self.factors)
+        if necessary:
+            return necessary
+        # Every single flip still fails: several culprits are active at once. Delta debugging
+        # isolates one minimal failing set; its shared background is then scanned the same way.
         delta = [f for f in self.factors if bad[f] != self.good[f]]
 
         def with_levels(subset: Sequence[str]) -> dict[str, str]:
@@ -203,17 +214,27 @@ class Adaptive:
 
         minimal = self._ddmin(run, delta, with_levels)
         failing = with_levels(minimal)
-        culprit = {f: failing[f] for f in minimal}
-        for factor in self.factors:
-            if factor in delta:
-                # In the minimal set, 1-minimality showed it is needed; outside it, the flip
-                # would add a level of known-bad: a superset of a failing set fails anyway.
-                continue
-            neighbour = dict(failing)
-            neighbour[factor] = next(lvl for lvl in self.factors[factor] if lvl != failing[factor])
-            if run.test(neighbour, f"neighbour {factor}") is Answer.PASS:
-                culprit[factor] = failing[factor]
+        background = [f for f in self.factors if f not in delta]
+        culprit = {**{f: failing[f] for f in minimal},
+                   **self._necessary(run, failing, background)}
         return {f: culprit[f] for f in self.factors if f in culprit}
+
+    def _necessary(
+        self, run: _Run, failing: dict[str, str], factors: Sequence[str]
+    ) -> dict[str, str]:
+        """The levels of ``failing`` whose flip alone makes it pass."""
+        found = {}
+        for factor in factors:
+            if run.test(self._flip(failing, factor), f"flip {factor}") is Answer.PASS:
+                found[factor] = failing[factor]
+        return found
+
+    def _flip(self, levels: dict[str, str], factor: str) -> dict[str, str]:
+        """Another level of one factor: known-good's where it differs, else the next one."""
+        if self.good[factor] != levels[factor]:
+            return {**levels, factor: self.good[factor]}
+        return {**levels, factor: next(lvl for lvl in self.factors[factor]
+                                       if lvl != levels[factor])}
 
     def _ddmin(self, run: _Run, delta: list[str], with_levels: _WithLevels) -> list[str]:
         n = 2
@@ -236,10 +257,7 @@ class Adaptive:
                     n = min(len(delta), 2 * n)
         return delta
 
-    def _break(self, bad: dict[str, str], culprit: Mapping[str, str]) -> dict[str, str] | None:
+    def _break(self, bad: dict[str, str], culprit: Mapping[str, str]) -> dict[str, str]:
         """Known-bad with the culprit broken by one flip, preferring known-good's level."""
-        for factor, level in culprit.items():
-            if self.good[factor] != level:
-                return {**bad, factor: self.good[factor]}
-        factor, level = next(iter(culprit.items()))
-        return {**bad, factor: next(lvl for lvl in self.factors[factor] if lvl != level)}
+        factor = next((f for f in culprit if self.good[f] != culprit[f]), next(iter(culprit)))
+        return self._flip(bad, factor)
