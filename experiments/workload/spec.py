@@ -2,7 +2,53 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Arrival(StrEnum):
+    BURST = "burst"  # every session starts at once (the seed investigation's harness)
+    POISSON = "poisson"  # sessions start at exponential gaps of mean 1/request_rate
+
+
+class ContextGrowth(BaseModel):
+    """Context of a session from its first request to its last, in tokens (~4 chars each).
+
+    Seeded filler goes into the user message and the tool results so that each request's context
+    grows roughly linearly from ``start_tokens`` to ``end_tokens``: a race that needs HiCache to
+    evict and reload (FACTS.md, PR #22811) only shows once the total context exceeds the KV pool.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    start_tokens: int = Field(default=0, ge=0, description="Context of the first request.")
+    end_tokens: int = Field(ge=0, description="Context of the last request.")
+
+    @model_validator(mode="after")
+    def _grows(self) -> ContextGrowth:
+        # A conversation only ever appends, so its context cannot shrink.
+        if self.end_tokens < self.start_tokens:
+            raise ValueError("end_tokens must be at least start_tokens")
+        return self
+
+
+class SLO(BaseModel):
+    """Latency objectives of one request; a request is good when it meets all that are given."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_ms: float | None = Field(default=None, gt=0, description="Time to first token, ms.")
+    itl_ms: float | None = Field(
+        default=None, gt=0, description="Longest gap between two output chunks, ms (streaming)."
+    )
+    e2e_ms: float | None = Field(default=None, gt=0, description="End-to-end latency, ms.")
+
+    @model_validator(mode="after")
+    def _some(self) -> SLO:
+        if self.ttft_ms is None and self.itl_ms is None and self.e2e_ms is None:
+            raise ValueError("an SLO needs at least one of ttft_ms, itl_ms, e2e_ms")
+        return self
 
 
 class WorkloadSpec(BaseModel):
@@ -10,10 +56,10 @@ class WorkloadSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sessions: int = Field(default=80, ge=1, description="Concurrent sessions, started at once.")
+    sessions: int = Field(default=80, ge=1, description="Sessions per run (see arrival).")
     rounds: int = Field(default=4, ge=1, description="Assistant turns per session.")
     timeout_s: float = Field(default=60, gt=0, description="Timeout of one request, seconds.")
-    seed: int = Field(default=0, description="Seeds session keys, canaries and filler.")
+    seed: int = Field(default=0, description="Seeds session keys, canaries, filler, arrivals.")
     model: str | None = Field(
         default=None,
         description="Model name; None asks the server's /v1/models (fallback 'default').",
@@ -22,3 +68,49 @@ class WorkloadSpec(BaseModel):
     filler_tokens: int = Field(
         default=0, ge=0, description="Approximate words of seeded filler in each tool result."
     )
+    stream: bool = Field(default=False, description="Request SSE streams (stream: true).")
+    arrival: Arrival = Field(
+        default=Arrival.BURST, description="burst: all sessions at once; poisson: request_rate."
+    )
+    request_rate: float | None = Field(
+        default=None, gt=0, description="Sessions started per second (arrival: poisson)."
+    )
+    max_concurrency: int | None = Field(
+        default=None, ge=1, description="At most this many sessions in flight; None: no bound."
+    )
+    context: ContextGrowth | None = Field(
+        default=None, description="Grow each session's context (instead of filler_tokens)."
+    )
+    slo: SLO | None = Field(default=None, description="Latency objectives for goodput.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkloadSpec:
+        if self.arrival is Arrival.POISSON and self.request_rate is None:
+            raise ValueError("arrival: poisson needs request_rate (sessions per second)")
+        if self.arrival is Arrival.BURST and self.request_rate is not None:
+            raise ValueError("request_rate applies only to arrival: poisson")
+        if self.context is not None and self.filler_tokens:
+            raise ValueError("give either context or filler_tokens, not both")
+        return self
+
+
+def parse_slo(text: str) -> SLO:
+    """``ttft_ms=500,itl_ms=50,e2e_ms=8000`` (any non-empty subset) as an SLO; ValueError with
+    a one-line reason otherwise."""
+    known = ("ttft_ms", "itl_ms", "e2e_ms")
+    values: dict[str, float] = {}
+    for item in (part.strip() for part in text.split(",")):
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or key not in known:
+            raise ValueError(f"{item!r} is not KEY=MS with KEY one of {', '.join(known)}")
+        if key in values:
+            raise ValueError(f"{key} is given twice")
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError(f"{key}: {raw.strip()!r} is not a number of milliseconds") from None
+        if not value > 0 or value == float("inf"):
+            raise ValueError(f"{key}: must be a positive number of milliseconds, not {raw.strip()}")
+        values[key] = value
+    return SLO.model_validate(values)

@@ -2,22 +2,20 @@
 
 Every session follows the agent contract (experiments/agent.py); every assistant turn is judged by
 ``classify_turn``; a session ends at its first non-OK turn. One shared aiohttp session carries all
-requests (FACTS.md §Load harnesses: aiohttp is the client for the load path).
+requests (FACTS.md §Load harnesses: aiohttp is the client for the load path). Sessions start all
+at once or at Poisson arrivals, optionally at most ``max_concurrency`` in flight, like
+bench_serving's ``--request-rate`` and ``--max-concurrency``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from rich.table import Table
-from scipy.stats import binomtest
 
 from experiments.agent import (
     SYSTEM_PROMPT,
@@ -28,136 +26,99 @@ from experiments.agent import (
 )
 from experiments.outcomes import CORRUPTION, INFRA, Outcome
 from experiments.workload.classify import TurnVerdict, classify_turn, clip
-from experiments.workload.spec import WorkloadSpec
-
-BODY_PREVIEW = 500
-_FILLER_TEXT = (
-    "build log trace stack frame module import error warning retry cache buffer kernel thread "
-    "queue worker socket request response header payload token batch shard replica index key "
-    "value commit branch merge patch diff config flag option default timeout deadline latency"
+from experiments.workload.client import post_turn
+from experiments.workload.context import (
+    FILLER_WORDS,
+    context_chars,
+    filler,
+    filler_chars,
+    target_chars,
 )
-FILLER_WORDS: tuple[str, ...] = tuple(_FILLER_TEXT.split(" "))
+from experiments.workload.metrics import RequestMetrics
+from experiments.workload.output import summary_table, write_jsonl
+from experiments.workload.results import Progress, SessionResult, StressResult
+from experiments.workload.spec import Arrival, WorkloadSpec
+
+# Re-exported: callers import these from here since before the split into modules.
+__all__ = [
+    "FILLER_WORDS", "Progress", "SessionResult", "StressResult", "arrival_offsets", "filler",
+    "run_stress", "summary_table", "write_jsonl",
+]
 
 
-@dataclass(frozen=True)
-class SessionResult:
-    """One finished session. Turns are counted from 1; ``turns`` includes the bad one."""
-
-    index: int
-    key: str
-    outcome: Outcome
-    turns: int
-    first_bad_turn: int | None
-    evidence: str | None
-    latency_s: float
-    request_s: tuple[float, ...] = ()  # end-to-end seconds of each request, in order
+def _echo(call: dict[str, Any]) -> dict[str, Any]:
+    """A judged call as the next request sends it back: only the fields the API defines."""
+    function = call["function"]
+    return {"id": call["id"], "type": "function",
+            "function": {"name": function["name"], "arguments": function["arguments"]}}
 
 
-@dataclass(frozen=True)
-class StressResult:
-    sessions: tuple[SessionResult, ...]
-    wall_s: float
-    stopped_early: bool
-
-    def counts(self) -> dict[str, int]:
-        counts = {outcome.value: 0 for outcome in Outcome}
-        for session in self.sessions:
-            counts[session.outcome.value] += 1
-        return counts
-
-    def summary(self) -> dict[str, Any]:
-        counts = self.counts()
-        corrupted = sum(counts[outcome.value] for outcome in CORRUPTION)
-        infra = sum(counts[outcome.value] for outcome in INFRA)
-        judged = len(self.sessions) - infra
-        ci95 = [0.0, 1.0]
-        if judged:
-            interval = binomtest(corrupted, judged).proportion_ci(method="wilson")
-            ci95 = [float(interval.low), float(interval.high)]
-        return {
-            "sessions": len(self.sessions),
-            "counts": counts,
-            "corrupted": corrupted,
-            "infra": infra,
-            "judged": judged,
-            "rate": corrupted / judged if judged else 0.0,
-            "ci95": ci95,
-            "wall_s": self.wall_s,
-        }
-
-
-def filler(rng: random.Random, words: int) -> str:
-    """``words`` seeded filler words and a trailing space, or "" (see tool_result_message)."""
-    return " ".join(rng.choices(FILLER_WORDS, k=words)) + " " if words > 0 else ""
-
-
-async def _post(
-    http: aiohttp.ClientSession, endpoint: str, body: dict[str, Any], timeout_s: float
-) -> dict[str, Any] | TurnVerdict:
-    """The decoded JSON object of one completion, or an ERROR / TIMEOUT verdict."""
-    try:
-        async with http.post(endpoint, json=body) as response:
-            text = (await response.read()).decode("utf-8", "replace")
-            status = response.status
-    except TimeoutError:
-        return TurnVerdict(Outcome.TIMEOUT, f"no complete response within {timeout_s:g} s")
-    except aiohttp.ClientError as exc:
-        return TurnVerdict(Outcome.ERROR, clip(f"{type(exc).__name__}: {exc}"))
-    if status != 200:
-        return TurnVerdict(Outcome.ERROR, f"HTTP {status}: {text[:BODY_PREVIEW]}")
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return TurnVerdict(Outcome.ERROR, f"invalid JSON (HTTP 200): {text[:BODY_PREVIEW]}")
-    if not isinstance(data, dict):
-        return TurnVerdict(Outcome.ERROR, f"response is not a JSON object: {text[:BODY_PREVIEW]}")
-    return data
+def _spread(chars: int, parts: int) -> list[int]:
+    share, extra = divmod(max(0, chars), max(1, parts))
+    return [share + (1 if i < extra else 0) for i in range(parts)]
 
 
 async def _session(
-    http: aiohttp.ClientSession, base: str, model: str, spec: WorkloadSpec, seed: int, index: int
+    http: aiohttp.ClientSession, base: str, model: str, spec: WorkloadSpec, seed: int,
+    index: int, on_turn: Callable[[], None],
 ) -> SessionResult:
     key = f"s{seed}-{index}"
     rng = random.Random(f"{seed}:{index}")
+    # Context filler has its own stream, so canaries do not depend on how long replies were.
+    growth_rng = random.Random(f"{seed}:{index}:context")
     canary = new_canary(rng)
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": first_user_message(key, canary)},
-    ]
+    opening = first_user_message(key, canary)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
+    first = target_chars(spec, 1)
+    if first is not None:  # a pasted log ahead of the task, as an agent's first prompt has
+        opening = filler_chars(growth_rng, first - context_chars(
+            [*messages, {"content": opening}])) + opening
+    messages.append({"role": "user", "content": opening})
     started = time.monotonic()
-    request_s: list[float] = []
+    requests: list[RequestMetrics] = []
     verdict = TurnVerdict(Outcome.OK)
     turn = 0
     try:
-        for turn in range(1, spec.rounds + 1):  # noqa: B007 - turn is read after the loop
-            body = {
+        for turn in range(1, spec.rounds + 1):
+            body: dict[str, Any] = {
                 "model": model, "messages": messages, "tools": TOOLS, "tool_choice": "auto",
-                "max_tokens": spec.max_tokens, "stream": False,
+                "max_tokens": spec.max_tokens, "stream": spec.stream,
             }
-            sent = time.monotonic()
-            got = await _post(http, f"{base}/v1/chat/completions", body, spec.timeout_s)
-            request_s.append(time.monotonic() - sent)
+            if spec.stream:
+                body["stream_options"] = {"include_usage": True}
+            got, measured = await post_turn(http, f"{base}/v1/chat/completions", body,
+                                            turn=turn, timeout_s=spec.timeout_s)
+            requests.append(measured)
+            on_turn()
             verdict = got if isinstance(got, TurnVerdict) else classify_turn(got, canary, TOOLS)
             if verdict.outcome is not Outcome.OK or isinstance(got, TurnVerdict):
                 break
             message = got["choices"][0]["message"]
-            messages.append(
-                {"role": "assistant", "content": message.get("content"),
-                 "tool_calls": message["tool_calls"]}
-            )
-            for call in message["tool_calls"]:
+            calls = [_echo(call) for call in message["tool_calls"]]
+            messages.append({"role": "assistant", "content": message.get("content"),
+                             "tool_calls": calls})
+            results = []
+            for call in calls:
                 canary = new_canary(rng)
-                result = tool_result_message(
-                    call["function"]["name"], canary, filler(rng, spec.filler_tokens)
-                )
-                messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+                results.append((call, canary, filler(rng, spec.filler_tokens)))
+            target = target_chars(spec, turn + 1) if turn < spec.rounds else None
+            if target is not None:
+                bare = [{"content": tool_result_message(c["function"]["name"], k)}
+                        for c, k, _ in results]
+                shares = _spread(target - context_chars(messages + bare), len(results))
+                results = [(c, k, filler_chars(growth_rng, n))
+                           for (c, k, _), n in zip(results, shares, strict=True)]
+            for call, canary, text in results:
+                content = tool_result_message(call["function"]["name"], canary, text)
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
     except Exception as exc:  # a harness bug in one session must not kill the run
         verdict = TurnVerdict(Outcome.ERROR, clip(f"harness error: {exc!r}"))
     bad = verdict.outcome is not Outcome.OK
     return SessionResult(
         index=index, key=key, outcome=verdict.outcome, turns=turn,
         first_bad_turn=turn if bad else None, evidence=verdict.evidence,
-        latency_s=time.monotonic() - started, request_s=tuple(request_s),
+        latency_s=time.monotonic() - started,
+        request_s=tuple(r.e2e_s for r in requests), requests=tuple(requests),
     )
 
 
@@ -173,37 +134,86 @@ async def _resolve_model(http: aiohttp.ClientSession, base: str, timeout_s: floa
         return "default"
 
 
+def arrival_offsets(spec: WorkloadSpec, seed: int) -> list[float]:
+    """Seconds after the start at which each session arrives: 0 for all (burst), or a seeded
+    Poisson process at ``request_rate`` whose first arrival is at 0 (as bench_serving)."""
+    if spec.arrival is Arrival.BURST or spec.request_rate is None:
+        return [0.0] * spec.sessions
+    rng = random.Random(f"{seed}:arrival")
+    offsets, at = [], 0.0
+    for _ in range(spec.sessions):
+        offsets.append(at)
+        at += rng.expovariate(spec.request_rate)
+    return offsets
+
+
+class _Tracker:
+    """Counts turns and sessions for the optional progress callback."""
+
+    def __init__(self, spec: WorkloadSpec, progress: Callable[[Progress], None] | None) -> None:
+        self.spec, self.progress = spec, progress
+        self.turns = self.sessions = self.corrupted = self.infra = 0
+
+    def turn(self) -> None:
+        self.turns += 1
+        self._emit()
+
+    def session(self, result: SessionResult) -> None:
+        self.sessions += 1
+        self.turns += self.spec.rounds - len(result.requests)  # turns it will never take
+        self.corrupted += result.outcome in CORRUPTION
+        self.infra += result.outcome in INFRA
+        self._emit()
+
+    def _emit(self) -> None:
+        if self.progress is not None:
+            self.progress(Progress(self.turns, self.spec.sessions * self.spec.rounds,
+                                   self.sessions, self.spec.sessions, self.corrupted, self.infra))
+
+
 async def run_stress(
     url: str,
     spec: WorkloadSpec,
     *,
     seed: int | None = None,
     on_session: Callable[[SessionResult], bool | None] | None = None,
+    progress: Callable[[Progress], None] | None = None,
 ) -> StressResult:
-    """Run ``spec.sessions`` sessions at once against ``url`` (no trailing /v1).
+    """Run ``spec.sessions`` sessions against ``url`` (no trailing /v1) as the spec schedules.
 
-    ``on_session`` sees each session as it finishes; returning True cancels the rest, which are
-    not reported. ``seed`` overrides ``spec.seed``.
+    ``on_session`` sees each session as it finishes; returning True cancels the rest (queued
+    ones and in-flight requests and streams alike), which are not reported. ``seed`` overrides
+    ``spec.seed``. ``progress`` is called after every turn and every session.
     """
     seed = spec.seed if seed is None else seed
     base = url.rstrip("/")
     started = time.monotonic()
     reported: list[SessionResult] = []
+    tracker = _Tracker(spec, progress)
+    limiter = asyncio.Semaphore(spec.max_concurrency) if spec.max_concurrency else None
     stop = False
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=spec.timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
         model = spec.model or await _resolve_model(http, base, spec.timeout_s)
-        tasks = [
-            asyncio.create_task(_session(http, base, model, spec, seed, index))
-            for index in range(spec.sessions)
-        ]
+        begin = time.monotonic()
+
+        async def arrive(index: int, offset: float) -> SessionResult:
+            await asyncio.sleep(max(0.0, begin + offset - time.monotonic()))
+            if limiter is None:
+                return await _session(http, base, model, spec, seed, index, tracker.turn)
+            async with limiter:
+                return await _session(http, base, model, spec, seed, index, tracker.turn)
+
+        tasks = [asyncio.create_task(arrive(index, offset))
+                 for index, offset in enumerate(arrival_offsets(spec, seed))]
         try:
             pending: set[asyncio.Task[SessionResult]] = set(tasks)
             while pending and not stop:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for result in sorted((task.result() for task in done), key=lambda r: r.index):
                     reported.append(result)
+                    tracker.session(result)
                     if on_session is not None and on_session(result):
                         stop = True
                         break
@@ -213,26 +223,4 @@ async def run_stress(
             await asyncio.gather(*tasks, return_exceptions=True)
     reported.sort(key=lambda r: r.index)
     stopped_early = stop and len(reported) < spec.sessions
-    return StressResult(tuple(reported), time.monotonic() - started, stopped_early)
-
-
-def summary_table(result: StressResult) -> Table:
-    """Outcome, count and share of one stress run, for ``bisect stress``."""
-    summary = result.summary()
-    total = summary["sessions"]
-    lo, hi = summary["ci95"]
-    table = Table(
-        title=f"{total} sessions in {result.wall_s:.1f} s"
-        + (" (stopped early)" if result.stopped_early else ""),
-        caption=(
-            f"corrupted {summary['corrupted']}/{summary['judged']} judged = "
-            f"{summary['rate']:.1%} (95% CI {lo:.1%}–{hi:.1%}); infra {summary['infra']}"
-        ),
-    )
-    table.add_column("outcome")
-    table.add_column("count", justify="right")
-    table.add_column("share", justify="right")
-    for outcome, count in summary["counts"].items():
-        share = f"{count / total:.1%}" if total else "-"
-        table.add_row(outcome, str(count), share)
-    return table
+    return StressResult(tuple(reported), time.monotonic() - started, stopped_early, spec.slo)

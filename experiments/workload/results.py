@@ -1,0 +1,93 @@
+"""What a stress run returns: its sessions, their requests, and the run's summary."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from scipy.stats import binomtest
+
+from experiments.outcomes import CORRUPTION, INFRA, Outcome
+from experiments.workload.metrics import RequestMetrics, aggregate
+from experiments.workload.spec import SLO
+
+
+@dataclass(frozen=True)
+class SessionResult:
+    """One finished session. Turns are counted from 1; ``turns`` includes the bad one."""
+
+    index: int
+    key: str
+    outcome: Outcome
+    turns: int
+    first_bad_turn: int | None
+    evidence: str | None
+    latency_s: float
+    request_s: tuple[float, ...] = ()  # end-to-end seconds of each request, in order
+    requests: tuple[RequestMetrics, ...] = ()  # the same requests, fully measured
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "key": self.key,
+            "outcome": self.outcome.value,
+            "turns": self.turns,
+            "first_bad_turn": self.first_bad_turn,
+            "evidence": self.evidence,
+            "latency_s": self.latency_s,
+            "requests": [request.to_json() for request in self.requests],
+        }
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a run is, for a progress bar. A session that ends early counts all its turns."""
+
+    turns_done: int
+    turns_total: int
+    sessions_done: int
+    sessions_total: int
+    corrupted: int
+    infra: int
+
+
+@dataclass(frozen=True)
+class StressResult:
+    sessions: tuple[SessionResult, ...]
+    wall_s: float
+    stopped_early: bool
+    slo: SLO | None = None  # the objectives goodput is counted against
+
+    def counts(self) -> dict[str, int]:
+        counts = {outcome.value: 0 for outcome in Outcome}
+        for session in self.sessions:
+            counts[session.outcome.value] += 1
+        return counts
+
+    def requests(self) -> Iterator[RequestMetrics]:
+        for session in self.sessions:
+            yield from session.requests
+
+    def summary(self) -> dict[str, Any]:
+        """Outcome counts and the corruption rate, then bench_serving-style latency metrics."""
+        counts = self.counts()
+        corrupted = sum(counts[outcome.value] for outcome in CORRUPTION)
+        infra = sum(counts[outcome.value] for outcome in INFRA)
+        judged = len(self.sessions) - infra
+        ci95 = [0.0, 1.0]
+        if judged:
+            interval = binomtest(corrupted, judged).proportion_ci(method="wilson")
+            ci95 = [float(interval.low), float(interval.high)]
+        return {
+            "sessions": len(self.sessions),
+            "counts": counts,
+            "corrupted": corrupted,
+            "infra": infra,
+            "judged": judged,
+            "rate": corrupted / judged if judged else 0.0,
+            "ci95": ci95,
+            "wall_s": self.wall_s,
+            "stopped_early": self.stopped_early,
+            **aggregate(self.requests(), self.wall_s, self.slo),
+        }

@@ -1,0 +1,226 @@
+"""Load shape and measurement: arrivals, the concurrency bound, context growth, goodput, JSONL.
+
+Counted on the server side (AgentServer over real HTTP); timing checks are one-sided bounds or
+orders of magnitude, never exact times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from experiments.agent import find_canary, find_session_key
+from experiments.outcomes import Outcome
+from experiments.workload.context import CHARS_PER_TOKEN
+from experiments.workload.metrics import RequestMetrics, aggregate
+from experiments.workload.spec import SLO, Arrival, WorkloadSpec, parse_slo
+from experiments.workload.stress import arrival_offsets, summary_table, write_jsonl
+from tests.test_workload import AgentServer, completion, stress
+
+# ---------------------------------------------------------------- the spec
+
+
+def test_new_spec_fields_validate() -> None:
+    spec = WorkloadSpec()
+    assert (spec.stream, spec.arrival, spec.max_concurrency, spec.context, spec.slo) == (
+        False, Arrival.BURST, None, None, None)
+    heavy = WorkloadSpec.model_validate({"context": {"start_tokens": 2000, "end_tokens": 80000},
+                                         "arrival": "poisson", "request_rate": 2.5,
+                                         "slo": {"ttft_ms": 500}})
+    assert heavy.context is not None and heavy.context.end_tokens == 80000
+    for bad in ({"arrival": "poisson"}, {"request_rate": 3}, {"arrival": "ramp"},
+                {"max_concurrency": 0}, {"context": {"start_tokens": 9, "end_tokens": 1}},
+                {"context": {"end_tokens": 10}, "filler_tokens": 5}, {"slo": {}},
+                {"slo": {"ttft_ms": 0}}, {"slo": {"tpot": 3}}):
+        with pytest.raises(ValueError):
+            WorkloadSpec.model_validate(bad)
+
+
+def test_parse_slo() -> None:
+    assert parse_slo("ttft_ms=500, itl_ms=50,e2e_ms=8000") == SLO(ttft_ms=500, itl_ms=50,
+                                                                   e2e_ms=8000)
+    assert parse_slo("e2e_ms=1.5") == SLO(e2e_ms=1.5)
+    for bad in ("garbage", "ttft=5", "ttft_ms=", "ttft_ms=x", "ttft_ms=-1", "ttft_ms=nan",
+                "ttft_ms=1,ttft_ms=2", ""):
+        with pytest.raises(ValueError):
+            parse_slo(bad)
+
+
+# ---------------------------------------------------------------- arrivals and concurrency
+
+
+def test_poisson_offsets_are_seeded_with_the_asked_rate() -> None:
+    spec = WorkloadSpec(sessions=4000, arrival=Arrival.POISSON, request_rate=20)
+    offsets = arrival_offsets(spec, seed=5)
+    assert offsets == arrival_offsets(spec, seed=5) != arrival_offsets(spec, seed=6)
+    assert offsets[0] == 0 and offsets == sorted(offsets)
+    gaps = np.diff(offsets)
+    assert statistics.mean(gaps) == pytest.approx(1 / 20, rel=0.1)
+    assert statistics.stdev(gaps) == pytest.approx(1 / 20, rel=0.1)  # exponential: sd = mean
+    assert arrival_offsets(WorkloadSpec(sessions=3), seed=5) == [0.0, 0.0, 0.0]
+
+
+async def slow(key: str, turn: int, canary: str) -> None:
+    await asyncio.sleep(0.02)
+
+
+def test_poisson_with_max_concurrency_never_exceeds_the_bound() -> None:
+    server = AgentServer(slow)
+    spec = WorkloadSpec(sessions=14, rounds=2, arrival=Arrival.POISSON, request_rate=200,
+                        max_concurrency=3, seed=2)
+    result = stress(server, spec)
+    assert result.counts()["ok"] == 14
+    assert server.max_inflight <= 3
+    assert len(server.requests) == 28
+
+
+def test_poisson_arrivals_are_spread_over_time() -> None:
+    server = AgentServer()
+    spec = WorkloadSpec(sessions=8, rounds=1, arrival=Arrival.POISSON, request_rate=25, seed=4)
+    stress(server, spec)
+    offsets = arrival_offsets(spec, seed=4)
+    assert offsets[-1] > 0.1
+    # The run's clock starts after the model query; no session comes before its offset.
+    for index, offset in enumerate(offsets):
+        at = next(r["at"] for r in server.requests if r["key"] == f"s4-{index}")
+        assert at - server.model_queried_at >= offset
+
+
+def test_burst_without_a_bound_has_every_session_in_flight() -> None:
+    arrived = asyncio.Event()
+    server: AgentServer
+
+    async def hold(key: str, turn: int, canary: str) -> None:
+        if turn == 1:
+            if server.inflight >= 10:
+                arrived.set()
+            await asyncio.wait_for(arrived.wait(), timeout=5)
+
+    server = AgentServer(hold)
+    result = stress(server, WorkloadSpec(sessions=10, rounds=2))
+    assert result.counts()["ok"] == 10 and server.max_inflight == 10
+
+
+# ---------------------------------------------------------------- context growth
+
+
+def context_chars(body: dict[str, Any]) -> int:
+    """Counted on the server: message texts plus tool-call names and arguments."""
+    total = 0
+    for message in body["messages"]:
+        total += len(message.get("content") or "")
+        for tool_call in message.get("tool_calls") or []:
+            total += len(tool_call["function"]["name"]) + len(tool_call["function"]["arguments"])
+    return total
+
+
+@pytest.mark.parametrize(("start", "end", "rounds"), [(500, 5000, 4), (2000, 80000, 3)])
+def test_context_grows_from_start_to_end(start: int, end: int, rounds: int) -> None:
+    server = AgentServer()
+    spec = WorkloadSpec.model_validate({"sessions": 2, "rounds": rounds, "seed": 9,
+                                        "context": {"start_tokens": start, "end_tokens": end}})
+    result = stress(server, spec)
+    assert result.counts()["ok"] == 2
+    for key in ("s9-0", "s9-1"):
+        sizes = [context_chars(r["body"]) for r in server.requests if r["key"] == key]
+        assert len(sizes) == rounds and sizes == sorted(sizes)
+        assert sizes[0] == pytest.approx(start * CHARS_PER_TOKEN, rel=0.2)
+        assert sizes[-1] == pytest.approx(end * CHARS_PER_TOKEN, rel=0.2)
+    # The filler never hides the contract: the session key and each canary are still found.
+    last = next(r for r in reversed(server.requests) if r["key"] == "s9-0")
+    assert find_session_key(last["body"]["messages"][1]["content"]) == "s9-0"
+    assert find_canary(last["body"]["messages"][-1]["content"]) == last["canary"] != ""
+
+
+def test_context_filler_is_deterministic_by_seed() -> None:
+    def texts(seed: int) -> list[str]:
+        server = AgentServer()
+        spec = WorkloadSpec.model_validate({"sessions": 1, "rounds": 2, "seed": seed,
+                                            "context": {"start_tokens": 300, "end_tokens": 900}})
+        stress(server, spec)
+        return [m["content"] for m in server.requests[-1]["body"]["messages"]]
+
+    assert texts(1) == texts(1)
+    assert texts(1)[1] != texts(2)[1]
+
+
+# ---------------------------------------------------------------- metrics and goodput
+
+
+def test_aggregate_matches_numpy_and_counts_only_completed() -> None:
+    e2e = [0.1, 0.2, 0.3, 0.4, 1.0]
+    requests = [RequestMetrics(1, True, e, ttft_s=e / 2, itl_s=(0.01, 0.03),
+                               prompt_tokens=10, completion_tokens=5, streamed=True) for e in e2e]
+    requests.append(RequestMetrics(2, False, 9.0))  # an error: out of every latency statistic
+    summary = aggregate(requests, duration_s=2.0)
+    assert (summary["requests"], summary["completed"]) == (6, 5)
+    assert summary["request_throughput"] == pytest.approx(2.5)
+    assert summary["output_throughput"] == pytest.approx(12.5)
+    assert summary["total_input_tokens"] == 50
+    assert summary["mean_e2e_ms"] == pytest.approx(400)
+    assert summary["median_e2e_ms"] == pytest.approx(300)
+    assert summary["p99_e2e_ms"] == pytest.approx(np.percentile(e2e, 99) * 1000)
+    assert summary["p90_ttft_ms"] == pytest.approx(np.percentile(e2e, 90) * 500)
+    assert summary["median_itl_ms"] == pytest.approx(20)
+    assert summary["mean_tpot_ms"] == pytest.approx(statistics.mean(e / 2 / 4 for e in e2e) * 1e3)
+    assert summary["goodput"] is None and summary["good_requests"] is None
+    good = aggregate(requests, 2.0, SLO(e2e_ms=350, itl_ms=40))
+    assert good["good_requests"] == 3 and good["goodput"] == pytest.approx(1.5)
+    assert aggregate(requests, 2.0, SLO(itl_ms=20))["good_requests"] == 0  # the 30 ms gap
+
+
+def test_goodput_counts_only_requests_within_the_slo() -> None:
+    async def late(key: str, turn: int, canary: str) -> None:
+        if key in ("s0-1", "s0-3") and turn == 2:
+            await asyncio.sleep(0.6)
+
+    spec = WorkloadSpec.model_validate({"sessions": 5, "rounds": 2, "slo": {"e2e_ms": 400}})
+    result = stress(AgentServer(late), spec)
+    summary = result.summary()
+    assert summary["completed"] == 10 and summary["good_requests"] == 8
+    assert summary["goodput"] == pytest.approx(8 / result.wall_s)
+    assert summary["request_throughput"] == pytest.approx(10 / result.wall_s)
+    assert summary["slo"] == {"e2e_ms": 400}
+    assert summary["p99_e2e_ms"] >= 600 > summary["median_e2e_ms"]
+
+
+# ---------------------------------------------------------------- outputs
+
+
+def test_jsonl_has_one_record_per_session(tmp_path: Path) -> None:
+    async def leak_one(key: str, turn: int, canary: str) -> dict[str, Any] | None:
+        return completion("<｜DSML｜tool_calls>") if (key, turn) == ("s0-2", 2) else None
+
+    result = stress(AgentServer(leak_one), WorkloadSpec(sessions=4, rounds=3, stream=True))
+    path = write_jsonl(result, tmp_path / "sessions.jsonl")
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["key"] for r in records] == ["s0-0", "s0-1", "s0-2", "s0-3"]
+    leak = records[2]
+    assert (leak["outcome"], leak["turns"], leak["first_bad_turn"]) == ("leak", 2, 2)
+    assert "DSML" in leak["evidence"] and len(leak["requests"]) == 2
+    request = records[0]["requests"][0]
+    assert {"turn", "ttft_ms", "e2e_ms", "itl_ms", "prompt_tokens", "completion_tokens"} <= set(
+        request)
+    assert 0 <= request["ttft_ms"] <= request["e2e_ms"] and request["completion_tokens"] == 12
+
+
+def test_summary_keeps_its_keys_and_the_table_shows_latencies() -> None:
+    result = stress(AgentServer(), WorkloadSpec(sessions=3, rounds=1, slo=SLO(e2e_ms=5000)))
+    summary = result.summary()
+    for key in ("sessions", "counts", "corrupted", "infra", "judged", "rate", "ci95", "wall_s",
+                "request_throughput", "output_throughput", "goodput", "mean_ttft_ms",
+                "median_itl_ms", "p90_e2e_ms", "p99_ttft_ms"):
+        assert key in summary
+    json.dumps(summary)
+    assert result.sessions[0].outcome is Outcome.OK
+    console = Console(record=True, width=140)
+    console.print(summary_table(result))
+    text = console.export_text()
+    assert "TTFT" in text and "E2E" in text and "goodput" in text and "ok" in text

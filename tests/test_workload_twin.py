@@ -1,0 +1,71 @@
+"""The stress harness against the real twin process, and the `bisect stress` options."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from experiments.outcomes import Outcome
+from experiments.workload.spec import WorkloadSpec
+from experiments.workload.stress import StressResult, run_stress
+from orchestrator.cli import app
+from tests.conftest import TwinFactory
+
+
+def leak_model(path: Path, probability: float = 0.3, min_inflight: int = 1) -> Path:
+    path.write_text(yaml.safe_dump({"rules": [{
+        "name": "leak", "when": {}, "min_inflight": min_inflight,
+        "probability": probability, "effect": "leak",
+    }]}))
+    return path
+
+
+def test_stream_and_non_stream_agree_on_the_twin(twin: TwinFactory, tmp_path: Path) -> None:
+    url = twin("--fault-model", str(leak_model(tmp_path / "faults.yaml")),
+               "--twin-latency-ms", "1")
+
+    def run(stream: bool) -> StressResult:
+        spec = WorkloadSpec(sessions=40, rounds=3, seed=11, stream=stream)
+        return asyncio.run(run_stress(url, spec))
+
+    plain, streamed = run(False), run(True)
+    per_session = [(s.key, s.outcome, s.first_bad_turn, s.evidence) for s in plain.sessions]
+    assert [(s.key, s.outcome, s.first_bad_turn, s.evidence) for s in streamed.sessions] == (
+        per_session)
+    counts = plain.counts()
+    assert counts["leak"] > 0 and counts["ok"] > 0 and counts["leak"] + counts["ok"] == 40
+    assert all(r.streamed and r.ttft_s is not None for r in streamed.requests())
+    assert streamed.summary()["total_output_tokens"] > 0  # the twin's usage chunk was read
+
+
+def test_cli_bad_slo_is_bad_input() -> None:
+    result = CliRunner().invoke(app, ["stress", "http://127.0.0.1:9", "--slo", "garbage"])
+    assert result.exit_code == 2
+    assert "--slo" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["stress", "http://127.0.0.1:9", "--arrival", "poisson"])
+    assert result.exit_code == 2 and "request_rate" in result.output
+
+
+def test_cli_stress_with_every_option(twin: TwinFactory, tmp_path: Path) -> None:
+    url = twin("--twin-latency-ms", "1")
+    jsonl = tmp_path / "sessions.jsonl"
+    result = CliRunner().invoke(app, [
+        "stress", url, "--sessions", "6", "--rounds", "3", "--seed", "2", "--stream",
+        "--request-rate", "200", "--max-concurrency", "4", "--context-start", "200",
+        "--context-end", "2000", "--slo", "ttft_ms=10000,e2e_ms=10000", "--jsonl", str(jsonl),
+        "--timeout", "20", "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["counts"]["ok"] == 6 and summary["completed"] == 18
+    assert summary["good_requests"] == 18 and summary["goodput"] > 0
+    assert summary["mean_ttft_ms"] <= summary["mean_e2e_ms"]
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [r["key"] for r in records] == [f"s2-{i}" for i in range(6)]
+    assert all(r["outcome"] == Outcome.OK.value and len(r["requests"]) == 3 for r in records)
+    # Context growth reached the twin: its usage counts ~4 chars a token of the messages.
+    assert records[0]["requests"][-1]["prompt_tokens"] > 1500
