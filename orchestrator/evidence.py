@@ -46,6 +46,13 @@ class TrialEvidence:
     def rate(self) -> float:
         return self.corrupted / self.judged if self.judged else 0.0
 
+    def as_wedging(self) -> TrialEvidence:
+        """The same trial seen for wedging: errors and timeouts are the failures, every session
+        is judged. The corruption machinery (cells, tests, attribution) then applies as is."""
+        return TrialEvidence(self.levels, {"error": 0, "leak": self.infra,
+                                           "ok": self.sessions - self.infra},
+                             self.restarts, self.wall_s)
+
 
 @dataclass(frozen=True)
 class Cell:

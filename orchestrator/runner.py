@@ -84,7 +84,8 @@ def verdict_of(store: Store, campaign_id: str) -> Verdict:
     cost = CostModel(campaign.cost.restart_s, campaign.cost.workload_s, campaign.cost.gpus)
     strategy = strategy_for(campaign)
     if isinstance(strategy, Adaptive):
-        return from_replay(strategy.replay(done), done, campaign.level_names(), cost, skipped)
+        return from_replay(strategy.replay(done), done, campaign.level_names(), cost, skipped,
+                           alpha=campaign.strategy.alpha)
     return decide(
         done, campaign.level_names(), alpha=campaign.strategy.alpha,
         clean_rate=campaign.strategy.clean_rate, cost=cost, known_bad=campaign.known_bad,

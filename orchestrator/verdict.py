@@ -51,6 +51,7 @@ class Verdict:
     unjudged_trials: int
     cost: CostModel
     log: tuple[dict[str, Any], ...] = ()  # the decision trail, where the strategy keeps one
+    wedge_culprits: tuple[Culprit, ...] = ()  # what makes servers error, hang or time out
     unresolvable: tuple[Unresolvable, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -62,6 +63,7 @@ class Verdict:
             "status": self.status.value,
             "reason": self.reason,
             "culprits": [_culprit_json(c) for c in self.culprits],
+            "wedge_culprits": [_culprit_json(c) for c in self.wedge_culprits],
             "variants": [_cell_json(c) for c in self.cells],
             "cost": self.cost_json(),
             "log": list(self.log),
@@ -128,6 +130,14 @@ def _judged_cells(
     return judged, grouped
 
 
+def wedging(
+    evidence: Sequence[TrialEvidence], factors: Mapping[str, Sequence[str]], alpha: float
+) -> tuple[Culprit, ...]:
+    """Culprits for errors and timeouts, on every stored trial (a wedge is never corruption)."""
+    cells_ = cells(t.as_wedging() for t in evidence if t.sessions)
+    return tuple(find_culprits(cells_, factors, alpha))
+
+
 _REPLAY_STATUS = {
     Outcome.CULPRIT: Status.CULPRIT,
     Outcome.NOT_REPRODUCED: Status.NOT_REPRODUCED,
@@ -141,6 +151,7 @@ def from_replay(
     factors: Mapping[str, Sequence[str]],
     cost: CostModel,
     unresolvable: Sequence[Unresolvable] = (),
+    alpha: float = 0.01,
 ) -> Verdict:
     """The adaptive strategy's conclusion, with each culprit measured on every explored cell."""
     judged, grouped = _judged_cells(evidence, factors)
@@ -163,7 +174,8 @@ def from_replay(
     culprits = tuple(measure(c, grouped) for c in replay.culprits) if status is Status.CULPRIT \
         else ()
     return Verdict(status, reason, culprits, tuple(grouped), tuple(evidence),
-                   len(evidence) - len(judged), cost, log, tuple(unresolvable))
+                   len(evidence) - len(judged), cost, log, wedging(evidence, factors, alpha),
+                   tuple(unresolvable))
 
 
 def decide(
@@ -180,7 +192,9 @@ def decide(
 
     def verdict(status: Status, reason: str, culprits: Sequence[Culprit] = ()) -> Verdict:
         return Verdict(status, reason, tuple(culprits), tuple(grouped), tuple(evidence),
-                       len(evidence) - len(judged), cost, unresolvable=tuple(unresolvable))
+                       len(evidence) - len(judged), cost,
+                       wedge_culprits=wedging(evidence, factors, alpha),
+                       unresolvable=tuple(unresolvable))
 
     corrupted, sessions = pooled(grouped)
     if sessions == 0:

@@ -168,3 +168,29 @@ def test_verdict_json_has_the_contract_fields() -> None:
     # 32 trials, one restart each: (32 * 485 + 32 * 90) s on 16 GPUs.
     assert cost["gpu_s_equivalent"] == pytest.approx(32 * (485 + 90) * 16)
     assert len(document["variants"]) == 16
+
+
+def test_wedging_is_attributed_separately_from_corruption() -> None:
+    # eager decode wedges the server (timeouts) without corrupting anything; bf16 x HiCache
+    # corrupts without wedging.
+    rng = random.Random(4)
+    trials = []
+    for combo in itertools.product(*FACTORS.values()):
+        levels = dict(zip(FACTORS, combo, strict=True))
+        for _ in range(2):
+            wedge = 0.3 if levels["cuda_graph"] == "off" else 0.0
+            leak = 0.15 if levels["index_k"] == "bf16" and levels["hicache"] == "on" else 0.0
+            counts = {"ok": 0, "leak": 0, "timeout": 0}
+            for _ in range(80):
+                if rng.random() < wedge:
+                    counts["timeout"] += 1
+                elif rng.random() < leak:
+                    counts["leak"] += 1
+                else:
+                    counts["ok"] += 1
+            trials.append(TrialEvidence(levels, counts, restarts=1))
+    verdict = judge(trials)
+    assert [dict(c.factors) for c in verdict.culprits] == [{"index_k": "bf16", "hicache": "on"}]
+    assert [dict(c.factors) for c in verdict.wedge_culprits] == [{"cuda_graph": "off"}]
+    document = verdict.to_json()
+    assert document["wedge_culprits"][0]["factors"] == {"cuda_graph": "off"}

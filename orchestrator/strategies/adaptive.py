@@ -202,7 +202,7 @@ class Adaptive:
     def _culprit_in(self, run: _Run, bad: dict[str, str]) -> dict[str, str]:
         # One conjunction behind the failure (the common case): exactly its levels are the ones
         # whose single flip makes the failing variant pass. One test per factor, no ddmin.
-        necessary = self._necessary(run, bad, self.factors)
+        necessary = self._necessary(run, bad, list(self.factors))
         if necessary:
             return necessary
         # Every single flip still fails: several culprits are active at once. Delta debugging
