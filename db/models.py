@@ -15,6 +15,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -103,6 +104,7 @@ class Trial(Base):
     restarts: Mapped[int] = mapped_column(default=0, server_default="0")
     error: Mapped[str | None] = mapped_column(Text)
     seed: Mapped[int]
+    stopped_early: Mapped[bool] = mapped_column(default=False, server_default=false())
 
 
 class TrialSession(Base):

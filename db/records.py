@@ -60,6 +60,7 @@ class TrialRecord:
     seed: int
     counts: dict[str, int] = field(default_factory=dict)
     """Sessions of this trial tallied by outcome; outcomes that never occurred are absent."""
+    stopped_early: bool = False
 
     @property
     def sessions(self) -> int:
@@ -137,3 +138,4 @@ class TrialTiming:
     restart_s: float | None = None
     workload_s: float | None = None
     restarts: int = 0
+    stopped_early: bool = False  # a sequential test ended the workload before its planned end

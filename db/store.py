@@ -60,7 +60,7 @@ def _trial(row: Trial, levels_json: str, counts: dict[str, int]) -> TrialRecord:
         levels=json.loads(levels_json), seq=row.seq, pool=row.pool, status=row.status,
         started_at=row.started_at, finished_at=row.finished_at, wall_s=row.wall_s,
         restart_s=row.restart_s, workload_s=row.workload_s, restarts=row.restarts,
-        error=row.error, seed=row.seed, counts=counts,
+        error=row.error, seed=row.seed, counts=counts, stopped_early=row.stopped_early,
     )
 
 
@@ -69,6 +69,7 @@ def _apply_timing(trial: Trial, timing: TrialTiming) -> None:
     trial.restart_s = timing.restart_s
     trial.workload_s = timing.workload_s
     trial.restarts = timing.restarts
+    trial.stopped_early = timing.stopped_early
 
 
 class Store:

@@ -5,6 +5,7 @@ Built from the store by the runner; strategies and the verdict never see ORM row
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -24,6 +25,8 @@ class TrialEvidence:
     counts: Mapping[str, int]
     restarts: int = 0
     wall_s: float = 0.0
+    workload_s: float = 0.0
+    stopped_early: bool = False
 
     @property
     def sessions(self) -> int:
@@ -49,9 +52,8 @@ class TrialEvidence:
     def as_wedging(self) -> TrialEvidence:
         """The same trial seen for wedging: errors and timeouts are the failures, every session
         is judged. The corruption machinery (cells, tests, attribution) then applies as is."""
-        return TrialEvidence(self.levels, {"error": 0, "leak": self.infra,
-                                           "ok": self.sessions - self.infra},
-                             self.restarts, self.wall_s)
+        return dataclasses.replace(
+            self, counts={"leak": self.infra, "ok": self.sessions - self.infra})
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from db.store import Store
 from deploy.services.process import ProcessServiceManager
 from deploy.transports.local import LocalTransport
 from experiments.campaign import Campaign
+from experiments.outcomes import is_corrupt
 from orchestrator.evidence import TrialEvidence, variant_key
 from orchestrator.ray_pool import PoolActors, PoolCrashed, ensure_ray
 from orchestrator.strategies.adaptive import Adaptive
@@ -39,7 +40,9 @@ def new_campaign_id(name: str) -> str:
 
 def evidence(trials: list[TrialRecord]) -> list[TrialEvidence]:
     return [
-        TrialEvidence(levels=t.levels, counts=t.counts, restarts=t.restarts, wall_s=t.wall_s or 0.0)
+        TrialEvidence(levels=t.levels, counts=t.counts, restarts=t.restarts,
+                      wall_s=t.wall_s or 0.0, workload_s=t.workload_s or 0.0,
+                      stopped_early=t.stopped_early)
         for t in trials
         if t.status == "done"
     ]
@@ -138,7 +141,8 @@ def run_campaign(
                 seed = campaign.workload.seed * 1_000_003 + next_seq
                 trial_id = store.start_trial(campaign_id, variant.id, next_seq, pool, seed)
                 pending[trial_id] = levels
-                actors.submit(pool, TrialOrder(trial_id, levels, seed))
+                rule = strategy.stop_rule(levels, evidence(trials))
+                actors.submit(pool, TrialOrder(trial_id, levels, seed, rule))
                 progress(f"trial {next_seq} on {pool}: {variant.key}")
                 next_seq += 1
             if not pending:
@@ -151,8 +155,9 @@ def run_campaign(
             if report.error is None:
                 store.finish_trial(report.trial_id, report.timing, report.sessions,
                                    report.metrics, report.logs)
-                corrupt = sum(s.outcome not in ("ok", "error", "timeout") for s in report.sessions)
-                progress(f"  done on {pool}: {corrupt}/{len(report.sessions)} corrupt")
+                corrupt = sum(is_corrupt(s.outcome) for s in report.sessions)
+                early = " (stopped early: decided)" if report.timing.stopped_early else ""
+                progress(f"  done on {pool}: {corrupt}/{len(report.sessions)} corrupt{early}")
             else:
                 store.fail_trial(report.trial_id, report.error, report.timing)
                 progress(f"  FAILED on {pool}: {report.error.splitlines()[0]}")

@@ -21,7 +21,9 @@ from deploy.transports.base import TransportError
 from deploy.transports.local import LocalTransport
 from experiments.campaign import Campaign, Pool
 from experiments.collect import Sample, log_events, poll_metrics
-from experiments.workload.stress import StressResult, run_stress
+from experiments.outcomes import is_corrupt
+from experiments.workload.stress import SessionResult, StressResult, run_stress
+from orchestrator.stats.compare import StopWhenFailing
 
 LOG_TAIL_LINES = 20
 
@@ -31,6 +33,7 @@ class TrialOrder:
     trial_id: int
     levels: dict[str, str]
     seed: int
+    stop_rule: StopWhenFailing | None = None  # a sequential test may end the workload early
 
 
 @dataclass(frozen=True)
@@ -82,13 +85,14 @@ class PoolRunner:
             restarts = await asyncio.to_thread(self._deploy, order.levels)
             restart_s = time.monotonic() - restart_began
             workload_began = time.monotonic()
-            result, samples = await self._stress(order.seed)
+            result, samples = await self._stress(order.seed, order.stop_rule)
             workload_s = time.monotonic() - workload_began
             logs = await asyncio.to_thread(self._collect_logs)
         except (DeployFailed, TransportError, HealthTimeout) as exc:
             timing = TrialTiming(time.monotonic() - started, restart_s, 0.0, restarts)
             return TrialReport(order.trial_id, str(exc), timing)
-        timing = TrialTiming(time.monotonic() - started, restart_s, workload_s, restarts)
+        timing = TrialTiming(time.monotonic() - started, restart_s, workload_s, restarts,
+                             result.stopped_early)
         sessions = [
             SessionRow(s.index, s.key, s.outcome.value, s.turns, s.first_bad_turn, s.evidence,
                        s.latency_s)
@@ -119,12 +123,23 @@ class PoolRunner:
             restarts += 1
         return restarts
 
-    async def _stress(self, seed: int) -> tuple[StressResult, list[Sample]]:
+    async def _stress(
+        self, seed: int, rule: StopWhenFailing | None
+    ) -> tuple[StressResult, list[Sample]]:
         urls = {s.name: s.metrics_url for s in self.pool.services if s.metrics_url}
+        planned = self.campaign.workload.sessions
+        corrupted = 0
+
+        def decided(session: SessionResult) -> bool:
+            nonlocal corrupted
+            corrupted += is_corrupt(session.outcome)
+            return rule is not None and rule.decided(corrupted, planned)
+
         stop = asyncio.Event()
         poller = asyncio.create_task(poll_metrics(urls, stop))
         try:
-            result = await run_stress(self.pool.endpoint, self.campaign.workload, seed=seed)
+            result = await run_stress(self.pool.endpoint, self.campaign.workload, seed=seed,
+                                      on_session=decided)
         finally:
             stop.set()
         return result, await poller

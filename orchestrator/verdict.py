@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -69,13 +70,25 @@ class Verdict:
             "log": list(self.log),
         }
 
+    def workload_shares(self) -> list[float]:
+        """The share of a full workload each trial ran: 1, or less for one stopped early
+        (its workload time against the median of the full ones)."""
+        full = [t.workload_s for t in self.trials if not t.stopped_early and t.workload_s > 0]
+        typical = statistics.median(full) if full else 0.0
+        return [
+            min(1.0, t.workload_s / typical) if t.stopped_early and typical else 1.0
+            for t in self.trials
+        ]
+
     def cost_json(self) -> dict[str, Any]:
         restarts = sum(t.restarts for t in self.trials)
-        real_s = len(self.trials) * self.cost.workload_s + restarts * self.cost.restart_s
+        real_s = sum(self.workload_shares()) * self.cost.workload_s + \
+            restarts * self.cost.restart_s
         return {
             "trials": len(self.trials),
             "unjudged_trials": self.unjudged_trials,
             "restarts": restarts,
+            "stopped_early": sum(t.stopped_early for t in self.trials),
             "sessions": sum(t.sessions for t in self.trials),
             "wall_s": round(sum(t.wall_s for t in self.trials), 3),
             "gpu_s_equivalent": round(real_s * self.cost.gpus, 1),
@@ -117,6 +130,7 @@ def _cell_json(cell: Cell) -> dict[str, Any]:
         "rate": _round(cell.rate),
         "ci95": [_round(low), _round(high)],
         "trials": len(cell.trials),
+        "stopped_early": sum(t.stopped_early for t in cell.trials),
     }
 
 
@@ -171,7 +185,10 @@ def from_replay(
         status, reason = Status.INCONCLUSIVE, "unfinished: `bisect resume` continues it"
     else:
         status, reason = _REPLAY_STATUS[replay.outcome], replay.reason
-    culprits = tuple(measure(c, grouped) for c in replay.culprits) if status is Status.CULPRIT \
+    # Effects are measured on full trials only: a trial stopped early ends with its corrupt
+    # sessions (they finish first), so its rate says "failing", not "how much".
+    _, full = _judged_cells([t for t in evidence if not t.stopped_early], factors)
+    culprits = tuple(measure(c, full) for c in replay.culprits) if status is Status.CULPRIT \
         else ()
     return Verdict(status, reason, culprits, tuple(grouped), tuple(evidence),
                    len(evidence) - len(judged), cost, log, wedging(evidence, factors, alpha),

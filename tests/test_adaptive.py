@@ -113,3 +113,18 @@ def test_an_unfinished_replay_is_inconclusive() -> None:
     strategy = Adaptive(FOUR, GOOD4, BAD4)
     verdict = from_replay(strategy.replay([]), [], FOUR, CostModel(90, 485, 16))
     assert verdict.status is Status.INCONCLUSIVE and "resume" in verdict.reason
+
+
+def test_a_trial_stops_early_only_when_failing_is_certain() -> None:
+    strategy = Adaptive(FOUR, GOOD4, BAD4)
+    good = [TrialEvidence(GOOD4, {"ok": 80}), TrialEvidence(GOOD4, {"ok": 80})]
+    assert strategy.stop_rule(BAD4, good) is None  # reproduction runs in full
+    flip = {**BAD4, "topk_v2": "off"}
+    rule = strategy.stop_rule(flip, good)
+    assert rule is not None
+    assert not rule.decided(1, 80)  # one corrupt session of 80 against 0 of 160: not yet
+    assert rule.decided(5, 80)  # even if the other 75 are clean, it fails: stop
+    # Earlier trials of the same variant count: 4 corrupt before and 3 now is enough.
+    before = [*good, TrialEvidence(flip, {"ok": 76, "leak": 4})]
+    again = strategy.stop_rule(flip, before)
+    assert again is not None and again.decided(3, 80) and not rule.decided(3, 80)

@@ -4,6 +4,7 @@ PostgreSQL backend is one more fixture parameter."""
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 from collections.abc import Iterator
 from datetime import UTC
 from pathlib import Path
@@ -281,3 +282,25 @@ def test_unknown_schema_revision_is_a_store_error(tmp_path: Path) -> None:
     engine.dispose()
     with pytest.raises(StoreError, match="cannot upgrade"):
         Store.open(str(path))
+
+
+def test_a_database_of_the_first_schema_is_upgraded_with_its_data(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    upgrade(url, "0001")
+    with sqlite3.connect(tmp_path / "old.db") as old:
+        old.execute("INSERT INTO campaign (id, name, created_at, status, spec_json, source) "
+                    "VALUES ('c1', 'old', '2026-01-01 00:00:00', 'done', '{}', 'test')")
+        old.execute("INSERT INTO variant (id, campaign_id, key, levels_json) "
+                    "VALUES (1, 'c1', 'a=x', '{\"a\": \"x\"}')")
+        old.execute("INSERT INTO trial (id, campaign_id, variant_id, seq, pool, status, "
+                    "started_at, restarts, seed) VALUES (1, 'c1', 1, 1, 'p', 'done', "
+                    "'2026-01-01 00:00:00', 1, 7)")
+        old.execute("INSERT INTO session (trial_id, idx, key, outcome, turns, latency_s) "
+                    "VALUES (1, 0, 's0', 'leak', 2, 0.5)")
+    with Store.open(url) as store:
+        assert current_revision(url) == head_revision()
+        [trial] = store.trials("c1")
+        assert trial.seed == 7 and trial.stopped_early is False
+        assert trial.counts == {"leak": 1}
+    downgrade(url, "0001")  # and back: the data stays
+    assert current_revision(url) == "0001"

@@ -49,3 +49,21 @@ def reproduced(bad: Counts, good: Counts, alpha: float) -> tuple[Answer, float]:
     """Does known-bad fail against known-good? FAIL means reproduced."""
     p = fisher_greater(*bad, *good)
     return (Answer.FAIL if p <= alpha else Answer.UNKNOWN), p
+
+
+@dataclass(frozen=True)
+class StopWhenFailing:
+    """Ends a trial as soon as its variant's FAIL is certain, whatever the remaining sessions.
+
+    Curtailed, not peeking: the test assumes every session still to come is clean, so stopping
+    never turns a pass into a fail. Reproduction trials never stop early: their per-trial
+    rates are evidence of their own.
+    """
+
+    prior: Counts  # the variant's earlier trials
+    good: Counts
+    alpha: float
+
+    def decided(self, corrupted: int, planned: int) -> bool:
+        k0, n0 = self.prior
+        return fisher_greater(k0 + corrupted, n0 + planned, *self.good) <= self.alpha

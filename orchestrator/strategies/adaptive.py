@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from orchestrator.evidence import Levels, TrialEvidence, variant_key
-from orchestrator.stats.compare import Answer, judge, reproduced
+from orchestrator.stats.compare import Answer, StopWhenFailing, judge, reproduced
 from orchestrator.stats.proportions import wilson
 
 MAX_CULPRITS = 3
@@ -116,6 +116,16 @@ class _Run:
         raise _NeedTrials(*variants)
 
 
+def _cells(evidence: Sequence[TrialEvidence]) -> dict[str, _Counts]:
+    cells: dict[str, _Counts] = {}
+    for trial in evidence:
+        cell = cells.setdefault(variant_key(trial.levels), _Counts())
+        cell.corrupted += trial.corrupted
+        cell.judged += trial.judged
+        cell.trials += 1
+    return cells
+
+
 class Adaptive:
     def __init__(
         self,
@@ -150,13 +160,18 @@ class Adaptive:
                 proposals.append(levels)
         return proposals
 
+    def stop_rule(
+        self, levels: Levels, done: Sequence[TrialEvidence]
+    ) -> StopWhenFailing | None:
+        if variant_key(levels) in (variant_key(self.good), variant_key(self.bad)):
+            return None
+        cells = _cells(done)
+        prior = cells.get(variant_key(levels), _Counts())
+        return StopWhenFailing(prior.pair, cells.get(variant_key(self.good), _Counts()).pair,
+                               self.alpha)
+
     def replay(self, evidence: Sequence[TrialEvidence]) -> Replay:
-        cells: dict[str, _Counts] = {}
-        for trial in evidence:
-            cell = cells.setdefault(variant_key(trial.levels), _Counts())
-            cell.corrupted += trial.corrupted
-            cell.judged += trial.judged
-            cell.trials += 1
+        cells = _cells(evidence)
         run = _Run(self, cells, len(evidence))
         culprits: list[dict[str, str]] = []
         try:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from orchestrator.evidence import Levels, TrialEvidence
+from orchestrator.stats.compare import StopWhenFailing
 
 
 class Strategy(Protocol):
@@ -17,4 +18,10 @@ class Strategy(Protocol):
         self, done: Sequence[TrialEvidence], pending: Sequence[Levels]
     ) -> list[dict[str, str]]:
         """Variants to start now, best first; the caller runs as many as it has free pools."""
+        ...
+
+    def stop_rule(
+        self, levels: Levels, done: Sequence[TrialEvidence]
+    ) -> StopWhenFailing | None:
+        """When a trial of ``levels`` may end before its planned end, or None."""
         ...

@@ -19,7 +19,7 @@ import numpy as np
 from scipy.special import betaln, gammaln
 
 from orchestrator.evidence import Levels, TrialEvidence, variant_key
-from orchestrator.stats.compare import Answer, reproduced
+from orchestrator.stats.compare import Answer, StopWhenFailing, reproduced
 
 FACTOR = "commit"
 # Weak priors that still say "clean is clean, broken is broken": rates near 0 before the change,
@@ -128,6 +128,11 @@ class Commits:
             else:
                 proposals.append(levels)
         return proposals
+
+    def stop_rule(
+        self, levels: Levels, done: Sequence[TrialEvidence]
+    ) -> StopWhenFailing | None:
+        return None  # the posterior uses the full counts of every trial
 
     def replay(self, evidence: Sequence[TrialEvidence]) -> CommitReplay:
         index = {sha: i for i, sha in enumerate(self.commits)}

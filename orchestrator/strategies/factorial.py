@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from orchestrator.evidence import Levels, TrialEvidence, variant_key
+from orchestrator.stats.compare import StopWhenFailing
 
 
 def gray_order(factors: Mapping[str, Sequence[str]]) -> list[dict[str, str]]:
@@ -49,3 +50,8 @@ class Factorial:
             else:
                 wanted.append(variant)
         return wanted
+
+    def stop_rule(
+        self, levels: Levels, done: Sequence[TrialEvidence]
+    ) -> StopWhenFailing | None:
+        return None  # a fixed design: every trial runs in full
