@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from db.records import TrialRecord
 from db.store import Store
 from deploy.services.process import ProcessServiceManager
-from deploy.transports.local import LocalTransport
+from deploy.transports.factory import Transports
 from experiments.campaign import Campaign
 from experiments.outcomes import is_corrupt
 from orchestrator.evidence import TrialEvidence, variant_key
@@ -105,10 +105,14 @@ def create_campaign(store: Store, campaign: Campaign, source: str) -> str:
 def stop_services(campaign: Campaign) -> None:
     """Stop every service of the campaign from the driver: the safety net behind the actors."""
     workdirs = {node.name: node.workdir for node in campaign.nodes}
-    for pool in campaign.pools:
-        for service in reversed(pool.services):
-            manager = ProcessServiceManager(LocalTransport(service.node), workdirs[service.node])
-            manager.stop(service.name)
+    transports = Transports(campaign.nodes)
+    try:
+        for pool in campaign.pools:
+            for service in reversed(pool.services):
+                transport = transports[service.node]
+                ProcessServiceManager(transport, workdirs[service.node]).stop(service.name)
+    finally:
+        transports.close()
 
 
 def run_campaign(

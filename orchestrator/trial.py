@@ -18,7 +18,7 @@ from deploy.render import LevelSettings, render_service
 from deploy.services.base import ServiceConfig, ServiceManager
 from deploy.services.process import ProcessServiceManager
 from deploy.transports.base import TransportError
-from deploy.transports.local import LocalTransport
+from deploy.transports.factory import Transports
 from experiments.campaign import Campaign, Pool
 from experiments.collect import Sample, log_events, poll_metrics
 from experiments.outcomes import is_corrupt
@@ -66,10 +66,12 @@ class PoolRunner:
     def __init__(self, campaign_json: dict[str, object], pool_name: str) -> None:
         self.campaign = Campaign.model_validate(campaign_json)
         self.pool: Pool = next(p for p in self.campaign.pools if p.name == pool_name)
-        nodes = {node.name: node for node in self.campaign.nodes}
+        workdirs = {node.name: node.workdir for node in self.campaign.nodes}
+        self.transports = Transports(self.campaign.nodes)  # one connection per node, built here:
+        # paramiko objects cannot travel to a Ray actor
         self.managers: dict[str, ServiceManager] = {
             service.name: ProcessServiceManager(
-                LocalTransport(service.node), nodes[service.node].workdir
+                self.transports[service.node], workdirs[service.node]
             )
             for service in self.pool.services
         }
@@ -159,6 +161,9 @@ class PoolRunner:
         await asyncio.to_thread(self._stop_all)
 
     def _stop_all(self) -> None:
-        for service in reversed(self.pool.services):
-            self.managers[service.name].stop(service.name)
-        self.applied.clear()
+        try:
+            for service in reversed(self.pool.services):
+                self.managers[service.name].stop(service.name)
+        finally:
+            self.applied.clear()
+            self.transports.close()

@@ -83,3 +83,6 @@ def ray_cluster() -> Iterator[None]:
     yield
     ray.shutdown()
     shutil.rmtree(os.environ.pop("RAY_TMPDIR"), ignore_errors=True)
+
+
+from tests.lab_fixture import lab  # noqa: E402, F401 - one lab of SSH test hosts per run
