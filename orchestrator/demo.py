@@ -38,6 +38,26 @@ FAULT_MODEL: dict[str, Any] = {
 }
 
 
+DEMO_FACTORS: list[dict[str, Any]] = [
+    {"name": "index_k", "levels": {
+        "fp8": {"env": {"BF16_INDEX_K": "0"}},
+        "bf16": {"env": {"BF16_INDEX_K": "1"}},
+    }},
+    {"name": "hicache", "levels": {
+        "off": {},
+        "on": {"flags": ["--enable-hierarchical-cache", "--hicache-ratio", "2"]},
+    }},
+    {"name": "topk_v2", "levels": {
+        "off": {"env": {"SGLANG_OPT_USE_TOPK_V2": "0"}},
+        "on": {"env": {"SGLANG_OPT_USE_TOPK_V2": "1"}},
+    }},
+    {"name": "cuda_graph", "levels": {
+        "on": {},
+        "off": {"flags": ["--disable-cuda-graph"]},
+    }},
+]
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -73,24 +93,7 @@ def demo_campaign(workdir: Path, fault_model: Path) -> Campaign:
         "name": "demo: DeepSeek tool-call leaks under load (twin nodes)",
         "nodes": [{"name": "local", "transport": "local", "workdir": str(workdir / "services")}],
         "pools": pools,
-        "factors": [
-            {"name": "index_k", "levels": {
-                "fp8": {"env": {"BF16_INDEX_K": "0"}},
-                "bf16": {"env": {"BF16_INDEX_K": "1"}},
-            }},
-            {"name": "hicache", "levels": {
-                "off": {},
-                "on": {"flags": ["--enable-hierarchical-cache", "--hicache-ratio", "2"]},
-            }},
-            {"name": "topk_v2", "levels": {
-                "off": {"env": {"SGLANG_OPT_USE_TOPK_V2": "0"}},
-                "on": {"env": {"SGLANG_OPT_USE_TOPK_V2": "1"}},
-            }},
-            {"name": "cuda_graph", "levels": {
-                "on": {},
-                "off": {"flags": ["--disable-cuda-graph"]},
-            }},
-        ],
+        "factors": DEMO_FACTORS,
         "workload": {"sessions": 80, "rounds": 4, "timeout_s": 30, "seed": 1},
         "strategy": {"kind": "adaptive", "alpha": 0.01},
         "cost": {"restart_s": 90, "workload_s": 485, "gpus": 16},

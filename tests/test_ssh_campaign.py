@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -14,32 +12,13 @@ from typer.testing import CliRunner
 from db.store import Store
 from deploy.lab import Lab
 from orchestrator.cli import app
+from orchestrator.lab_campaign import lab_pool
 
 FAULTS = {"rules": [{
     "name": "race", "when": {"env": {"BF16_INDEX_K": "1"},
                              "flags": {"enable-hierarchical-cache": True}},
     "min_inflight": 1, "probability": 0.5, "effect": "leak",
 }]}
-
-
-def lab_pool(lab: Lab, which: int, fault_model: Path) -> dict[str, Any]:
-    host = lab.host(which)
-    base = f"http://{host.address}:30000"
-    return {
-        "name": f"pool-{which}",
-        "endpoint": base,
-        "services": [{
-            "name": "sglang",
-            "node": host.name,
-            # An absolute interpreter: an SSH session has sshd's PATH and starts in $HOME.
-            "start": [sys.executable, "-m", "experiments.twin", "--host", host.address,
-                      "--port", "30000", "--fault-model", str(fault_model),
-                      "--twin-startup-delay", "0.2", "--twin-latency-ms", "5"],
-            "health_url": f"{base}/health",
-            "metrics_url": f"{base}/metrics",
-            "startup_timeout_s": 60,
-        }],
-    }
 
 
 @pytest.fixture
@@ -49,7 +28,7 @@ def campaign_file(lab: Lab, tmp_path: Path) -> Path:
     campaign = {
         "name": "over ssh",
         "nodes": [lab.node(1), lab.node(2)],
-        "pools": [lab_pool(lab, 1, faults), lab_pool(lab, 2, faults)],
+        "pools": [lab_pool(lab, 1, faults), lab_pool(lab, 2, faults)],  # twins over SSH
         "factors": [
             {"name": "index_k", "levels": {"fp8": {"env": {"BF16_INDEX_K": "0"}},
                                            "bf16": {"env": {"BF16_INDEX_K": "1"}}}},
@@ -87,3 +66,16 @@ def test_a_campaign_over_ssh_finds_the_culprit_and_leaves_the_hosts_clean(
     for which in (1, 2):  # nothing left running, no pid file left on the hosts
         workdir = Path(lab.host(which).workdir)
         assert not list(workdir.glob("*.pid"))
+
+    # The decision trail and the trials, replayed from the store.
+    runner = CliRunner()
+    trail = json.loads(runner.invoke(app, ["log", campaign.id, "--store", str(db),
+                                           "--json"]).stdout)
+    assert trail[0]["phase"] == "reproduce" and trail[0]["answer"] == "fail"
+    assert any(step["phase"] == "flip hicache" and step["answer"] == "pass" for step in trail)
+    human = runner.invoke(app, ["log", campaign.id, "--store", str(db)])
+    assert human.exit_code == 0 and "reproduce" in human.stdout
+    shown = json.loads(runner.invoke(app, ["show", campaign.id, "--store", str(db),
+                                           "--json"]).stdout)
+    assert len(shown) == len(trials) and all(t["status"] == "done" for t in shown)
+

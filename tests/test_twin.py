@@ -10,7 +10,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,9 @@ from experiments import agent
 from experiments.markup import find_markup
 from experiments.twin import faults
 from experiments.twin.agent_script import build_reply
+from tests.test_twin_support import FAST, Procs, start_twins
 
 REPO = Path(__file__).resolve().parent.parent
-TwinFactory = Callable[..., str]  # the `twin` fixture of conftest.py
 
 
 def free_port() -> int:
@@ -47,23 +48,32 @@ rules:
 """
 
 
-def fault_file(tmp_path: Path, probability: float = 1.0, effect: str = "leak",
-               min_inflight: int = 1) -> Path:
-    path = tmp_path / f"faults-{effect}-{probability}-{min_inflight}.yaml"
-    path.write_text(LEAK_RULE % {"probability": probability, "effect": effect,
-                                 "min_inflight": min_inflight})
-    return path
+def fault_text(probability: float = 1.0, effect: str = "leak", min_inflight: int = 1) -> str:
+    return LEAK_RULE % {"probability": probability, "effect": effect,
+                        "min_inflight": min_inflight}
 
 
 BAD = {"env": {"BF16_INDEX_K": "1"}}
 BAD_FLAGS = ("--enable-hierarchical-cache",)
 
 
-def opening(key: str, canary: str = "CANARY0001") -> list[dict[str, Any]]:
+def opening(key: str, canary: str = "CANARY0001", filler: str = "") -> list[dict[str, Any]]:
     return [
         {"role": "system", "content": agent.SYSTEM_PROMPT},
-        {"role": "user", "content": agent.first_user_message(key, canary)},
+        {"role": "user", "content": filler + agent.first_user_message(key, canary)},
     ]
+
+
+# One twin shows every effect: the first rule that applies wins, so a longer request reaches
+# an effect further up (a request is ~290 tokens before filler; 4 characters a token).
+EFFECTS = """
+rules:
+  - {name: fx-no-tool, min_context_tokens: 4000, probability: 1.0, effect: no_tool}
+  - {name: fx-lost-plot, min_context_tokens: 3000, probability: 1.0, effect: lost_plot}
+  - {name: fx-bad-args, min_context_tokens: 2000, probability: 1.0, effect: bad_args}
+  - {name: fx-error, min_context_tokens: 1000, probability: 1.0, effect: error}
+"""
+EFFECT_CONTEXT = {"no_tool": 4500, "lost_plot": 3500, "bad_args": 2500, "error": 1500}
 
 
 def body(messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -107,10 +117,6 @@ def metric(url: str, name: str) -> float:
     raise AssertionError(f"{name} not in /metrics")
 
 
-def log_of(url: str, tmp_path: Path) -> str:
-    return (tmp_path / f"twin-{url.rsplit(':', 1)[1]}.log").read_text()
-
-
 async def burst(url: str, payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
     async with aiohttp.ClientSession() as session:
         async def one(payload: dict[str, Any]) -> dict[str, Any]:
@@ -123,6 +129,70 @@ async def burst(url: str, payloads: list[dict[str, Any]]) -> list[dict[str, Any]
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "experiments.twin", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=30)
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The twin's main() in this process (it returns before serving for these inputs)."""
+    from experiments.twin.cli import main
+
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# Every twin of this module, by name: (flags, env, fault model text or None). They start at once
+# (a twin costs ~0.6 s of CPU to start); each test owns the twins it names.
+FLEET: dict[str, tuple[tuple[str, ...], dict[str, str], str | None]] = {
+    "fp8": (("--served-model-name", "twin-model", "--disable-cuda-graph", *FAST),
+            {"BF16_INDEX_K": "0"}, None),
+    "metrics": (("--enable-metrics", "--twin-latency-ms", "800"), {}, None),
+    "queue": (("--max-running-requests", "5", "--twin-latency-ms", "400"), {}, None),
+    "leak": ((*BAD_FLAGS, "--tp-size", "8", "--hicache-size", "64"), BAD["env"], fault_text()),
+    "env-fallback": ((), {**BAD["env"], "BISECT_TWIN_FAULT_MODEL": "@leak"}, None),
+    "half-1": ((*BAD_FLAGS, *FAST), BAD["env"], fault_text(0.5)),
+    "half-2": ((*BAD_FLAGS, *FAST), BAD["env"], fault_text(0.5)),
+    "half-reseeded": ((*BAD_FLAGS, *FAST, "--twin-seed", "1"), BAD["env"], fault_text(0.5)),
+    "inflight": ((*BAD_FLAGS, "--twin-latency-ms", "200"), BAD["env"],
+                 fault_text(min_inflight=8)),
+    "effects": (FAST, {}, EFFECTS),
+    "wedge-60": ((*BAD_FLAGS, "--twin-wedge-s", "60"), BAD["env"], fault_text(effect="wedge")),
+    "wedge-0.3": ((*BAD_FLAGS, "--twin-wedge-s", "0.3"), BAD["env"],
+                  fault_text(effect="wedge")),
+}
+
+
+@dataclass
+class Fleet:
+    urls: dict[str, str]
+    procs: Procs
+    faults: dict[str, Path]
+
+    def __getitem__(self, name: str) -> str:
+        return self.urls[name]
+
+    def log(self, name: str) -> str:
+        return self.procs.log(name)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    tmp = tmp_path_factory.mktemp("twins")
+    paths: dict[str, Path] = {}
+    for name, (_, _, text) in FLEET.items():
+        if text is not None:
+            paths[name] = tmp / f"{name}.yaml"
+            paths[name].write_text(text)
+    specs = []
+    for name, (args, env, text) in FLEET.items():
+        env = {k: str(paths[v[1:]]) if v.startswith("@") else v for k, v in env.items()}
+        model = ("--fault-model", str(paths[name])) if text is not None else ()
+        specs.append((name, (*args, *model), env))
+    procs = Procs(tmp)
+    try:
+        urls = start_twins(procs, *specs)
+        yield Fleet(dict(zip(FLEET, urls, strict=True)), procs, paths)
+    finally:
+        procs.close()
 
 
 # --- endpoints ---------------------------------------------------------------------------------
@@ -155,10 +225,10 @@ def test_health_is_503_until_the_startup_delay_passed(tmp_path: Path) -> None:
         assert proc.wait(timeout=10) == 0
 
 
-def test_openai_client_gets_the_scripted_tool_calls(twin: TwinFactory) -> None:
+def test_openai_client_gets_the_scripted_tool_calls(fleet: Fleet) -> None:
     from openai import OpenAI
 
-    url = twin("--served-model-name", "twin-model", "--twin-latency-ms", "1")
+    url = fleet["fp8"]
     # Typed loosely: the test feeds plain dicts, as the workload does.
     client: Any = OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
     assert [m.id for m in client.models.list().data] == ["twin-model"]
@@ -202,10 +272,11 @@ def test_openai_client_gets_the_scripted_tool_calls(twin: TwinFactory) -> None:
     # No tools: plain text.
     plain = client.chat.completions.create(model="twin-model", messages=opening("gamma"))
     assert plain.choices[0].finish_reason == "stop" and plain.choices[0].message.content
+    client.close()  # no kept-alive connection for the twin to wait on at its shutdown
 
 
-def test_bad_requests_get_400_with_an_error_body(twin: TwinFactory) -> None:
-    url = twin()
+def test_bad_requests_get_400_with_an_error_body(fleet: Fleet) -> None:
+    url = fleet["fp8"]
     payloads: list[Any] = [b"not json", {"messages": []}, {"messages": [{"role": "wizard"}]}, [1]]
     for payload in payloads:
         status, answer = post(url, payload)
@@ -213,8 +284,8 @@ def test_bad_requests_get_400_with_an_error_body(twin: TwinFactory) -> None:
         assert answer["error"]["message"] and answer["object"] == "error"
 
 
-def test_server_info_and_models(twin: TwinFactory) -> None:
-    url = twin("--tp-size", "8", "--enable-hierarchical-cache", env={"BF16_INDEX_K": "1"})
+def test_server_info_and_models(fleet: Fleet) -> None:
+    url = fleet["leak"]
     info = json.loads(get(url, "/get_server_info")[1])
     assert info["tp_size"] == 8 and info["enable_hierarchical_cache"] is True
     assert info["env"]["BF16_INDEX_K"] == "1"
@@ -222,8 +293,8 @@ def test_server_info_and_models(twin: TwinFactory) -> None:
     assert models["data"][0]["id"] == "deepseek-ai/DeepSeek-V4-twin"
 
 
-def test_metrics_parse_and_running_requests_rise_under_load(twin: TwinFactory) -> None:
-    url = twin("--enable-metrics", "--twin-latency-ms", "800")
+def test_metrics_parse_and_running_requests_rise_under_load(fleet: Fleet) -> None:
+    url = fleet["metrics"]
     assert metric(url, "sglang:num_running_reqs") == 0
 
     async def load_and_watch() -> float:
@@ -241,8 +312,8 @@ def test_metrics_parse_and_running_requests_rise_under_load(twin: TwinFactory) -
     assert metric(url, "sglang:num_queue_reqs") == 0
 
 
-def test_max_running_requests_queues_the_rest(twin: TwinFactory) -> None:
-    url = twin("--max-running-requests", "5", "--twin-latency-ms", "400")
+def test_max_running_requests_queues_the_rest(fleet: Fleet) -> None:
+    url = fleet["queue"]
 
     async def load_and_watch() -> tuple[float, float]:
         task = asyncio.create_task(burst(url, [body(opening(f"q{i}")) for i in range(12)]))
@@ -258,16 +329,15 @@ def test_max_running_requests_queues_the_rest(twin: TwinFactory) -> None:
 # --- the fault model ----------------------------------------------------------------------------
 
 
-def test_planted_leak_needs_bf16_and_hicache(twin: TwinFactory, tmp_path: Path) -> None:
-    path = fault_file(tmp_path)
-    bad = twin(*BAD_FLAGS, "--fault-model", str(path), **BAD)
+def test_planted_leak_needs_bf16_and_hicache(fleet: Fleet) -> None:
+    bad = fleet["leak"]
     status, answer = post(bad, body(opening("leaky")))
     assert status == 200 and is_leak(answer)
     assert "<｜DSML｜function_calls>" in message_of(answer)["content"]
     assert answer["choices"][0]["finish_reason"] == "stop"
 
     # The env fallback names the same file; without the flag the condition does not hold.
-    good = twin(env={"BF16_INDEX_K": "1", "BISECT_TWIN_FAULT_MODEL": str(path)})
+    good = fleet["env-fallback"]
     status, answer = post(good, body(opening("leaky")))
     assert status == 200 and not is_leak(answer)
     assert json.loads(message_of(answer)["tool_calls"][0]["function"]["arguments"])["canary"] \
@@ -278,15 +348,9 @@ def hits(url: str, keys: list[str]) -> set[str]:
     return {key for key in keys if is_leak(post(url, body(opening(key)))[1])}
 
 
-def test_decisions_are_deterministic_per_session_and_seed(
-    twin: TwinFactory, tmp_path: Path
-) -> None:
-    path = str(fault_file(tmp_path, probability=0.5))
+def test_decisions_are_deterministic_per_session_and_seed(fleet: Fleet) -> None:
     keys = [f"det-{i}" for i in range(30)]
-    first = twin(*BAD_FLAGS, "--fault-model", path, "--twin-latency-ms", "1", **BAD)
-    second = twin(*BAD_FLAGS, "--fault-model", path, "--twin-latency-ms", "1", **BAD)
-    reseeded = twin(*BAD_FLAGS, "--fault-model", path, "--twin-latency-ms", "1",
-                    "--twin-seed", "1", **BAD)
+    first, second, reseeded = fleet["half-1"], fleet["half-2"], fleet["half-reseeded"]
     hit = hits(first, keys)
     assert 0 < len(hit) < len(keys)
     assert hits(second, keys) == hit
@@ -294,16 +358,14 @@ def test_decisions_are_deterministic_per_session_and_seed(
     assert hits(reseeded, keys) != hit
 
 
-def test_probability_is_honoured_over_many_sessions(twin: TwinFactory, tmp_path: Path) -> None:
-    path = str(fault_file(tmp_path, probability=0.3))
-    url = twin(*BAD_FLAGS, "--fault-model", path, "--twin-latency-ms", "1", **BAD)
+def test_probability_is_honoured_over_many_sessions(fleet: Fleet) -> None:
+    url = fleet["half-1"]
     count = len(hits(url, [f"many-{i}" for i in range(200)]))
-    assert 35 <= count <= 85  # 60 expected; +-4 standard deviations
+    assert 72 <= count <= 128  # 100 expected; +-4 standard deviations
 
 
-def test_min_inflight_is_respected(twin: TwinFactory, tmp_path: Path) -> None:
-    path = str(fault_file(tmp_path, min_inflight=8))
-    url = twin(*BAD_FLAGS, "--fault-model", path, "--twin-latency-ms", "200", **BAD)
+def test_min_inflight_is_respected(fleet: Fleet) -> None:
+    url = fleet["inflight"]
     sequential = [post(url, body(opening(f"seq-{i}")))[1] for i in range(4)]
     assert not any(is_leak(a) for a in sequential)
     concurrent = asyncio.run(burst(url, [body(opening(f"conc-{i}")) for i in range(20)]))
@@ -311,10 +373,9 @@ def test_min_inflight_is_respected(twin: TwinFactory, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("effect", ["no_tool", "lost_plot", "bad_args", "error"])
-def test_each_effect_has_its_shape(twin: TwinFactory, tmp_path: Path, effect: str) -> None:
-    path = str(fault_file(tmp_path, effect=effect))
-    url = twin(*BAD_FLAGS, "--fault-model", path, "--twin-latency-ms", "1", **BAD)
-    status, answer = post(url, body(opening("fx", "RIGHTCANARY")))
+def test_each_effect_has_its_shape(fleet: Fleet, effect: str) -> None:
+    filler = "x" * 4 * (EFFECT_CONTEXT[effect] - 290)
+    status, answer = post(fleet["effects"], body(opening("fx", "RIGHTCANARY", filler)))
     if effect == "error":
         assert status == 500 and answer["error"]["code"] == 500
         return
@@ -332,9 +393,8 @@ def test_each_effect_has_its_shape(twin: TwinFactory, tmp_path: Path, effect: st
             json.loads(arguments)
 
 
-def test_wedge_hangs_until_the_client_leaves(twin: TwinFactory, tmp_path: Path) -> None:
-    path = str(fault_file(tmp_path, effect="wedge"))
-    url = twin(*BAD_FLAGS, "--fault-model", path, "--twin-wedge-s", "60", **BAD)
+def test_wedge_hangs_until_the_client_leaves(fleet: Fleet) -> None:
+    url = fleet["wedge-60"]
 
     async def wedge() -> float:
         async with aiohttp.ClientSession() as session:
@@ -349,19 +409,18 @@ def test_wedge_hangs_until_the_client_leaves(twin: TwinFactory, tmp_path: Path) 
 
     assert asyncio.run(wedge()) == 1
     deadline = time.monotonic() + 5
-    while "Aborted by AbortReq" not in log_of(url, tmp_path) and time.monotonic() < deadline:
+    while "Aborted by AbortReq" not in fleet.log("wedge-60") and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert "WaitingForInput" in log_of(url, tmp_path)
-    assert "Aborted by AbortReq" in log_of(url, tmp_path)
+    assert "WaitingForInput" in fleet.log("wedge-60")
+    assert "Aborted by AbortReq" in fleet.log("wedge-60")
     assert metric(url, "sglang:num_running_reqs") == 0
 
 
-def test_wedge_times_out_with_an_error(twin: TwinFactory, tmp_path: Path) -> None:
-    path = str(fault_file(tmp_path, effect="wedge"))
-    url = twin(*BAD_FLAGS, "--fault-model", path, "--twin-wedge-s", "0.3", **BAD)
+def test_wedge_times_out_with_an_error(fleet: Fleet) -> None:
+    url = fleet["wedge-0.3"]
     status, answer = post(url, body(opening("stuck")))
     assert status == 503 and answer["error"]["message"]
-    assert "waiting timeout" in log_of(url, tmp_path)
+    assert "waiting timeout" in fleet.log("wedge-0.3")
 
 
 def test_example_fault_model_is_valid() -> None:
@@ -388,15 +447,25 @@ def test_unknown_flag_exits_2() -> None:
          "field rules[0].effect"),
         ("rules:\n  - name: x\n    when: {flags: {enable-hicache: true}}\n"
          "    probability: 0.1\n    effect: leak\n", "field rules[0].when.flags.enable-hicache"),
+        ("rules:\n  - name: x\n    when: {decode: {flags: {cuda-graphs: false}}}\n"
+         "    probability: 0.1\n    effect: wedge\n",
+         "field rules[0].when.decode.flags.cuda-graphs"),
+        ("rules:\n  - name: x\n    scale_with_inflight: {reference: 0}\n"
+         "    probability: 0.1\n    effect: leak\n",
+         "field rules[0].scale_with_inflight.reference"),
+        ("rules:\n  - name: x\n    min_context_tokens: -1\n"
+         "    probability: 0.1\n    effect: leak\n", "field rules[0].min_context_tokens"),
     ],
 )
-def test_bad_fault_model_exits_2_naming_the_field(tmp_path: Path, text: str, field: str) -> None:
+def test_bad_fault_model_exits_2_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, field: str
+) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(text)
-    result = run_cli("--fault-model", str(path), "--twin-startup-delay", "0")
-    assert result.returncode == 2
-    assert str(path) in result.stderr and field in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+    code, _, err = cli(capsys, "--fault-model", str(path), "--twin-startup-delay", "0")
+    assert code == 2
+    assert str(path) in err and field in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_bad_fault_model_error_names_the_line(tmp_path: Path) -> None:
@@ -406,21 +475,23 @@ def test_bad_fault_model_error_names_the_line(tmp_path: Path) -> None:
         faults.load(path)
 
 
-def test_help_and_schema() -> None:
-    help_text = run_cli("--help")
-    assert help_text.returncode == 0
+def test_help_and_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    code, help_text, _ = cli(capsys, "--help")
+    assert code == 0
     for flag in ("--enable-hierarchical-cache", "--tool-call-parser", "--fault-model",
-                 "--twin-seed", "--disaggregation-mode", "--hicache-write-policy"):
-        assert flag in help_text.stdout
-    schema = run_cli("--schema")
-    assert schema.returncode == 0
-    document = json.loads(schema.stdout)
+                 "--twin-seed", "--disaggregation-mode", "--hicache-write-policy",
+                 "--disaggregation-bootstrap-port", "--twin-prefill-us-per-token",
+                 "--twin-decode-ms-per-token", "--twin-decode-batch-slowdown",
+                 "--twin-eager-slowdown", "--twin-hicache-hit-cost", "--twin-latency-ms"):
+        assert flag in help_text
+    code, schema, _ = cli(capsys, "--schema")
+    assert code == 0
+    document = json.loads(schema)
     assert {"seed", "rules", "noise"} <= set(document["properties"])
 
 
-def test_startup_log_shows_what_was_loaded(twin: TwinFactory, tmp_path: Path) -> None:
-    bf16 = twin("--enable-hierarchical-cache", "--hicache-size", "64", env={"BF16_INDEX_K": "1"})
-    text = log_of(bf16, tmp_path)
+def test_startup_log_shows_what_was_loaded(fleet: Fleet) -> None:
+    text = fleet.log("leak")
     for line in ("server_args=ServerArgs(", "enable_hierarchical_cache=True",
                  "Load weight end. type=DeepseekV4ForCausalLM", "KV Cache is allocated. #tokens:",
                  "index_k dtype=bf16 bytes_per_token_per_layer=256",
@@ -429,8 +500,7 @@ def test_startup_log_shows_what_was_loaded(twin: TwinFactory, tmp_path: Path) ->
                  "The server is fired up and ready to roll!"):
         assert line in text, line
 
-    fp8 = twin("--disable-cuda-graph", env={"BF16_INDEX_K": "0"})
-    text = log_of(fp8, tmp_path)
+    text = fleet.log("fp8")
     assert "bytes_per_token_per_layer=132" in text
     assert "Capture cuda graph" not in text and "hierarchical KV cache" not in text
 

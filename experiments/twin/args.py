@@ -10,19 +10,17 @@ import argparse
 from typing import Any
 
 TOOL_CALL_PARSERS = ("deepseekv3", "deepseekv31", "deepseekv32", "deepseekv4")
+DISAGGREGATION_MODES = ("null", "prefill", "decode")
 FAULT_MODEL_ENV = "BISECT_TWIN_FAULT_MODEL"
 # Destinations that SGLang's ServerArgs does not have: kept out of the `server_args=` log line.
-TWIN_ONLY = frozenset(
-    {"fault_model", "twin_seed", "twin_startup_delay", "twin_latency_ms", "twin_wedge_s", "schema"}
-)
+TWIN_ONLY = frozenset({
+    "fault_model", "twin_seed", "twin_startup_delay", "twin_latency_ms", "twin_wedge_s",
+    "twin_prefill_us_per_token", "twin_decode_ms_per_token", "twin_decode_batch_slowdown",
+    "twin_eager_slowdown", "twin_hicache_hit_cost", "schema",
+})
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m experiments.twin",
-        description="A simulated SGLang server (one combined role) for bisect.",
-    )
-    add = parser.add_argument
+def _add_sglang_flags(add: Any) -> None:
     # Model and serving.
     add("--model-path", default="deepseek-ai/DeepSeek-V4-twin")
     add("--served-model-name", default=None)
@@ -34,16 +32,25 @@ def build_parser() -> argparse.ArgumentParser:
     add("--dp-size", "--dp", type=int, default=1, dest="dp_size")
     add("--ep-size", "--ep", type=int, default=1, dest="ep_size")
     add("--enable-dp-attention", action="store_true")
+    add("--nnodes", type=int, default=1)
+    add("--node-rank", type=int, default=0)
+    add("--dist-init-addr", default=None)
     add("--tool-call-parser", choices=TOOL_CALL_PARSERS, default="deepseekv32")
     add("--reasoning-parser", default=None)
     add("--attention-backend", default=None)
     add("--kv-cache-dtype", default="auto")
     add("--page-size", type=int, default=None)
+    add("--random-seed", type=int, default=None)
+    add("--stream-interval", type=int, default=1)
+    add("--watchdog-timeout", type=float, default=300.0)
+    add("--enable-cache-report", action="store_true")
     # Memory and scheduling.
     add("--mem-fraction-static", type=float, default=None)
     add("--context-length", type=int, default=None)
     add("--max-running-requests", type=int, default=None)
     add("--chunked-prefill-size", type=int, default=None)
+    add("--load-balance-method", default="round_robin")
+    add("--disable-radix-cache", action="store_true")
     # HiCache.
     add("--enable-hierarchical-cache", action="store_true")
     add("--hicache-ratio", type=float, default=2.0)
@@ -57,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--disable-cuda-graph", action="store_true")
     add("--disable-decode-cuda-graph", action="store_true")
     add("--cuda-graph-max-bs", type=int, default=None)
-    # Disaggregation (only "null" is simulated in this first cut).
-    add("--disaggregation-mode", default="null", choices=("null", "prefill", "decode"))
+    # Disaggregation: a prefill serves its bootstrap server on the bootstrap port; a decode reaches
+    # the prefill's through the bootstrap_host/port/room the router adds to every request.
+    add("--disaggregation-mode", default="null", choices=DISAGGREGATION_MODES)
     add("--disaggregation-transfer-backend", default="mooncake")
     add("--disaggregation-bootstrap-port", type=int, default=8998)
     add("--disaggregation-ib-device", default=None)
@@ -66,20 +74,49 @@ def build_parser() -> argparse.ArgumentParser:
     add("--enable-metrics", action="store_true")
     add("--log-level", default="info")
     add("--log-level-http", default=None)
-    # Twin-only.
-    twin = parser.add_argument_group("twin-only flags")
-    twin.add_argument("--fault-model", default=None, metavar="PATH",
-                      help=f"fault model YAML (default: ${FAULT_MODEL_ENV})")
-    twin.add_argument("--twin-seed", type=int, default=0,
-                      help="combined with the fault model's seed in every draw")
-    twin.add_argument("--twin-startup-delay", type=float, default=1.0, metavar="SECONDS",
-                      help="/health answers 503 until this has passed")
-    twin.add_argument("--twin-latency-ms", type=float, default=20.0,
-                      help="service time per chat request (seeded jitter of +-10%%)")
-    twin.add_argument("--twin-wedge-s", type=float, default=300.0, metavar="SECONDS",
-                      help="how long a wedged request hangs before it is aborted")
-    twin.add_argument("--schema", action="store_true",
-                      help="print the fault model's JSON Schema and exit")
+
+
+def _add_twin_flags(parser: argparse.ArgumentParser) -> None:
+    twin = parser.add_argument_group(
+        "twin-only flags",
+        "Time model: a request costs --twin-latency-ms (per role it passes) plus prefill "
+        "(per new prompt token; HiCache-hit tokens cost --twin-hicache-hit-cost of that) plus "
+        "decode (per output token, x(1 + slowdown x (running - 1)), x eager slowdown without "
+        "CUDA graphs); +-10%% seeded jitter.",
+    )
+    add = twin.add_argument
+    add("--fault-model", default=None, metavar="PATH",
+        help=f"fault model YAML (default: ${FAULT_MODEL_ENV})")
+    add("--twin-seed", type=int, default=0,
+        help="combined with the fault model's seed in every draw")
+    add("--twin-startup-delay", type=float, default=1.0, metavar="SECONDS",
+        help="/health answers 503 until this has passed")
+    add("--twin-latency-ms", type=float, default=20.0,
+        help="fixed service time per chat request and role (scheduling, tokenizing)")
+    add("--twin-prefill-us-per-token", type=float, default=5.0, metavar="US",
+        help="prefill time per new prompt token, microseconds")
+    add("--twin-decode-ms-per-token", type=float, default=0.5, metavar="MS",
+        help="decode time per output token with one running request, milliseconds")
+    add("--twin-decode-batch-slowdown", type=float, default=0.005, metavar="FRACTION",
+        help="extra decode time per token for each further running request")
+    add("--twin-eager-slowdown", type=float, default=1.6, metavar="FACTOR",
+        help="decode time factor with --disable-cuda-graph or --disable-decode-cuda-graph")
+    add("--twin-hicache-hit-cost", type=float, default=0.1, metavar="FRACTION",
+        help="cost of a HiCache-hit prompt token relative to a computed one")
+    add("--twin-wedge-s", type=float, default=300.0, metavar="SECONDS",
+        help="how long a wedged request hangs before it is aborted")
+    add("--schema", action="store_true", help="print the fault model's JSON Schema and exit")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.twin",
+        description="A simulated SGLang server for bisect: one combined server, or the prefill "
+        "or decode role of a disaggregated pool (--disaggregation-mode). The PD router is "
+        "`python -m experiments.twin.router` (or `python -m experiments.twin --router ...`).",
+    )
+    _add_sglang_flags(parser.add_argument)
+    _add_twin_flags(parser)
     return parser
 
 
@@ -102,3 +139,8 @@ def server_args(ns: argparse.Namespace) -> dict[str, Any]:
 def server_args_repr(ns: argparse.Namespace) -> str:
     inner = ", ".join(f"{key}={value!r}" for key, value in server_args(ns).items())
     return f"ServerArgs({inner})"
+
+
+def eager_decode(ns: argparse.Namespace) -> bool:
+    """Decode runs without CUDA graphs: disabled by flag, or a prefill server (never captures)."""
+    return bool(ns.disable_cuda_graph or ns.disable_decode_cuda_graph)

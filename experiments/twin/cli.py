@@ -1,11 +1,15 @@
 """``python -m experiments.twin``: parse SGLang-like flags, load the fault model, serve.
 
+``python -m experiments.twin --router ...`` runs the PD router instead (same as
+``python -m experiments.twin.router ...``; see router.py).
+
 Exit codes: 0 after SIGTERM/SIGINT (or --help, --schema), 1 when the server cannot start (port in
 use), 2 for bad input (unknown flag, bad fault model file), with one line on stderr.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -36,16 +40,32 @@ def _read_env(model: faults.FaultModel) -> dict[str, str]:
     return {name: os.environ[name] for name in sorted(names) if name in os.environ}
 
 
+def _apply_role(ns: argparse.Namespace) -> None:
+    """What SGLang's ServerArgs forces for a disaggregation role (and reports in server info)."""
+    if ns.disaggregation_mode == "prefill":
+        ns.disable_cuda_graph = True
+    elif ns.disaggregation_mode == "decode":
+        ns.disable_radix_cache = True
+
+
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--router"]:
+        from experiments.twin.router import main as router_main
+
+        return router_main(args[1:])
     parser = build_parser()
     try:
-        ns = parser.parse_args(argv)
+        ns = parser.parse_args(args)
     except SystemExit as exc:  # argparse: --help (0) or a bad flag (2, message already printed)
         return int(exc.code or 0)
     if ns.schema:
         print(json.dumps(faults.schema(), indent=2))
         return 0
     path = ns.fault_model or os.environ.get(FAULT_MODEL_ENV) or None
+    for line in logs.role_lines(ns.disaggregation_mode):
+        print(line, flush=True)  # SGLang warns before logging is configured: a bare line
+    _apply_role(ns)
     flags = flag_values(parser, ns)
     try:
         model = faults.load(path) if path else faults.FaultModel()
@@ -61,13 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     config = TwinConfig(ns=ns, flags=flags, env=env, faults=model, fault_model_path=path,
                         capacity=logs.capacity(ns, env))
     logs.log(f"server_args={server_args_repr(ns)}")
-    if ns.disaggregation_mode != "null":
-        logs.log(f"twin: disaggregation mode {ns.disaggregation_mode!r} is served as a combined "
-                 "server in this version")
     try:
         asyncio.run(serve(config))
     except OSError as exc:  # typically the port is taken
-        print(f"error: cannot serve on {ns.host}:{ns.port}: {exc.strerror or exc}",
+        ports = f"{ns.port}" + (f" (bootstrap {ns.disaggregation_bootstrap_port})"
+                                if ns.disaggregation_mode == "prefill" else "")
+        print(f"error: cannot serve on {ns.host}:{ports}: {exc.strerror or exc}",
               file=sys.stderr)
         return 1
     return 0

@@ -1,26 +1,34 @@
 """The fault model: which sessions the twin corrupts, wedges or fails, and under which conditions.
 
 A YAML file (see ``faults.example.yaml``; ``python -m experiments.twin --schema`` prints its JSON
-Schema). Each rule has a condition on the twin's env and flags and on the live number of chat
-requests in flight. When the condition holds on a request, a draw ``u`` in [0, 1) is taken from a
-stable hash of (seed, twin seed, rule name, session key); the rule hits when ``u < probability``.
-The draw does not depend on the turn, so a session that is hit stays hit whenever the condition
-holds again: a session is corrupted with probability ``p`` once its condition has held.
+Schema). Each rule has a condition on the flags and env of the roles of the pool (this server,
+its ``prefill``, its ``decode``), on the live number of chat requests in flight and on the
+request's context length. When the condition holds on a request, a draw ``u`` in [0, 1) is taken
+from a stable hash of (seed, twin seed, rule name, session key); the rule hits when
+``u < probability`` (scaled down at low concurrency with ``scale_with_inflight``). The draw does
+not depend on the turn, so a session that is hit stays hit whenever the condition holds again: a
+session is corrupted with probability ``p`` once its condition has held.
+
+Who decides: the server that writes the reply, i.e. a combined server or a decode server (using
+its own fault model, or its prefill's when it has none). A combined server plays both roles, so
+``prefill:`` and ``decode:`` conditions are read on itself.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from experiments.markup import MarkupFamily
+from experiments.twin.conditions import Condition, InflightScale, RoleView, flag_key
 
 
 class Effect(StrEnum):
@@ -28,35 +36,8 @@ class Effect(StrEnum):
     NO_TOOL = "no_tool"  # plain text, no call
     LOST_PLOT = "lost_plot"  # well-formed call with a wrong canary
     BAD_ARGS = "bad_args"  # arguments a truncated JSON string
-    ERROR = "error"  # HTTP 500
+    ERROR = "error"  # HTTP 500 (on a decode server: a failed KV transfer)
     WEDGE = "wedge"  # the request hangs until the client gives up
-
-
-FlagValue = StrictBool | int | float | str | None
-
-
-class Condition(BaseModel):
-    """All entries must match. Flags are named without the leading dashes."""
-
-    # `BF16_INDEX_K: 1` in YAML is an int: accept it as the string the env would hold.
-    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
-
-    env: dict[str, str | None] = Field(
-        default_factory=dict,
-        description="Env var -> required value (string compare); null means must be unset.",
-    )
-    flags: dict[str, FlagValue] = Field(
-        default_factory=dict,
-        description="Flag name without dashes -> value: a bool for on/off flags, otherwise "
-        "compared as a number or a string; null means the flag is unset.",
-    )
-
-    def holds(self, flags: dict[str, Any], env: dict[str, str]) -> bool:
-        if any(env.get(name) != want for name, want in self.env.items()):
-            return False
-        return all(
-            _flag_matches(want, flags.get(_flag_key(name))) for name, want in self.flags.items()
-        )
 
 
 class Rule(BaseModel):
@@ -66,13 +47,24 @@ class Rule(BaseModel):
     when: Condition = Field(default_factory=Condition)
     min_inflight: int = Field(
         default=1, ge=1, description="Applies only with at least this many chat requests in "
-        "flight, the current one included."
+        "flight on the deciding server, the current one included."
+    )
+    min_context_tokens: int = Field(
+        default=0, ge=0, description="Applies only to requests whose messages and tools, as "
+        "JSON, are at least this many tokens (4 characters a token)."
     )
     probability: float = Field(ge=0.0, le=1.0, description="Probability that a session is hit.")
+    scale_with_inflight: InflightScale | None = Field(
+        default=None, description="Scale the probability down below a reference concurrency."
+    )
     effect: Effect
     markup: MarkupFamily | None = Field(
         default=None, description="Markup family of a leak; default from --tool-call-parser."
     )
+
+    def chance(self, inflight: int) -> float:
+        scale = self.scale_with_inflight
+        return self.probability * (scale.factor(inflight) if scale else 1.0)
 
 
 class Noise(BaseModel):
@@ -100,6 +92,10 @@ class FaultModel(BaseModel):
             raise ValueError(f"rule names must be unique, repeated: {', '.join(dupes)}")
         return self
 
+    @property
+    def empty(self) -> bool:
+        return not self.rules and not (self.noise and self.noise.probability > 0)
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -121,15 +117,20 @@ def decide(
     model: FaultModel,
     *,
     twin_seed: int,
-    flags: dict[str, Any],
-    env: dict[str, str],
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
     inflight: int,
     session_key: str,
+    roles: Mapping[str, RoleView] | None = None,
+    context_tokens: int = 0,
 ) -> Decision | None:
+    """The first rule that hits this request, else the noise, else None."""
     for rule in model.rules:
-        if inflight < rule.min_inflight or not rule.when.holds(flags, env):
+        if inflight < rule.min_inflight or context_tokens < rule.min_context_tokens:
             continue
-        if draw(model.seed, twin_seed, rule.name, session_key) < rule.probability:
+        if not rule.when.holds(flags, env, roles):
+            continue
+        if draw(model.seed, twin_seed, rule.name, session_key) < rule.chance(inflight):
             return Decision(rule.name, rule.effect, rule.markup)
     noise = model.noise
     if noise and draw(model.seed, twin_seed, NOISE_RULE, session_key) < noise.probability:
@@ -138,17 +139,18 @@ def decide(
 
 
 def env_names(model: FaultModel) -> set[str]:
-    """Env vars the model reads (reported by /get_server_info)."""
-    return {name for rule in model.rules for name in rule.when.env}
+    """Env vars the model's conditions name, on any role (every twin reads and reports them)."""
+    return {name for rule in model.rules for _, part in rule.when.parts() for name in part.env}
 
 
 def unknown_flags(model: FaultModel, known: set[str]) -> list[str]:
     """Field paths of condition flags the twin does not accept (they could never match)."""
     return [
-        f"rules[{index}].when.flags.{name}"
+        f"rules[{index}].when.{prefix}flags.{name}"
         for index, rule in enumerate(model.rules)
-        for name in rule.when.flags
-        if _flag_key(name) not in known
+        for prefix, part in rule.when.parts()
+        for name in part.flags
+        if flag_key(name) not in known
     ]
 
 
@@ -183,21 +185,6 @@ def load(path: str | Path) -> FaultModel:
         raise FaultModelError(
             f"fault model {path}{where}, field {_dotted(loc) or '(top)'}: {error['msg']}"
         ) from exc
-
-
-def _flag_key(name: str) -> str:
-    return name.lstrip("-").replace("_", "-")
-
-
-def _flag_matches(want: FlagValue, actual: Any) -> bool:
-    if want is None or actual is None:
-        return want is None and actual is None
-    if isinstance(want, bool) or isinstance(actual, bool):
-        return str(want).lower() == str(actual).lower()
-    try:
-        return float(want) == float(actual)
-    except (TypeError, ValueError):
-        return str(want) == str(actual)
 
 
 def _dotted(loc: tuple[Any, ...]) -> str:

@@ -105,3 +105,31 @@ def limits_line(cap: Capacity) -> str:
         f"max_running_requests={cap.max_running_requests}, context_len={cap.context_len}, "
         f"available_gpu_mem={GPU_GB - cap.weights_gb - cap.kv_gb:.2f} GB"
     )
+
+
+def role_lines(mode: str) -> list[str]:
+    """What ServerArgs warns about for a disaggregation role, before ``server_args=``."""
+    if mode == "prefill":
+        return ["Cuda graph is disabled for prefill server"]
+    if mode == "decode":
+        return ["KV cache is forced as chunk cache for decode server"]
+    return []
+
+
+def bootstrap_line(host: str, port: int) -> str:
+    return f"CommonKVBootstrapServer started successfully on {host}:{port}"
+
+
+def decode_batch_line(*, running: int, tokens: int, usage: float, transfer: int, queued: int,
+                      cuda_graph: bool, throughput: float, pd: bool) -> str:
+    pd_part = f"#prealloc-req: 0, #transfer-req: {transfer}, " if pd else ""
+    return (f"Decode batch. #running-req: {running}, #token: {tokens}, token usage: {usage:.2f}, "
+            f"{pd_part}#retracted-req: 0, cuda graph: {cuda_graph}, "
+            f"gen throughput (token/s): {throughput:.2f}, #queue-req: {queued}")
+
+
+def prefill_batch_line(*, new_tokens: int, cached: int, usage: float, running: int, queued: int,
+                       bootstrap: int | None) -> str:
+    pd_part = f"#unbootstrapped-req: {bootstrap}, " if bootstrap is not None else ""
+    return (f"Prefill batch. #new-seq: 1, #new-token: {new_tokens}, #cached-token: {cached}, "
+            f"token usage: {usage:.2f}, #running-req: {running}, {pd_part}#queue-req: {queued}")

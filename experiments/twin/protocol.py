@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Literal
 
@@ -41,6 +42,11 @@ class ChatRequest(BaseModel):
     tool_choice: Any = "auto"
     stream: bool = False
     stream_options: dict[str, Any] | None = None
+    # Added by the PD router (as sglang_router does): where the prefill's bootstrap server is and
+    # which transfer ("room") this request is.
+    bootstrap_host: str | None = None
+    bootstrap_port: int | None = None
+    bootstrap_room: int | None = None
 
 
 def error_body(message: str, kind: str, code: int) -> dict[str, Any]:
@@ -81,36 +87,79 @@ def completion_body(rid: str, model: str, reply: Reply, use: dict[str, int]) -> 
     }
 
 
-def _pieces(text: str, count: int = 3) -> list[str]:
-    step = max(1, -(-len(text) // count))
-    return [text[i : i + step] for i in range(0, len(text), step)] or [""]
+TOKEN_CHARS = 4  # the twin's tokenizer: 4 characters a token (as estimate_tokens)
+
+
+def _pieces(text: str) -> list[str]:
+    return [text[i : i + TOKEN_CHARS] for i in range(0, len(text), TOKEN_CHARS)]
+
+
+def token_deltas(reply: Reply) -> list[dict[str, Any]]:
+    """One streaming delta per output token: content pieces, then each call's name and pieces.
+
+    Their number is the reply's completion tokens, so streamed and plain replies cost the same.
+    """
+    deltas: list[dict[str, Any]] = [{"content": piece} for piece in _pieces(reply.content or "")]
+    for index, call in enumerate(reply.tool_calls):
+        deltas.append({"tool_calls": [{"index": index, "id": call.id, "type": "function",
+                                       "function": {"name": call.name, "arguments": ""}}]})
+        deltas += [{"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+                   for piece in _pieces(call.arguments)]
+    return deltas or [{"content": ""}]
+
+
+def merge_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Several tokens' deltas as few as possible (SGLang's --stream-interval: one chunk carries
+    several tokens): content joined; pieces of one tool call joined into one delta."""
+    merged: list[dict[str, Any]] = []
+    for delta in deltas:
+        last = merged[-1] if merged else None
+        if last is not None and "content" in delta and "content" in last:
+            last["content"] += delta["content"]
+            continue
+        call = (delta.get("tool_calls") or [None])[0]
+        last_call = (last.get("tool_calls") or [None])[0] if last is not None else None
+        if call is not None and last_call is not None and call["index"] == last_call["index"] \
+                and "id" not in call:
+            last_call["function"]["arguments"] += call["function"]["arguments"]
+            continue
+        merged.append(json.loads(json.dumps(delta)))  # a deep copy: merging must not alias
+    return merged
+
+
+class ChunkMaker:
+    """SSE chunk bodies of one streamed reply (all share id, model and creation time)."""
+
+    def __init__(self, rid: str, model: str) -> None:
+        self.rid, self.model, self.created = rid, model, int(time.time())
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": self.rid, "object": "chat.completion.chunk", "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+
+    def usage(self, use: dict[str, int]) -> dict[str, Any]:
+        return {"id": self.rid, "object": "chat.completion.chunk", "created": self.created,
+                "model": self.model, "choices": [], "usage": use}
 
 
 def stream_chunks(
     rid: str, model: str, reply: Reply, use: dict[str, int] | None
 ) -> list[dict[str, Any]]:
-    """The SSE events of one reply: role, content pieces or tool-call pieces, finish, usage."""
-    created = int(time.time())
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {
-            "id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-        }
-
-    chunks = [chunk({"role": "assistant", "content": ""})]
-    if reply.content:
-        chunks += [chunk({"content": piece}) for piece in _pieces(reply.content)]
-    for index, call in enumerate(reply.tool_calls):
-        head = {"index": index, "id": call.id, "type": "function",
-                "function": {"name": call.name, "arguments": ""}}
-        chunks.append(chunk({"tool_calls": [head]}))
-        chunks += [
-            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-            for piece in _pieces(call.arguments)
-        ]
-    chunks.append(chunk({}, reply.finish_reason))
+    """The SSE events of one reply: role, one event per token, finish, usage (when asked)."""
+    maker = ChunkMaker(rid, model)
+    chunks = [maker.chunk({"role": "assistant", "content": ""})]
+    chunks += [maker.chunk(delta) for delta in token_deltas(reply)]
+    chunks.append(maker.chunk({}, reply.finish_reason))
     if use is not None:
-        chunks.append({"id": rid, "object": "chat.completion.chunk", "created": created,
-                       "model": model, "choices": [], "usage": use})
+        chunks.append(maker.usage(use))
     return chunks
+
+
+def sse(event: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(event)}\n\n".encode()
+
+
+SSE_DONE = b"data: [DONE]\n\n"

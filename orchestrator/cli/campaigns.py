@@ -1,0 +1,206 @@
+"""Commands about campaigns: run them, resume them, read their verdicts, reports and trails."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from db.store import Store
+from experiments.campaign import load_campaign
+from experiments.outcomes import is_corrupt, is_infra
+from orchestrator.cli.common import (
+    JsonOption,
+    StoreOption,
+    app,
+    exit_code,
+    out,
+    progress,
+    user_errors,
+)
+from orchestrator.verdict import Verdict
+
+
+def _print_verdict(verdict: Verdict, campaign_id: str, as_json: bool) -> None:
+    document = verdict.to_json()
+    if as_json:
+        print(json.dumps({"campaign": campaign_id, **document}, indent=2))
+        return
+    out.print(f"[bold]verdict[/bold] {document['status']}: {document['reason']}", highlight=False)
+    for culprit in document["culprits"]:
+        levels = " AND ".join(f"{f}={lvl}" for f, lvl in culprit["factors"].items())
+        out.print(
+            f"  culprit {levels}: {culprit['rate_with']:.1%} vs {culprit['rate_without']:.1%} "
+            f"(effect {culprit['effect']:+.1%}, 95% CI {culprit['ci95'][0]:+.1%}…"
+            f"{culprit['ci95'][1]:+.1%}, p={culprit['p_value']:.2g})",
+            highlight=False,
+        )
+    cost = document["cost"]
+    out.print(
+        f"  cost: {cost['trials']} trials, {cost['restarts']} restarts, {cost['sessions']} "
+        f"sessions, {cost['wall_s']:.0f} s here, {cost['gpu_s_equivalent']:.0f} GPU-s real-world",
+        highlight=False,
+    )
+
+
+def _finish_run(store: Store, campaign_id: str, verdict: Verdict, report: Path | None,
+                as_json: bool) -> None:
+    from orchestrator.report import write_report
+
+    if report is not None:
+        write_report(store, campaign_id, report)
+    _print_verdict(verdict, campaign_id, as_json)
+    if report is not None and not as_json:
+        out.print(f"report: {report}", highlight=False)
+    raise typer.Exit(exit_code(verdict))
+
+
+@app.command()
+def demo(
+    directory: Annotated[Path, typer.Option("--dir", help="Where the demo keeps its files.")] = (
+        Path("bisect-demo")
+    ),
+    as_json: JsonOption = False,
+) -> None:
+    """Run a complete campaign against twin nodes on this machine (no GPU needed)."""
+    from orchestrator.demo import prepare_demo
+    from orchestrator.runner import create_campaign, run_campaign
+
+    with user_errors():
+        directory = directory.resolve()
+        campaign = prepare_demo(directory)
+        with Store.open(str(directory / "bisect.db")) as store:
+            campaign_id = create_campaign(store, campaign, "demo")
+            progress(f"campaign {campaign_id}: {campaign.name}")
+            verdict = run_campaign(store, campaign_id, progress=progress)
+            _finish_run(store, campaign_id, verdict, directory / "report.html", as_json)
+
+
+@app.command()
+def run(
+    campaign_file: Annotated[Path, typer.Argument(help="The campaign YAML file.")],
+    store: StoreOption = "bisect.db",
+    report: Annotated[Path | None, typer.Option("--report", "-o", help="Write the HTML report.")]
+    = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run a campaign to its verdict."""
+    from orchestrator.runner import create_campaign, run_campaign
+
+    with user_errors():
+        campaign = load_campaign(campaign_file)
+        with Store.open(store) as db:
+            campaign_id = create_campaign(db, campaign, str(campaign_file))
+            progress(f"campaign {campaign_id}: {campaign.name}")
+            verdict = run_campaign(db, campaign_id, progress=progress)
+            _finish_run(db, campaign_id, verdict, report, as_json)
+
+
+@app.command()
+def resume(
+    campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption = False,
+    report: Annotated[Path | None, typer.Option("--report", "-o", help="Write the HTML report.")]
+    = None,
+) -> None:
+    """Continue an interrupted campaign from what the store holds."""
+    from orchestrator.runner import run_campaign
+
+    with user_errors(), Store.open(store) as db:
+        db.get_campaign(campaign_id)
+        verdict = run_campaign(db, campaign_id, progress=progress)
+        _finish_run(db, campaign_id, verdict, report, as_json)
+
+
+@app.command()
+def verdict(
+    campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption = False
+) -> None:
+    """Recompute and print a campaign's verdict from its stored trials."""
+    from orchestrator.runner import verdict_of
+
+    with user_errors(), Store.open(store) as db:
+        result = verdict_of(db, campaign_id)
+        _print_verdict(result, campaign_id, as_json)
+        raise typer.Exit(exit_code(result))
+
+
+@app.command()
+def report(
+    campaign_id: str,
+    output: Annotated[Path, typer.Option("--output", "-o")] = Path("bisect-report.html"),
+    store: StoreOption = "bisect.db",
+) -> None:
+    """Write a campaign's HTML report."""
+    from orchestrator.report import write_report
+
+    with user_errors(), Store.open(store) as db:
+        path = write_report(db, campaign_id, output)
+    out.print(f"report: {path}", highlight=False)
+
+
+@app.command("ls")
+def list_campaigns(store: StoreOption = "bisect.db", as_json: JsonOption = False) -> None:
+    """List the campaigns in the store."""
+    with user_errors(), Store.open(store) as db:
+        rows: list[dict[str, str]] = [
+            {"id": c.id, "name": c.name, "status": c.status, "created_at": c.created_at.isoformat(),
+             "trials": str(len(db.trials(c.id)))}
+            for c in db.list_campaigns()
+        ]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table("id", "name", "status", "trials", "created")
+    for row in rows:
+        table.add_row(row["id"], row["name"], row["status"], row["trials"], row["created_at"])
+    out.print(table)
+
+
+@app.command("log")
+def decision_log(campaign_id: str, store: StoreOption = "bisect.db",
+                 as_json: JsonOption = False) -> None:
+    """The decision trail: every comparison the strategy made, its counts and its answer."""
+    from orchestrator.runner import verdict_of
+
+    with user_errors(), Store.open(store) as db:
+        trail = verdict_of(db, campaign_id).to_json()["log"]
+    if as_json:
+        print(json.dumps(trail, indent=2))
+        return
+    if not trail:
+        out.print("no decision trail: this strategy runs a fixed design (see `bisect show`)")
+    for index, step in enumerate(trail, start=1):  # one line a step: readable at any width
+        variant = ",".join(f"{f}={lvl}" for f, lvl in step["levels"].items())
+        out.print(f"{index:3} {step['phase']:<22} {step['answer']:<12} "
+                  f"{step['corrupted']}/{step['sessions']} in {step['trials']} trial(s)  "
+                  f"p(worse than good)={step['p_fail']:.2g} "
+                  f"p(better than bad)={step['p_pass']:.2g}  {variant}", highlight=False)
+
+
+@app.command()
+def show(campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption = False) -> None:
+    """Every trial of a campaign: variant, pool, status, counts, timings."""
+    with user_errors(), Store.open(store) as db:
+        db.get_campaign(campaign_id)
+        trials = db.trials(campaign_id, status=None)
+    rows = [
+        {"seq": t.seq, "pool": t.pool, "status": t.status, "levels": t.levels,
+         "counts": t.counts, "restarts": t.restarts, "wall_s": t.wall_s,
+         "stopped_early": t.stopped_early, "error": t.error}
+        for t in trials
+    ]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table("seq", "pool", "status", "variant", "sessions", "corrupt/infra", "wall s")
+    for t in trials:
+        corrupt = sum(n for o, n in t.counts.items() if is_corrupt(o))
+        infra = sum(n for o, n in t.counts.items() if is_infra(o))
+        table.add_row(str(t.seq), t.pool, t.status + (" (early)" if t.stopped_early else ""),
+                      ",".join(f"{f}={lvl}" for f, lvl in t.levels.items()),
+                      str(t.sessions), f"{corrupt}/{infra}",
+                      f"{t.wall_s:.1f}" if t.wall_s is not None else "")
+    out.print(table)

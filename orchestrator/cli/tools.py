@@ -1,0 +1,160 @@
+"""Commands that stand alone: stress a server, run a twin, classify a response, check a file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from experiments.campaign import campaign_schema, load_campaign
+from experiments.workload.spec import Arrival, WorkloadSpec
+from orchestrator.cli.common import JsonOption, app, err, error, out, progress, user_errors
+
+
+def _option_error(loc: tuple[int | str, ...], message: str) -> str:
+    """A spec validation error in the words of the `stress` options that set the field."""
+    message = message.removeprefix("Value error, ")
+    if not loc:
+        return message
+    field = str(loc[0])
+    option = {"timeout_s": "--timeout", "context": "--context-start/--context-end"}.get(
+        field, "--" + field.replace("_", "-"))
+    return f"{option}: {message}"
+
+
+@app.command()
+def stress(
+    url: Annotated[str, typer.Argument(help="Base URL of an OpenAI-compatible server.")],
+    sessions: Annotated[int, typer.Option(min=1)] = 80,
+    rounds: Annotated[int, typer.Option(min=1)] = 4,
+    timeout: Annotated[float, typer.Option("--timeout", min=0.001, help="Per request, s.")] = 60.0,
+    seed: int = 0,
+    stream: Annotated[bool, typer.Option("--stream/--no-stream", help="SSE streaming.")] = False,
+    arrival: Annotated[Arrival | None, typer.Option(
+        help="burst: all sessions at once; poisson: at --request-rate (default when given).")]
+    = None,
+    request_rate: Annotated[float | None, typer.Option(
+        help="Sessions started per second (Poisson arrivals).")] = None,
+    max_concurrency: Annotated[int | None, typer.Option(
+        min=1, help="At most this many sessions in flight.")] = None,
+    context_start: Annotated[int | None, typer.Option(
+        min=0, help="Context tokens of a session's first request (default 0).")] = None,
+    context_end: Annotated[int | None, typer.Option(
+        min=0, help="Context tokens of a session's last request: grow the context.")] = None,
+    slo: Annotated[str | None, typer.Option(
+        help="Goodput objectives, e.g. ttft_ms=500,itl_ms=50,e2e_ms=8000.")] = None,
+    jsonl: Annotated[Path | None, typer.Option(
+        "--jsonl", help="Write one JSON line per session to this file.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Stress a server with concurrent multi-turn tool-calling sessions and count corruption."""
+    from pydantic import ValidationError
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
+
+    from experiments.workload.results import Progress
+    from experiments.workload.spec import parse_slo
+    from experiments.workload.stress import run_stress, summary_table, write_jsonl
+
+    try:  # every input is checked before a single request goes out
+        objectives = parse_slo(slo) if slo is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--slo") from None
+    if context_start is not None and context_end is None:
+        raise typer.BadParameter("needs --context-end as well", param_hint="--context-start")
+    if jsonl is not None and not jsonl.parent.is_dir():
+        raise typer.BadParameter(f"no directory {jsonl.parent}", param_hint="--jsonl")
+    context = ({"start_tokens": context_start or 0, "end_tokens": context_end}
+               if context_end is not None else None)
+    if arrival is None:
+        arrival = Arrival.POISSON if request_rate is not None else Arrival.BURST
+    try:
+        spec = WorkloadSpec.model_validate({
+            "sessions": sessions, "rounds": rounds, "timeout_s": timeout, "seed": seed,
+            "stream": stream, "arrival": arrival, "request_rate": request_rate,
+            "max_concurrency": max_concurrency, "context": context, "slo": objectives,
+        })
+    except ValidationError as exc:
+        error("; ".join(_option_error(e["loc"], e["msg"]) for e in exc.errors()))
+        raise typer.Exit(2) from None
+    bar = Bar(TextColumn("stress"), BarColumn(), MofNCompleteColumn(), TextColumn("turns"),
+              TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=err,
+              transient=True, disable=not err.is_terminal)
+    with bar:
+        task = bar.add_task("stress", total=sessions * rounds, status="")
+
+        def show(done: Progress) -> None:
+            status = (f"sessions {done.sessions_done}/{done.sessions_total} · corrupt "
+                      f"{done.corrupted} · infra {done.infra}")
+            bar.update(task, completed=done.turns_done, status=status)
+
+        result = asyncio.run(run_stress(url.rstrip("/"), spec, progress=show))
+    summary = result.summary()
+    if jsonl is not None:
+        progress(f"sessions: {write_jsonl(result, jsonl)}")
+    if as_json:
+        print(json.dumps(summary, indent=2))
+    else:
+        out.print(summary_table(result))
+    if summary["judged"] == 0:
+        error("no session could be judged (every one errored or timed out)")
+        raise typer.Exit(1)
+
+
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                      "help_option_names": []},
+    add_help_option=False,
+)
+def twin(ctx: typer.Context) -> None:
+    """Run a twin: a simulated SGLang server (see `bisect twin --help`)."""
+    from experiments.twin.cli import main as twin_main
+
+    raise typer.Exit(twin_main(list(ctx.args)))
+
+
+@app.command()
+def validate(campaign_file: Path) -> None:
+    """Check a campaign file without running anything."""
+    with user_errors():
+        campaign = load_campaign(campaign_file)
+    variants = 1
+    for factor in campaign.factors:
+        variants *= len(factor.levels)
+    out.print(
+        f"{campaign_file}: ok — {len(campaign.factors)} factors, {variants} variants, "
+        f"{len(campaign.pools)} pool(s)",
+        highlight=False,
+    )
+
+
+@app.command("classify")
+def classify_cmd(
+    source: Annotated[
+        str, typer.Argument(help="A chat-completion JSON or a saved SSE stream; - reads stdin.")
+    ],
+    canary: Annotated[
+        str | None, typer.Option(help="The canary the call must echo; without it, not checked.")
+    ] = None,
+) -> None:
+    """Judge one saved response like the stress workload does; print one JSON document."""
+    from experiments.workload.saved import SavedResponseError, classify_saved
+
+    name = "<stdin>" if source == "-" else source
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+        report = classify_saved(text, canary)
+    except (OSError, UnicodeDecodeError, SavedResponseError) as exc:
+        error(f"{name}: {exc}")
+        raise typer.Exit(2) from None
+    print(json.dumps({"file": name, **report}, ensure_ascii=False, indent=2))
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of campaign files."""
+    print(json.dumps(campaign_schema(), indent=2))
