@@ -5,14 +5,40 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The optional sglang extra (real tool-call detectors for leak triage): `make test` needs it so CI
+# runs the sglang path and the built-in one; `make demo` does not.
+SGLANG_STAMP := $(VENV)/.sglang
+# "+cpu": only the CPU build matches (a local wheel on these machines); a missing wheel fails
+# the install instead of quietly pulling the CUDA build and its GB of nvidia-* packages.
+TORCH_VERSION := 2.13.0+cpu
+SGLANG_VERSION := 0.5.23
 
-.PHONY: demo test lint unit bench clean
+.PHONY: demo test lint system-packages clean
+
+# Debian packages the tests use for real: sshd and ip for the lab of SSH test hosts (network
+# namespaces). Installed once, when missing (needs root, as CI and these machines have).
+system-packages:
+	@[ -x /usr/sbin/sshd ] && command -v ip >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    openssh-server iproute2)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $(STAMP)
+
+# CPU torch first (a plain `torch` requirement would pull the CUDA build), the light modules
+# SGLang's detectors import (pyproject's `sglang` extra), then sglang without its GPU
+# dependencies, last: a later pip run in this venv warns that sglang's own requirements are
+# unmet, which is expected (only the detectors are used).
+$(SGLANG_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet torch==$(TORCH_VERSION)
+	$(BIN)/pip install --quiet -e ".[dev,sglang]"
+	$(BIN)/pip install --quiet --no-deps sglang==$(SGLANG_VERSION)
+	$(BIN)/python -c "from experiments.workload.triage import sglang_status as s; \
+		assert s() is None, f'sglang detectors do not import: {s()}'"
+	touch $(SGLANG_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/bisect demo
@@ -21,7 +47,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: lint
+test: lint system-packages $(SGLANG_STAMP)
 	$(BIN)/pytest
 
 clean:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from orchestrator.evidence import TrialEvidence
-from orchestrator.strategies.commits import Commits, CommitReplay, credible_range, posterior
+from orchestrator.strategies.commits import CommitReplay, Commits, credible_range, posterior
 
 
 def bisect_commits(n_commits: int, first_bad: int, rate_bad: float, rate_good: float = 0.0,

@@ -9,6 +9,7 @@ from typing import Any
 from experiments.agent import tool_by_name
 from experiments.markup import find_markup
 from experiments.outcomes import Outcome
+from experiments.workload.triage import triage_leak
 
 EVIDENCE_LIMIT = 2000
 
@@ -19,6 +20,12 @@ class TurnVerdict:
     evidence: str | None = None
     # The first call, as {"id", "name", "arguments": dict} when its arguments parsed.
     tool_call: dict[str, Any] | None = None
+    # LEAK only (experiments/workload/triage.py): "well_formed" (the server's parser failed on
+    # markup SGLang's detector parses) or "malformed" (the model broke it); the markup family;
+    # and which parser judged: "sglang" (its detectors) or "builtin" (the fallback).
+    leak_form: str | None = None
+    leak_family: str | None = None
+    leak_parser: str | None = None
 
 
 def clip(text: str, limit: int = EVIDENCE_LIMIT, at: int = 0) -> str:
@@ -67,9 +74,10 @@ def _check_call(
 
 
 def classify_turn(
-    response: dict[str, Any], expected_canary: str, tools: list[dict[str, Any]]
+    response: dict[str, Any], expected_canary: str | None, tools: list[dict[str, Any]]
 ) -> TurnVerdict:
-    """One non-streaming chat completion judged: leak, no_tool, bad_args, lost_plot, ok, error."""
+    """One non-streaming chat completion judged: leak, no_tool, bad_args, lost_plot, ok, error.
+    ``expected_canary`` None skips the canary check (a saved response judged on its own)."""
     choices = response.get("choices") if isinstance(response, dict) else None
     choice = choices[0] if isinstance(choices, list) and choices else None
     message = choice.get("message") if isinstance(choice, dict) else None
@@ -80,7 +88,15 @@ def classify_turn(
         text = _text(message.get(field))
         fragment = find_markup(text)
         if text and fragment:
-            return TurnVerdict(Outcome.LEAK, clip(text, at=text.find(fragment)))
+            triage = triage_leak(text, tools)
+            evidence = clip(text, at=text.find(fragment))
+            return TurnVerdict(
+                Outcome.LEAK,
+                evidence,
+                leak_form=triage.form,
+                leak_family=triage.family,
+                leak_parser=triage.source,
+            )
     calls = message.get("tool_calls")
     if not calls:
         content = _text(message.get("content")) or ""
@@ -96,7 +112,7 @@ def classify_turn(
         parsed_calls.append(parsed)
     for parsed in parsed_calls:
         canary = parsed["arguments"].get("canary")
-        if canary != expected_canary:
+        if expected_canary is not None and canary != expected_canary:
             evidence = f"expected canary {expected_canary!r}, got {canary!r} in {parsed['name']}"
             args = json.dumps(parsed["arguments"], ensure_ascii=False)
             return TurnVerdict(Outcome.LOST_PLOT, clip(f"{evidence}: {args}"), parsed)

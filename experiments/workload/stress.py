@@ -25,6 +25,7 @@ from experiments.agent import (
     tool_result_message,
 )
 from experiments.outcomes import CORRUPTION, INFRA, Outcome
+from experiments.workload import triage
 from experiments.workload.classify import TurnVerdict, classify_turn, clip
 from experiments.workload.client import post_turn
 from experiments.workload.context import (
@@ -171,7 +172,7 @@ class _Tracker:
                                    self.sessions, self.spec.sessions, self.corrupted, self.infra))
 
 
-async def run_stress(
+async def _run_stress(
     url: str,
     spec: WorkloadSpec,
     *,
@@ -179,12 +180,7 @@ async def run_stress(
     on_session: Callable[[SessionResult], bool | None] | None = None,
     progress: Callable[[Progress], None] | None = None,
 ) -> StressResult:
-    """Run ``spec.sessions`` sessions against ``url`` (no trailing /v1) as the spec schedules.
-
-    ``on_session`` sees each session as it finishes; returning True cancels the rest (queued
-    ones and in-flight requests and streams alike), which are not reported. ``seed`` overrides
-    ``spec.seed``. ``progress`` is called after every turn and every session.
-    """
+    """The body of ``run_stress``."""
     seed = spec.seed if seed is None else seed
     base = url.rstrip("/")
     started = time.monotonic()
@@ -224,3 +220,26 @@ async def run_stress(
     reported.sort(key=lambda r: r.index)
     stopped_early = stop and len(reported) < spec.sessions
     return StressResult(tuple(reported), time.monotonic() - started, stopped_early, spec.slo)
+
+
+async def run_stress(
+    url: str,
+    spec: WorkloadSpec,
+    *,
+    seed: int | None = None,
+    on_session: Callable[[SessionResult], bool | None] | None = None,
+    progress: Callable[[Progress], None] | None = None,
+) -> StressResult:
+    """Run ``spec.sessions`` sessions against ``url`` (no trailing /v1) as the spec schedules.
+
+    ``on_session`` sees each session as it finishes; returning True cancels the rest (queued
+    ones and in-flight requests and streams alike), which are not reported. ``seed`` overrides
+    ``spec.seed``. ``progress`` is called after every turn and every session.
+    """
+    # Leaks are triaged with SGLang's detectors when they are installed; importing them takes
+    # seconds, so it happens in a thread beside the first requests, not inside the first leak.
+    warming = asyncio.create_task(asyncio.to_thread(triage.warm_up))
+    try:
+        return await _run_stress(url, spec, seed=seed, on_session=on_session, progress=progress)
+    finally:
+        await warming

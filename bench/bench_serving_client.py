@@ -1,0 +1,122 @@
+"""SGLang's own ``bench_serving``, offline, as a subprocess of bench/harness.py.
+
+``assets DIR``: writes what it needs to run without the hub: a tiny local tokenizer
+(``tokenizers`` WordLevel, saved as ``DIR/tokenizer/tokenizer.json`` with a minimal config and a
+chat template) and the agentic-trace dataset ``DIR/trace.json``: ``--sessions`` conversations of
+``--rounds`` rounds in the agent contract's words (system prompt and opening with a canary, then
+a tool result with a fresh canary each round).
+
+``serve``: a pinned client process (job protocol: bench/worker.py). Each job runs
+``python -m sglang.bench_serving ARGS`` in-process, unchanged but for one import shim
+(``_without_srt_configs``); its CPU time is taken around the ``benchmark()`` coroutine (warm-up,
+load, metrics), so start-up, the torch and transformers imports and dataset loading are left out,
+as for the other clients. Requests/s uses bench_serving's own duration (after its warm-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+import types
+import warnings
+from pathlib import Path
+from typing import Any
+
+from worker import Job, cpu_s, serve
+
+from experiments.agent import SYSTEM_PROMPT, first_user_message, new_canary, tool_result_message
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def write_tokenizer(directory: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["[UNK]", "[BOS]", "[EOS]", *sorted(set(SYSTEM_PROMPT.lower().split()))]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, "[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(directory / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "[BOS]",
+              "eos_token": "[EOS]", "unk_token": "[UNK]", "model_max_length": 1 << 20,
+              "chat_template": CHAT_TEMPLATE}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    (directory / "config.json").write_text(json.dumps({"model_type": "llama"}))
+
+
+def write_trace(path: Path, sessions: int, rounds: int, seed: int = 0) -> None:
+    conversations = []
+    for index in range(sessions):
+        rng = random.Random(f"{seed}:{index}")
+        opening = first_user_message(f"s{seed}-{index}", new_canary(rng))
+        turns: list[dict[str, Any]] = [{"messages": [
+            {"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": opening}],
+            "prompt_tokens": 100}]
+        turns += [{"messages": [{"role": "tool",
+                                 "content": tool_result_message("read_file", new_canary(rng))}]}
+                  for _ in range(rounds - 1)]
+        conversations.append(turns)
+    path.write_text(json.dumps({"metadata": {"source": "bench/harness.py"},
+                                "conversations": conversations}))
+
+
+def _without_srt_configs() -> None:
+    """bench_serving imports one constant from ``sglang.srt.disaggregation.utils``, whose import
+    chain (model configs) needs torchvision, which has no CPU wheel for this torch here: that one
+    module is replaced by the constant, with upstream's value. Nothing on the request path."""
+    stub = types.ModuleType("sglang.srt.disaggregation.utils")
+    stub.FAKE_BOOTSTRAP_HOST = "2.2.2.2"  # type: ignore[attr-defined]
+    sys.modules[stub.__name__] = stub
+
+
+def run(job: Job) -> dict[str, Any]:
+    """One ``bench_serving`` run with ``job["args"]``; CPU and wall time around benchmark()."""
+    from sglang.benchmark import serving
+
+    original = serving.benchmark
+    figures: dict[str, Any] = {}
+
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        cpu0, wall0 = cpu_s(), time.perf_counter()
+        result = await original(*args, **kwargs)
+        figures.update(cpu_s=cpu_s() - cpu0, wall_s=time.perf_counter() - wall0,
+                       requests=result.get("completed"), duration_s=result.get("duration"))
+        return result
+
+    serving.benchmark = timed
+    sys.argv = ["sglang.bench_serving", *job["args"]]
+    try:
+        serving.cli_main()
+    finally:
+        serving.benchmark = original
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    assets = sub.add_parser("assets")
+    assets.add_argument("dir", type=Path)
+    assets.add_argument("--sessions", type=int, required=True)
+    assets.add_argument("--rounds", type=int, required=True)
+    sub.add_parser("serve")
+    args = parser.parse_args()
+    if args.command == "assets":
+        write_tokenizer(args.dir / "tokenizer")
+        write_trace(args.dir / "trace.json", args.sessions, args.rounds)
+        return
+    warnings.simplefilter("ignore", FutureWarning)
+    _without_srt_configs()
+    import sglang.benchmark.serving  # noqa: F401  (imported once, before any job)
+
+    serve(run)
+
+
+if __name__ == "__main__":
+    main()

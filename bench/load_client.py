@@ -1,0 +1,156 @@
+"""A pinned load-client process for bench/harness.py (job protocol: bench/worker.py).
+
+Every client runs ``sessions`` multi-turn tool-calling conversations of ``rounds`` turns, at most
+``concurrency`` in flight, following the agent contract (experiments/agent.py): each turn's tool
+call must echo the canary of the latest tool result, which then carries a fresh canary.
+
+- ``bisect``: the project's ``run_stress`` (aiohttp, every turn classified, metrics kept);
+- ``aiohttp``: a bare floor, one shared aiohttp ``ClientSession``, SSE lines read and
+  ``json.loads``-ed as bench_serving does, nothing else kept;
+- ``openai``: the official ``AsyncOpenAI`` client (httpx), an ``asyncio.Semaphore``.
+
+    python bench/load_client.py   # then one JSON job per line on stdin
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from openai import AsyncOpenAI
+from worker import Job, measure, serve
+
+from experiments.agent import (
+    SYSTEM_PROMPT,
+    TOOLS,
+    first_user_message,
+    new_canary,
+    tool_result_message,
+)
+from experiments.workload.spec import WorkloadSpec
+from experiments.workload.stress import run_stress
+
+Call = tuple[str, str, str] | None  # the first tool call: (id, name, arguments)
+Load = Callable[[Job], Awaitable[dict[str, Any]]]
+
+
+class Conversation:
+    """One session of the agent contract, for the clients that are not bisect's."""
+
+    def __init__(self, seed: int, index: int) -> None:
+        self.rng = random.Random(f"{seed}:{index}")
+        self.canary = new_canary(self.rng)
+        opening = first_user_message(f"s{seed}-{index}", self.canary)
+        self.messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT},
+                                               {"role": "user", "content": opening}]
+
+    def body(self, stream: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": "stub", "messages": self.messages, "tools": TOOLS,
+                                "tool_choice": "auto", "max_tokens": 512, "stream": stream}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    def answer(self, call: Call) -> bool:
+        """Send the tool result back; False when the call is missing or lost the canary."""
+        if call is None or json.loads(call[2]).get("canary") != self.canary:
+            return False
+        call_id, name, arguments = call
+        self.messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function",
+             "function": {"name": name, "arguments": arguments}}]})
+        self.canary = new_canary(self.rng)
+        self.messages.append({"role": "tool", "tool_call_id": call_id,
+                              "content": tool_result_message(name, self.canary)})
+        return True
+
+
+async def _sessions(job: Job, turn: Callable[[Conversation], Awaitable[Call]]) -> dict[str, Any]:
+    limiter = asyncio.Semaphore(job["concurrency"])
+    counts = {"requests": 0, "ok_sessions": 0}
+
+    async def session(index: int) -> None:
+        conversation = Conversation(job["seed"], index)
+        async with limiter:
+            for _ in range(job["rounds"]):
+                counts["requests"] += 1
+                if not conversation.answer(await turn(conversation)):
+                    return
+        counts["ok_sessions"] += 1
+
+    await asyncio.gather(*(session(index) for index in range(job["sessions"])))
+    return counts
+
+
+async def bisect_load(job: Job) -> dict[str, Any]:
+    spec = WorkloadSpec(sessions=job["sessions"], rounds=job["rounds"], stream=job["stream"],
+                        max_concurrency=job["concurrency"], model="stub", timeout_s=120)
+    result = await run_stress(job["url"], spec, seed=job["seed"])
+    return {"requests": sum(len(s.requests) for s in result.sessions),
+            "ok_sessions": sum(s.outcome.value == "ok" for s in result.sessions)}
+
+
+async def aiohttp_load(job: Job) -> dict[str, Any]:
+    endpoint = f"{job['url']}/v1/chat/completions"
+
+    async def turn(conversation: Conversation) -> Call:
+        async with http.post(endpoint, json=conversation.body(job["stream"])) as response:
+            if not job["stream"]:
+                message = json.loads(await response.read())["choices"][0]["message"]
+                call = (message.get("tool_calls") or [None])[0]
+                return None if call is None else (
+                    call["id"], call["function"]["name"], call["function"]["arguments"])
+            call_id, name, pieces = "", "", []
+            async for raw in response.content:
+                line = raw.strip()
+                if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                    continue
+                choices = json.loads(line[6:])["choices"]
+                for delta in (choices[0]["delta"].get("tool_calls") or []) if choices else []:
+                    call_id = call_id or delta.get("id") or ""
+                    name = name or delta["function"].get("name") or ""
+                    pieces.append(delta["function"].get("arguments") or "")
+            return (call_id, name, "".join(pieces)) if call_id else None
+
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     timeout=timeout) as http:
+        return await _sessions(job, turn)
+
+
+async def openai_load(job: Job) -> dict[str, Any]:
+    async def turn(conversation: Conversation) -> Call:
+        body = conversation.body(job["stream"])
+        if not job["stream"]:
+            calls = (await client.chat.completions.create(**body)).choices[0].message.tool_calls
+            return (calls[0].id, calls[0].function.name, calls[0].function.arguments) \
+                if calls else None
+        call_id, name, pieces = "", "", []
+        async for chunk in await client.chat.completions.create(**body):
+            for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+                call_id = call_id or delta.id or ""
+                if delta.function is not None:
+                    name = name or delta.function.name or ""
+                    pieces.append(delta.function.arguments or "")
+        return (call_id, name, "".join(pieces)) if call_id else None
+
+    client = AsyncOpenAI(base_url=f"{job['url']}/v1", api_key="none", max_retries=0,
+                         timeout=120)
+    async with client:
+        return await _sessions(job, turn)
+
+
+LOADS: dict[str, Load] = {"bisect": bisect_load, "aiohttp": aiohttp_load, "openai": openai_load}
+
+
+def run(job: Job) -> dict[str, Any]:
+    load = LOADS[job["client"]]
+    return measure(lambda: asyncio.run(load(job)))
+
+
+if __name__ == "__main__":
+    serve(run)

@@ -1,0 +1,89 @@
+"""Judge one saved response (``bisect classify``): a chat-completion JSON or a saved SSE stream.
+
+The same judge as the stress workload (classify_turn), plus the leak triage spelled out, so a
+person can paste one suspicious response and see what the harness would have called it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from experiments.agent import TOOLS
+from experiments.markup import find_markup
+from experiments.outcomes import is_corrupt
+from experiments.workload.classify import classify_turn
+from experiments.workload.sse import SSEError, StreamAccumulator, parse_sse_text
+from experiments.workload.triage import triage_leak
+
+Format = Literal["json", "sse"]
+_SSE_STARTS = ("data:", ":", "event:", "id:", "retry:")
+
+
+class SavedResponseError(ValueError):
+    """Neither a chat completion JSON document nor an SSE stream of chunks."""
+
+
+def load_response(text: str) -> tuple[dict[str, Any], Format]:
+    """The chat.completion in ``text`` and the format it came in."""
+    stripped = text.lstrip("\ufeff \t\r\n")
+    if not stripped:
+        raise SavedResponseError("empty input")
+    if stripped.startswith(_SSE_STARTS):
+        try:
+            return parse_sse_text(stripped), "sse"
+        except SSEError as exc:
+            raise SavedResponseError(f"not a chat-completions SSE stream: {exc}") from None
+    try:
+        document = json.loads(stripped)
+    except ValueError as exc:
+        raise SavedResponseError(
+            f"neither JSON nor an SSE stream (no 'data:' lines): {exc}"
+        ) from None
+    if not isinstance(document, dict):
+        raise SavedResponseError(f"JSON is a {type(document).__name__}, not a chat completion")
+    if document.get("object") == "chat.completion.chunk":
+        # One streamed chunk saved on its own: fold it like a stream of one.
+        accumulator = StreamAccumulator()
+        accumulator.feed(document)
+        return accumulator.result(), "sse"
+    return document, "json"
+
+
+def _leaked_text(response: dict[str, Any]) -> str | None:
+    """The message field that leaked, in classify_turn's order (content, then reasoning)."""
+    message = response["choices"][0]["message"]
+    for name in ("content", "reasoning_content"):
+        value = message.get(name)
+        text = value if isinstance(value, str) else None
+        if find_markup(text):
+            return text
+    return None
+
+
+def classify_saved(
+    text: str, canary: str | None = None, tools: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """One JSON-able report: outcome, evidence and, for a leak, its triage."""
+    tools = TOOLS if tools is None else tools
+    response, fmt = load_response(text)
+    verdict = classify_turn(response, canary, tools)
+    report: dict[str, Any] = {
+        "format": fmt,
+        "outcome": str(verdict.outcome),
+        "corrupt": is_corrupt(verdict.outcome),
+        "evidence": verdict.evidence,
+        "canary_checked": canary is not None,
+        "tool_call": verdict.tool_call,
+        "leak_form": verdict.leak_form,
+        "family": verdict.leak_family,
+        "source": verdict.leak_parser,
+        "leak_calls": None,
+        "leak_reason": None,
+    }
+    leaked = _leaked_text(response) if verdict.leak_form else None
+    if leaked is not None:
+        # The calls SGLang's detector recovers (or why none): what the server should have sent.
+        triage = triage_leak(leaked, tools)
+        report["leak_calls"], report["leak_reason"] = triage.calls, triage.reason
+    return report

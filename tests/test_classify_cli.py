@@ -1,0 +1,181 @@
+"""`bisect classify FILE|-`: one saved response (JSON or SSE) judged like the stress workload."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from experiments.markup import MarkupFamily, render
+from orchestrator.cli import app
+
+CANARY = "K9"
+ARGS = {"path": "a.py", "canary": CANARY}
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def completion(content: str | None, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": "chatcmpl-9",
+        "object": "chat.completion",
+        "model": "dsv4",
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+    }
+
+
+def call(arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "read_file", "arguments": json.dumps(arguments)},
+    }
+
+
+def sse(chunks: list[dict[str, Any]]) -> str:
+    body = "".join(f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n" for chunk in chunks)
+    return ": keep-alive\n\n" + body + "data: [DONE]\n\n"
+
+
+def delta(payload: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-9",
+        "object": "chat.completion.chunk",
+        "model": "dsv4",
+        "choices": [{"index": 0, "delta": payload, "finish_reason": finish}],
+    }
+
+
+def invoke(runner: CliRunner, *args: str, stdin: str | None = None) -> tuple[int, Any, str]:
+    result = runner.invoke(app, ["classify", *args], input=stdin)
+    report = json.loads(result.stdout) if result.exit_code == 0 else None
+    return result.exit_code, report, result.stderr
+
+
+def test_json_file_ok_and_canary(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "ok.json"
+    path.write_text(json.dumps(completion(None, [call(ARGS)])))
+    code, report, _ = invoke(runner, str(path), "--canary", CANARY)
+    assert code == 0
+    assert report["file"] == str(path) and report["format"] == "json"
+    assert (report["outcome"], report["corrupt"], report["canary_checked"]) == ("ok", False, True)
+    assert report["tool_call"]["arguments"] == ARGS
+    assert report["leak_form"] is None
+    # A wrong canary is lost_plot; without --canary it is not checked.
+    code, report, _ = invoke(runner, str(path), "--canary", "OTHER")
+    assert (code, report["outcome"], report["corrupt"]) == (0, "lost_plot", True)
+    code, report, _ = invoke(runner, str(path))
+    assert (code, report["outcome"], report["canary_checked"]) == (0, "ok", False)
+
+
+def test_json_file_with_a_well_formed_leak(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "leak.json"
+    path.write_text(json.dumps(completion(render(MarkupFamily.V4, "read_file", ARGS))))
+    code, report, _ = invoke(runner, str(path))
+    assert code == 0
+    assert (report["outcome"], report["leak_form"], report["family"]) == (
+        "leak",
+        "well_formed",
+        "v4",
+    )
+    assert report["source"] in ("sglang", "builtin")
+    assert report["leak_calls"] == [{"name": "read_file", "arguments": ARGS}]
+    assert "｜DSML｜tool_calls" in report["evidence"]
+
+
+def test_sse_file_with_a_malformed_leak(runner: CliRunner, tmp_path: Path) -> None:
+    text = render(MarkupFamily.DSML, "read_file", ARGS)
+    cut = text[: len(text) - 30]  # the stream ended inside the block
+    chunks = [delta({"role": "assistant"})]
+    chunks += [delta({"content": cut[i : i + 7]}) for i in range(0, len(cut), 7)]
+    chunks.append(delta({}, finish="length"))
+    path = tmp_path / "leak.sse"
+    path.write_text(sse(chunks))
+    code, report, _ = invoke(runner, str(path))
+    assert code == 0
+    assert report["format"] == "sse"
+    assert (report["outcome"], report["leak_form"], report["family"]) == (
+        "leak",
+        "malformed",
+        "dsml",
+    )
+    assert report["leak_reason"]
+
+
+def test_stdin_sse_with_streamed_tool_calls(runner: CliRunner) -> None:
+    arguments = json.dumps(ARGS)
+    chunks = [
+        delta({"role": "assistant", "content": ""}),
+        delta(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": arguments[:10]},
+                    }
+                ]
+            }
+        ),
+        delta({"tool_calls": [{"index": 0, "function": {"arguments": arguments[10:]}}]}),
+        delta({}, finish="tool_calls"),
+    ]
+    code, report, _ = invoke(runner, "-", "--canary", CANARY, stdin=sse(chunks))
+    assert code == 0
+    assert (report["file"], report["format"], report["outcome"]) == ("<stdin>", "sse", "ok")
+
+
+def test_stdin_json(runner: CliRunner) -> None:
+    code, report, _ = invoke(runner, "-", stdin=json.dumps(completion("I am done.")))
+    assert (code, report["outcome"], report["format"]) == (0, "no_tool", "json")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "empty input"),
+        ("hello there", "neither JSON nor an SSE stream"),
+        ("[1, 2]", "not a chat completion"),
+        ('data: {"choices": [\n\n', "line 1: data is not valid JSON"),
+        (": just a comment\n\n", "no 'data:' events"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_file(
+    runner: CliRunner, tmp_path: Path, content: str, message: str
+) -> None:
+    path = tmp_path / "bad.txt"
+    path.write_text(content)
+    code, _, stderr = invoke(runner, str(path))
+    assert code == 2
+    assert str(path) in stderr and message in stderr and "Traceback" not in stderr
+
+
+def test_unreadable_file_exits_2(runner: CliRunner, tmp_path: Path) -> None:
+    missing = tmp_path / "missing.json"
+    code, _, stderr = invoke(runner, str(missing))
+    assert code == 2 and str(missing) in stderr
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    code, _, stderr = invoke(runner, str(binary))
+    assert code == 2 and str(binary) in stderr
+
+
+def test_bad_stdin_exits_2(runner: CliRunner) -> None:
+    code, _, stderr = invoke(runner, "-", stdin="not json")
+    assert code == 2 and "<stdin>" in stderr
+
+
+def test_a_response_without_choices_is_an_error_outcome(runner: CliRunner) -> None:
+    # Valid JSON that is not a completion is still judged (an HTTP error body is evidence).
+    code, report, _ = invoke(runner, "-", stdin=json.dumps({"error": {"message": "overloaded"}}))
+    assert (code, report["outcome"]) == (0, "error")
