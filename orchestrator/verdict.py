@@ -231,6 +231,12 @@ def decide(
             f"{corrupted} of {sessions} sessions corrupt; upper 95% bound {upper:.2%} "
             f"is within the clean rate {clean_rate:.2%}",
         )
+    if corrupted == 0:
+        return verdict(
+            Status.INCONCLUSIVE,
+            f"no corruption in {sessions} sessions, too few to call the deployment clean (upper "
+            f"95% bound {upper:.2%} above the clean rate {clean_rate:.2%}): run more trials",
+        )
     return verdict(
         Status.INCONCLUSIVE,
         f"{corrupted} of {sessions} sessions corrupt, but no factor or interaction explains it "

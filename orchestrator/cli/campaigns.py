@@ -23,6 +23,10 @@ from orchestrator.cli.common import (
 )
 from orchestrator.verdict import Verdict
 
+RayAddress = Annotated[str | None, typer.Option(
+    "--ray-address", envvar="RAY_ADDRESS",
+    help="Join this Ray cluster (pool actors and load run there); default: Ray on this machine.")]
+
 
 def _print_verdict(verdict: Verdict, campaign_id: str, as_json: bool) -> None:
     document = verdict.to_json()
@@ -64,6 +68,7 @@ def demo(
         Path("bisect-demo")
     ),
     as_json: JsonOption = False,
+    ray_address: RayAddress = None,
 ) -> None:
     """Run a complete campaign against twin nodes on this machine (no GPU needed)."""
     from orchestrator.demo import prepare_demo
@@ -75,7 +80,7 @@ def demo(
         with Store.open(str(directory / "bisect.db")) as store:
             campaign_id = create_campaign(store, campaign, "demo")
             progress(f"campaign {campaign_id}: {campaign.name}")
-            verdict = run_campaign(store, campaign_id, progress=progress)
+            verdict = run_campaign(store, campaign_id, progress=progress, ray_address=ray_address)
             _finish_run(store, campaign_id, verdict, directory / "report.html", as_json)
 
 
@@ -86,6 +91,7 @@ def run(
     report: Annotated[Path | None, typer.Option("--report", "-o", help="Write the HTML report.")]
     = None,
     as_json: JsonOption = False,
+    ray_address: RayAddress = None,
 ) -> None:
     """Run a campaign to its verdict."""
     from orchestrator.runner import create_campaign, run_campaign
@@ -95,7 +101,7 @@ def run(
         with Store.open(store) as db:
             campaign_id = create_campaign(db, campaign, str(campaign_file))
             progress(f"campaign {campaign_id}: {campaign.name}")
-            verdict = run_campaign(db, campaign_id, progress=progress)
+            verdict = run_campaign(db, campaign_id, progress=progress, ray_address=ray_address)
             _finish_run(db, campaign_id, verdict, report, as_json)
 
 
@@ -104,13 +110,14 @@ def resume(
     campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption = False,
     report: Annotated[Path | None, typer.Option("--report", "-o", help="Write the HTML report.")]
     = None,
+    ray_address: RayAddress = None,
 ) -> None:
     """Continue an interrupted campaign from what the store holds."""
     from orchestrator.runner import run_campaign
 
     with user_errors(), Store.open(store) as db:
         db.get_campaign(campaign_id)
-        verdict = run_campaign(db, campaign_id, progress=progress)
+        verdict = run_campaign(db, campaign_id, progress=progress, ray_address=ray_address)
         _finish_run(db, campaign_id, verdict, report, as_json)
 
 
