@@ -41,6 +41,10 @@ class Scenario:
     bad: Levels
     rate: Rate
     culprits: list[Levels]  # the planted truth; [] when nothing is to blame
+    fault_model: bool = False  # sessions drawn by the twin's fault model instead of ``rate``
+
+    def pool(self, seed: int) -> Pool:
+        return FaultModelPool(seed) if self.fault_model else Pool(self.rate, seed)
 
 
 def _two_level(n: int) -> tuple[dict[str, list[str]], Levels, Levels]:
@@ -58,11 +62,20 @@ def _seed_scenario() -> Scenario:
                     [{"index_k": "bf16", "hicache": "on"}])
 
 
+def _fault_model_scenario() -> Scenario:
+    seed = _seed_scenario()
+    return Scenario("seed, drawn by the twin's fault model", seed.factors,
+                    {"index_k": "fp8", "hicache": "on", "topk_v2": "on", "cuda_graph": "on"},
+                    {"index_k": "bf16", "hicache": "on", "topk_v2": "on", "cuda_graph": "on"},
+                    seed.rate, seed.culprits, fault_model=True)
+
+
 def scenarios() -> list[Scenario]:
     f4, g4, b4 = _two_level(4)
     f8, g8, b8 = _two_level(8)
     return [
         _seed_scenario(),
+        _fault_model_scenario(),
         Scenario("single factor, 6%", f4, g4, b4,
                  lambda lv: 0.06 if lv["f2"] == "b" else 0.0, [{"f2": "b"}]),
         Scenario("no culprit", f4, g4, b4, lambda lv: 0.0, []),
@@ -89,6 +102,35 @@ class Pool:
         corrupt = sum(self.rng.random() < self.rate(levels) for _ in range(SESSIONS))
         return TrialEvidence(dict(levels), {"ok": SESSIONS - corrupt, "leak": corrupt},
                              restarts=1)
+
+
+class FaultModelPool(Pool):
+    """Every session drawn by the twin's own fault model (experiments/twin/simulate.py) from the
+    flags and env the demo campaign renders for the variant: what a real twin would return
+    (tests/test_simulate.py checks it session by session against a twin over HTTP)."""
+
+    def __init__(self, seed: int) -> None:
+        from experiments.twin.faults import FaultModel
+        from orchestrator.demo import DEMO_FACTORS, FAULT_MODEL
+
+        super().__init__(lambda levels: 0.0, seed)  # the rate is unused: the model decides
+        self.model = FaultModel.model_validate(FAULT_MODEL)
+        self.factors = DEMO_FACTORS
+        self.seed = seed
+
+    def trial(self, levels: Levels) -> TrialEvidence:
+        from experiments.twin.simulate import server_view, trial_counts
+
+        self.trials += 1
+        flags: list[str] = []
+        env: dict[str, str] = {}
+        for factor in self.factors:
+            level = factor["levels"][levels[factor["name"]]] or {}
+            flags += level.get("flags", [])
+            env.update(level.get("env", {}))
+        counts = trial_counts(self.model, server_view(flags, env), sessions=SESSIONS,
+                              seed=self.seed * 1_000_003 + self.trials)
+        return TrialEvidence(dict(levels), counts, restarts=1)
 
 
 def run_adaptive(s: Scenario, pool: Pool) -> list[Levels] | None:
@@ -181,7 +223,7 @@ def main() -> None:
             correct = accused = 0
             costs = []
             for seed in range(args.seeds):
-                pool = Pool(scenario.rate, seed)
+                pool = scenario.pool(seed)
                 found = run(scenario, pool)
                 correct += found is not None and _key(found) == truth
                 accused += found is not None and any(
