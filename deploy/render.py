@@ -17,6 +17,8 @@ class LevelSettings:
     env: Mapping[str, str] = field(default_factory=dict)
     flags: Sequence[str] = ()
     services: frozenset[str] | None = None  # None: every service
+    markers: Sequence[str] = ()  # log lines proving it loaded
+    absent_markers: Sequence[str] = ()  # log lines that must not appear
 
     def touches(self, service: str) -> bool:
         return self.services is None or service in self.services

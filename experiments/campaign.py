@@ -53,10 +53,15 @@ class _Strict(BaseModel):
 
 
 class Level(_Strict):
-    """What one level of a factor sets: environment variables and extra command-line flags."""
+    """What one level of a factor sets: environment variables and extra command-line flags.
+
+    ``log_markers`` must appear in a restarted service's log for the level to count as loaded
+    (e.g. the HiCache host allocation line); ``absent_log_markers`` must not."""
 
     env: dict[str, EnvValue] = {}
     flags: Argv = []
+    log_markers: list[str] = []
+    absent_log_markers: list[str] = []
 
 
 class Factor(_Strict):
@@ -110,6 +115,7 @@ class Service(_Strict):
     health_url: str
     metrics_url: str | None = None
     startup_timeout_s: float = Field(default=120.0, gt=0)
+    log_markers: list[str] = []  # in every start's log, e.g. "fired up and ready to roll"
 
 
 class Pool(_Strict):

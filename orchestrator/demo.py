@@ -38,22 +38,28 @@ FAULT_MODEL: dict[str, Any] = {
 }
 
 
+# Each level names the log line that proves it loaded (the proof step checks them after every
+# restart): a healthy server is no proof that the new configuration is the one running.
 DEMO_FACTORS: list[dict[str, Any]] = [
     {"name": "index_k", "levels": {
-        "fp8": {"env": {"BF16_INDEX_K": "0"}},
-        "bf16": {"env": {"BF16_INDEX_K": "1"}},
+        "fp8": {"env": {"BF16_INDEX_K": "0"},
+                "log_markers": ["index_k dtype=fp8 bytes_per_token_per_layer=132"]},
+        "bf16": {"env": {"BF16_INDEX_K": "1"},
+                 "log_markers": ["index_k dtype=bf16 bytes_per_token_per_layer=256"]},
     }},
     {"name": "hicache", "levels": {
-        "off": {},
-        "on": {"flags": ["--enable-hierarchical-cache", "--hicache-ratio", "2"]},
+        "off": {"absent_log_markers": ["host memory for hierarchical KV cache"]},
+        "on": {"flags": ["--enable-hierarchical-cache", "--hicache-ratio", "2"],
+               "log_markers": ["host memory for hierarchical KV cache"]},
     }},
     {"name": "topk_v2", "levels": {
         "off": {"env": {"SGLANG_OPT_USE_TOPK_V2": "0"}},
         "on": {"env": {"SGLANG_OPT_USE_TOPK_V2": "1"}},
     }},
     {"name": "cuda_graph", "levels": {
-        "on": {},
-        "off": {"flags": ["--disable-cuda-graph"]},
+        "on": {"log_markers": ["Capture cuda graph end"]},
+        "off": {"flags": ["--disable-cuda-graph"],
+                "absent_log_markers": ["Capture cuda graph end"]},
     }},
 ]
 
@@ -83,6 +89,7 @@ def twin_pool(name: str, node: str, fault_model: Path, latency_ms: float = 20) -
             "health_url": f"{base}/health",
             "metrics_url": f"{base}/metrics",
             "startup_timeout_s": 60,
+            "log_markers": ["The server is fired up and ready to roll!"],
         }],
     }
 

@@ -14,12 +14,13 @@ from functools import partial
 
 from db.records import LogRow, MetricRow, SessionRow, TrialTiming
 from deploy.health import HealthTimeout, wait_healthy
+from deploy.proof import node_clock, prove_loaded
 from deploy.render import LevelSettings, render_service
-from deploy.services.base import ServiceConfig, ServiceManager
+from deploy.services.base import ServiceConfig, ServiceManager, Started
 from deploy.services.process import ProcessServiceManager
 from deploy.transports.base import TransportError
 from deploy.transports.factory import Transports
-from experiments.campaign import Campaign, Pool
+from experiments.campaign import Campaign, Pool, Service
 from experiments.collect import Sample, log_events, poll_metrics
 from experiments.outcomes import is_corrupt
 from experiments.workload.stress import SessionResult, StressResult, run_stress
@@ -56,7 +57,8 @@ def level_settings(campaign: Campaign, levels: dict[str, str]) -> list[LevelSett
         level = factor.level(levels[factor.name])
         touched = frozenset(factor.services) if factor.services is not None else None
         settings.append(LevelSettings(factor.name, levels[factor.name], level.env,
-                                      tuple(level.flags), touched))
+                                      tuple(level.flags), touched, tuple(level.log_markers),
+                                      tuple(level.absent_log_markers)))
     return settings
 
 
@@ -112,6 +114,8 @@ class PoolRunner:
             if self.applied.get(service.name) == config and manager.is_running(service.name):
                 continue
             self.applied.pop(service.name, None)
+            transport = self.transports[service.node]
+            deployed_at = node_clock(transport)  # the node's clock: skew never counts
             started = manager.start(config)
             self.log_read[service.name] = started.log_offset
             try:
@@ -121,9 +125,26 @@ class PoolRunner:
                 tail = manager.read_log(service.name, started.log_offset).splitlines()
                 last = "\n".join(tail[-LOG_TAIL_LINES:])
                 raise DeployFailed(f"{service.name}: {exc}\n{last}".rstrip()) from None
+            self._prove(service, config, started, deployed_at, settings)
             self.applied[service.name] = config
             restarts += 1
         return restarts
+
+    def _prove(self, service: Service, config: ServiceConfig, started: Started,
+               deployed_at: float, settings: list[LevelSettings]) -> None:
+        """A healthy server is not proof: the variant's argv, env and log markers must be those
+        of a process started after the deploy. A variant that cannot be proven is not stressed."""
+        touching = [s for s in settings if s.touches(service.name)]
+        proof = prove_loaded(
+            self.transports[service.node], started.pid, config,
+            deployed_at_epoch=deployed_at,
+            log_text=self.managers[service.name].read_log(service.name, started.log_offset),
+            markers=[*service.log_markers, *(m for s in touching for m in s.markers)],
+            absent_markers=[m for s in touching for m in s.absent_markers],
+        )
+        if not proof.ok:
+            raise DeployFailed(f"{service.name}: the variant is not loaded: "
+                               + "; ".join(proof.problems))
 
     async def _stress(
         self, seed: int, rule: StopWhenFailing | None

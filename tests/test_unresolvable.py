@@ -44,3 +44,30 @@ def test_a_variant_whose_server_does_not_start_is_unresolvable(ray_cluster: None
     assert verdict.status is Status.INCONCLUSIVE and "too few" in verdict.reason
     assert {tuple(sorted(v["levels"].items())) for v in document["variants"]} == {
         (("build", "good"), ("hicache", "off")), (("build", "good"), ("hicache", "on"))}
+
+
+def test_a_variant_that_cannot_be_proven_loaded_is_not_stressed(ray_cluster: None,
+                                                                 tmp_path: Path) -> None:
+    faults = tmp_path / "faults.yaml"
+    faults.write_text("rules: []\n")
+    campaign = Campaign.model_validate({
+        "name": "not proven",
+        "nodes": [{"name": "here", "workdir": str(tmp_path / "services")}],
+        "pools": [twin_pool("p", "here", faults, latency_ms=1)],
+        "factors": [{"name": "hicache", "levels": {
+            "off": {"absent_log_markers": ["host memory for hierarchical KV cache"]},
+            # Claims a log line the server never prints: the proof must refuse it.
+            "on": {"flags": ["--enable-hierarchical-cache"],
+                   "log_markers": ["hicache_v9=1"]},
+        }}],
+        "workload": {"sessions": 8, "rounds": 1, "timeout_s": 10},
+        "strategy": {"kind": "factorial", "repeats": 1},
+    })
+    with Store.open(str(tmp_path / "bisect.db")) as store:
+        campaign_id = create_campaign(store, campaign, "test")
+        verdict = run_campaign(store, campaign_id)
+        done = store.trials(campaign_id)
+    [skipped] = verdict.to_json()["unresolvable"]
+    assert skipped["levels"] == {"hicache": "on"}
+    assert "not loaded" in skipped["error"] and "hicache_v9=1" in skipped["error"]
+    assert [t.levels for t in done] == [{"hicache": "off"}]  # the proven one was stressed

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 
-from deploy.lab import LabError, lab_down, lab_status, lab_up
+from deploy.lab import Lab, LabError, lab_down, lab_status, lab_up
 from orchestrator.cli.common import JsonOption, app, error, out
 
 lab_app = typer.Typer(no_args_is_help=True, help="A lab of SSH test hosts (needs root).")
@@ -17,22 +18,51 @@ DirOption = Annotated[Path, typer.Option("--dir", help="Where the lab keeps its 
 DEFAULT_DIR = Path("bisect-lab")
 
 
+SystemdOption = Annotated[bool, typer.Option(
+    "--systemd", help="Make each host a container with systemd as PID 1 (like real nodes), "
+                      "its services installed as units.")]
+
+
 @lab_app.command("up")
 def up(directory: DirOption = DEFAULT_DIR,
-       hosts: Annotated[int, typer.Option(min=1, max=16)] = 2) -> None:
+       hosts: Annotated[int, typer.Option(min=1, max=16)] = 2,
+       systemd: SystemdOption = False) -> None:
     """Build the hosts (network namespaces, each with its own sshd) and a ready campaign file."""
     from orchestrator.lab_campaign import write_lab_campaign
 
     try:
-        lab = lab_up(directory.resolve(), hosts)
+        lab = lab_up(directory.resolve(), hosts, systemd=systemd)
     except LabError as exc:
         error(str(exc))
         raise typer.Exit(2) from None
     campaign = write_lab_campaign(lab, directory.resolve())
+    if systemd:
+        for unit in _install_units(lab, campaign):
+            out.print(f"unit: {unit}", highlight=False)
     for host in lab.hosts:
         out.print(f"{host.name}: {host.address} (ssh -F {lab.ssh_config} {host.name})",
                   highlight=False)
     out.print(f"campaign: {campaign}\nrun it:   bisect run {campaign}", highlight=False)
+
+
+def _install_units(lab: Lab, campaign: Path) -> list[str]:
+    """Each service of the lab's campaign as a unit on its host, as an operator would have it:
+    the systemd service manager then applies variants as drop-ins on these units."""
+    from deploy.lab.units import install_unit, service_unit
+    from deploy.transports.ssh import SSHTransport
+
+    installed = []
+    for pool in yaml.safe_load(campaign.read_text(encoding="utf-8"))["pools"]:
+        for service in pool["services"]:
+            unit = f"{service['name']}.service"
+            transport = SSHTransport(lab.target(service["node"]))
+            try:
+                install_unit(transport, unit, service_unit(
+                    list(service["start"]), description=f"{service['name']} (bisect lab twin)"))
+            finally:
+                transport.close()
+            installed.append(f"{unit} on {service['node']}")
+    return installed
 
 
 @lab_app.command("down")
@@ -55,6 +85,8 @@ def status(directory: DirOption = DEFAULT_DIR, as_json: JsonOption = False) -> N
         return
     out.print(f"lab {directory}: {state.state}", highlight=False)
     for host in state.hosts:
-        checks = ", ".join(f"{name} {'ok' if ok else 'MISSING'}" for name, ok in (
-            ("namespace", host.namespace), ("sshd", host.sshd), ("port 22", host.reachable)))
+        parts = [("namespace", host.namespace), ("sshd", host.sshd), ("port 22", host.reachable)]
+        if host.systemd is not None:
+            parts.insert(1, ("systemd", host.systemd))
+        checks = ", ".join(f"{name} {'ok' if ok else 'MISSING'}" for name, ok in parts)
         out.print(f"  {host.name} {host.address}: {checks}", highlight=False)
