@@ -116,6 +116,10 @@ class Service(_Strict):
     metrics_url: str | None = None
     startup_timeout_s: float = Field(default=120.0, gt=0)
     log_markers: list[str] = []  # in every start's log, e.g. "fired up and ready to roll"
+    # process: bisect starts the command itself (pid and log files in the node's workdir);
+    # systemd: the node's unit (default NAME.service) gets the variant as a drop-in.
+    manager: Literal["process", "systemd"] = "process"
+    unit: str | None = None
 
 
 class Pool(_Strict):

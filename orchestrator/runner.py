@@ -13,16 +13,18 @@ from datetime import UTC, datetime
 
 from db.records import TrialRecord
 from db.store import Store
-from deploy.services.process import ProcessServiceManager
+from deploy.locks import NodeLocked
+from deploy.services.systemd import SystemdServiceManager
 from deploy.transports.factory import Transports
 from experiments.campaign import Campaign
 from experiments.outcomes import is_corrupt
 from orchestrator.evidence import TrialEvidence, variant_key
+from orchestrator.nodes import check_nodes, locked
 from orchestrator.ray_pool import PoolActors, PoolCrashed, ensure_ray
 from orchestrator.strategies.adaptive import Adaptive
 from orchestrator.strategies.base import Strategy
 from orchestrator.strategies.factorial import Factorial
-from orchestrator.trial import TrialOrder
+from orchestrator.trial import TrialOrder, service_manager
 from orchestrator.verdict import CostModel, Unresolvable, Verdict, decide, from_replay
 
 MAX_FAILED_ATTEMPTS = 2  # then the variant is unresolvable, like `git bisect skip`
@@ -102,17 +104,30 @@ def create_campaign(store: Store, campaign: Campaign, source: str) -> str:
     return campaign_id
 
 
-def stop_services(campaign: Campaign) -> None:
-    """Stop every service of the campaign from the driver: the safety net behind the actors."""
+def running_before(campaign: Campaign, transports: Transports) -> dict[str, bool]:
+    """Which systemd units were running before the campaign: they are running after it."""
     workdirs = {node.name: node.workdir for node in campaign.nodes}
-    transports = Transports(campaign.nodes)
-    try:
-        for pool in campaign.pools:
-            for service in reversed(pool.services):
-                transport = transports[service.node]
-                ProcessServiceManager(transport, workdirs[service.node]).stop(service.name)
-    finally:
-        transports.close()
+    return {
+        service.name: service_manager(service, transports, workdirs).is_running(service.name)
+        for pool in campaign.pools for service in pool.services if service.manager == "systemd"
+    }
+
+
+def restore_services(campaign: Campaign, transports: Transports,
+                     was_running: dict[str, bool]) -> None:
+    """Leave the nodes as found, from the driver (the safety net behind the actors): our own
+    processes stopped; a systemd unit stripped of bisect's drop-in and running again if it was."""
+    workdirs = {node.name: node.workdir for node in campaign.nodes}
+    for pool in campaign.pools:
+        for service in reversed(pool.services):
+            manager = service_manager(service, transports, workdirs)
+            if isinstance(manager, SystemdServiceManager):
+                manager.stop(service.name)
+                manager.remove_dropin(service.name)
+                if was_running.get(service.name):
+                    manager.start_unchanged(service.name)
+            else:
+                manager.stop(service.name)
 
 
 def run_campaign(
@@ -120,12 +135,31 @@ def run_campaign(
     ray_address: str | None = None,
 ) -> Verdict:
     campaign = campaign_of(store, campaign_id)
-    discarded = store.discard_unfinished(campaign_id)
-    if discarded:
-        progress(f"discarded {len(discarded)} unfinished trial(s): {discarded}")
-    store.set_campaign_status(campaign_id, "running")
+    resumed = bool(store.trials(campaign_id, status=None))
+    transports = Transports(campaign.nodes)
+    try:
+        with locked(campaign, transports, campaign_id, reclaim=resumed):
+            check_nodes(campaign, transports)  # every problem of every node, nothing changed
+            discarded = store.discard_unfinished(campaign_id)
+            if discarded:
+                progress(f"discarded {len(discarded)} unfinished trial(s): {discarded}")
+            store.set_campaign_status(campaign_id, "running")
+            ensure_ray(ray_address)
+            was_running = running_before(campaign, transports)
+            try:
+                _drive(store, campaign_id, campaign, progress)
+            finally:
+                restore_services(campaign, transports, was_running)
+    except NodeLocked as exc:
+        raise RunFailed(str(exc)) from None
+    finally:
+        transports.close()
+    return verdict_of(store, campaign_id)
+
+
+def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progress) -> None:
+    """Propose, dispatch, store, until the strategy is done; the actors stop their services."""
     strategy: Strategy = strategy_for(campaign)
-    ensure_ray(ray_address)
     actors = PoolActors(campaign.model_dump(mode="json"), [p.name for p in campaign.pools])
     pending: dict[int, dict[str, str]] = {}
     status = "failed"
@@ -173,6 +207,4 @@ def run_campaign(
         try:
             actors.shutdown()
         finally:
-            stop_services(campaign)
             store.set_campaign_status(campaign_id, status, finished=status == "done")
-    return verdict_of(store, campaign_id)

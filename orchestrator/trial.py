@@ -17,7 +17,7 @@ from deploy.health import HealthTimeout, wait_healthy
 from deploy.proof import node_clock, prove_loaded
 from deploy.render import LevelSettings, render_service
 from deploy.services.base import ServiceConfig, ServiceManager, Started
-from deploy.services.process import ProcessServiceManager
+from deploy.services.factory import manager_for
 from deploy.transports.base import TransportError
 from deploy.transports.factory import Transports
 from experiments.campaign import Campaign, Pool, Service
@@ -51,6 +51,13 @@ class DeployFailed(RuntimeError):
     pass
 
 
+def service_manager(service: Service, transports: Transports,
+                    workdirs: dict[str, str]) -> ServiceManager:
+    return manager_for(service.manager, transports[service.node], service=service.name,
+                       workdir=workdirs[service.node], unit=service.unit,
+                       start_timeout_s=service.startup_timeout_s)
+
+
 def level_settings(campaign: Campaign, levels: dict[str, str]) -> list[LevelSettings]:
     settings = []
     for factor in campaign.factors:
@@ -72,9 +79,7 @@ class PoolRunner:
         self.transports = Transports(self.campaign.nodes)  # one connection per node, built here:
         # paramiko objects cannot travel to a Ray actor
         self.managers: dict[str, ServiceManager] = {
-            service.name: ProcessServiceManager(
-                self.transports[service.node], workdirs[service.node]
-            )
+            service.name: service_manager(service, self.transports, workdirs)
             for service in self.pool.services
         }
         self.applied: dict[str, ServiceConfig] = {}

@@ -5,9 +5,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from db.store import Store
 from experiments.campaign import Campaign
 from orchestrator.demo import twin_pool
+from orchestrator.nodes import PreflightFailed
 from orchestrator.runner import MAX_FAILED_ATTEMPTS, create_campaign, run_campaign
 from orchestrator.verdict import Status
 
@@ -21,7 +24,9 @@ def test_a_variant_whose_server_does_not_start_is_unresolvable(ray_cluster: None
         "nodes": [{"name": "here", "workdir": str(tmp_path / "services")}],
         "pools": [twin_pool("p", "here", faults, latency_ms=1)],
         "factors": [
-            {"name": "build", "levels": {"good": {}, "broken": {"flags": ["--no-such-flag"]}}},
+            # Accepted by the build's --help, fatal at start: a fault model that is not there.
+            {"name": "build", "levels": {"good": {}, "broken": {
+                "flags": ["--fault-model", str(tmp_path / "missing.yaml")]}}},
             {"name": "hicache", "levels": {"off": {},
                                            "on": {"flags": ["--enable-hierarchical-cache"]}}},
         ],
@@ -38,7 +43,7 @@ def test_a_variant_whose_server_does_not_start_is_unresolvable(ray_cluster: None
     assert {tuple(sorted(u["levels"].items())) for u in broken} == {
         (("build", "broken"), ("hicache", "off")), (("build", "broken"), ("hicache", "on"))}
     assert all(u["attempts"] == MAX_FAILED_ATTEMPTS for u in broken)
-    assert all("--no-such-flag" in u["error"] for u in broken)  # the server's own words
+    assert all("missing.yaml" in u["error"] for u in broken)  # the server's own words
     assert len(failed) == 2 * MAX_FAILED_ATTEMPTS
     # Judged on the variants that did deploy: clean, but 16 sessions are too few to say so.
     assert verdict.status is Status.INCONCLUSIVE and "too few" in verdict.reason
@@ -71,3 +76,24 @@ def test_a_variant_that_cannot_be_proven_loaded_is_not_stressed(ray_cluster: Non
     assert skipped["levels"] == {"hicache": "on"}
     assert "not loaded" in skipped["error"] and "hicache_v9=1" in skipped["error"]
     assert [t.levels for t in done] == [{"hicache": "off"}]  # the proven one was stressed
+
+
+def test_a_flag_the_build_rejects_stops_the_campaign_before_anything_changes(
+        ray_cluster: None, tmp_path: Path) -> None:
+    faults = tmp_path / "faults.yaml"
+    faults.write_text("rules: []\n")
+    campaign = Campaign.model_validate({
+        "name": "preflight",
+        "nodes": [{"name": "here", "workdir": str(tmp_path / "services")}],
+        "pools": [twin_pool("p", "here", faults, latency_ms=1)],
+        "factors": [{"name": "build", "levels": {
+            "good": {}, "broken": {"flags": ["--no-such-flag"]}}}],
+        "workload": {"sessions": 8, "rounds": 1, "timeout_s": 10},
+    })
+    with Store.open(str(tmp_path / "bisect.db")) as store:
+        campaign_id = create_campaign(store, campaign, "test")
+        with pytest.raises(PreflightFailed, match="level broken passes --no-such-flag"):
+            run_campaign(store, campaign_id)
+        assert store.trials(campaign_id, status=None) == []
+    assert not list((tmp_path / "services").glob("*.pid"))
+    assert not (tmp_path / "services" / ".bisect.lock").exists()  # the lock was released

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from deploy.lab import net, registry
+from deploy.lab import net, registry, systemd_host
 from deploy.lab.model import Lab, LabError, LabHost, load_lab
 from deploy.lab.sshd import (
     SSHD,
@@ -33,7 +33,7 @@ from deploy.lab.sshd import (
 MAX_HOSTS = 50
 
 
-def _require_root(action: str) -> None:
+def _require_root(action: str, *, systemd: bool = False) -> None:
     if os.geteuid() != 0:
         raise LabError(f"`lab {action}` needs root: it creates network namespaces, a bridge and "
                        f"veth pairs and runs sshd; run it as root (for example with sudo)")
@@ -41,9 +41,11 @@ def _require_root(action: str) -> None:
         raise LabError(f"{SSHD} is missing: install it with `apt-get install -y openssh-server`")
     if shutil.which(net.IP) is None:
         raise LabError("the `ip` command is missing: install it with `apt-get install -y iproute2`")
+    if systemd:
+        systemd_host.require()
 
 
-def _plan(directory: str, prefix: str, hosts: int, subnet: str | None) -> Lab:
+def _plan(directory: str, prefix: str, hosts: int, subnet: str | None, systemd: bool) -> Lab:
     network = net.choose_subnet(subnet, prefix)
     addresses = [str(a) for a in network.hosts()]
     if hosts > len(addresses) - 1:
@@ -59,7 +61,7 @@ def _plan(directory: str, prefix: str, hosts: int, subnet: str | None) -> Lab:
         ))
     return Lab(directory=directory, prefix=prefix, subnet=str(network),
                bridge=net.bridge_name(prefix), bridge_address=addresses[0],
-               user=getpass.getuser(), hosts=tuple(planned))
+               user=getpass.getuser(), hosts=tuple(planned), systemd=systemd)
 
 
 def _write_client_files(lab: Lab) -> None:
@@ -91,13 +93,15 @@ def _wait_reachable(lab: Lab, timeout_s: float = 10.0) -> None:
 
 
 def lab_up(directory: str | os.PathLike[str], hosts: int = 2, *, subnet: str | None = None,
-           prefix: str | None = None, owner_pid: int | None = None) -> Lab:
+           prefix: str | None = None, owner_pid: int | None = None,
+           systemd: bool = False) -> Lab:
     """Build a lab of ``hosts`` SSH hosts under ``directory`` (replacing a stale one there).
 
     ``prefix`` names its namespaces and interfaces (default: derived from the directory).
     ``owner_pid``: the lab belongs to that process; once it has exited, the next ``lab_up`` on
-    this machine tears the lab down (a killed test run leaves nothing behind for long)."""
-    _require_root("up")
+    this machine tears the lab down (a killed test run leaves nothing behind for long).
+    ``systemd``: every host is a container with systemd as PID 1 (see ``systemd_host``)."""
+    _require_root("up", systemd=systemd)
     path = os.path.abspath(directory)
     if re.search(r"\s", path):
         raise LabError(f"lab directory {path!r} contains whitespace (ssh_config cannot hold it)")
@@ -112,7 +116,7 @@ def lab_up(directory: str | os.PathLike[str], hosts: int = 2, *, subnet: str | N
             _teardown(orphan_directory, orphan_prefix)
         _teardown(path, None)  # the lab this directory held before, whatever its prefix
         _teardown(path, prefix)  # a stale lab of the same prefix: its names are ours to reuse
-        lab = _plan(path, prefix, hosts, subnet)
+        lab = _plan(path, prefix, hosts, subnet, systemd)
         lab.save()  # before anything exists: whatever follows, a teardown knows what to undo
         registry.register(prefix, path, owner_pid)
         try:
@@ -135,7 +139,12 @@ def _build(lab: Lab) -> Lab:
     net.create_bridge(lab.bridge, lab.bridge_address, prefixlen)
     for host in lab.hosts:
         net.create_host(host, lab.bridge, prefixlen)
-        lab = lab.with_host(start_sshd(lab, host))
+        # A systemd host boots in the background (its sshd is a unit): they boot in parallel.
+        started = systemd_host.launch(lab, host) if lab.systemd else start_sshd(lab, host)
+        lab = lab.with_host(started)
+        lab.save()
+    if lab.systemd:
+        lab = systemd_host.wait_booted(lab)
         lab.save()
     _wait_reachable(lab)
     lab = replace(lab, state="up")
@@ -162,6 +171,9 @@ def _teardown(path: str, prefix: str | None) -> None:
     prefix = lab.prefix if lab else (prefix or net.default_prefix(path))
     stale_namespaces, stale_links = net.owned(prefix)
     hosts = lab.hosts if lab else ()
+    # Containers first: killing a container's PID 1 ends all it runs at once (and their cgroups
+    # go); looked up by name too, for a lab whose lab.json is lost.
+    systemd_host.kill(hosts, prefix)
     namespaces = sorted({h.namespace for h in hosts} | set(stale_namespaces))
     # The daemons we started (checked by start time: a reused pid is someone else's) ...
     pids = [h.sshd_pid for h in hosts
@@ -176,7 +188,8 @@ def _teardown(path: str, prefix: str | None) -> None:
     net.delete(namespaces, links)
     registry.unregister(prefix)
     if lab and lab.state != "down":
-        hosts = tuple(replace(h, sshd_pid=None, sshd_start=None) for h in lab.hosts)
+        hosts = tuple(replace(h, sshd_pid=None, sshd_start=None, init_pid=None, init_start=None)
+                      for h in lab.hosts)
         replace(lab, hosts=hosts, state="down").save()
 
 
@@ -189,6 +202,12 @@ def restart_sshd(directory: str | os.PathLike[str], which: str | int, *,
     if lab is None or lab.state != "up":
         raise LabError(f"no lab is up in {directory}")
     host = lab.host(which)
+    if lab.systemd:  # systemd restarts the killed sshd itself: the new key must be there first
+        if new_host_key:
+            write_keypair(host.host_key, f"{host.name}@{lab.prefix}")
+        lab = lab.with_host(systemd_host.restart_sshd(host))
+        lab.save()
+        return lab
     terminate(sshd_pids_in(net.namespace_pids(host.namespace)))
     if new_host_key:
         write_keypair(host.host_key, f"{host.name}@{lab.prefix}")
@@ -204,6 +223,7 @@ class HostStatus:
     namespace: bool  # its namespace exists
     sshd: bool  # the sshd we started is alive
     reachable: bool  # port 22 answers from this machine
+    systemd: bool | None = None  # systemd labs: its container's systemd is PID 1 and alive
 
 
 @dataclass(frozen=True)
@@ -230,10 +250,11 @@ def lab_status(directory: str | os.PathLike[str]) -> LabStatus:
             reachable = True
         except OSError:
             reachable = False
+        init = is_ours(host.init_pid, host.init_start) if lab.systemd else None
         hosts.append(HostStatus(host.name, host.address, host.namespace in present,
-                                is_ours(host.sshd_pid, host.sshd_start), reachable))
-    checks = [h.namespace and h.sshd and h.reachable for h in hosts]
-    anything = any(h.namespace or h.sshd for h in hosts) or lab.bridge in net.links()
+                                is_ours(host.sshd_pid, host.sshd_start), reachable, init))
+    checks = [h.namespace and h.sshd and h.reachable and h.systemd is not False for h in hosts]
+    anything = any(h.namespace or h.sshd or h.systemd for h in hosts) or lab.bridge in net.links()
     state: Literal["up", "degraded", "down"] = "down"
     if lab.state == "up" and all(checks):
         state = "up"

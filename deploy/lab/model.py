@@ -30,6 +30,8 @@ class LabHost:
     workdir: str  # a place for services' pid and log files on this host
     sshd_pid: int | None = None
     sshd_start: int | None = None  # start time in /proc ticks: a reused pid is not ours
+    init_pid: int | None = None  # systemd labs: the container's PID 1, as this machine sees it
+    init_start: int | None = None
 
     @property
     def sshd_config(self) -> str:
@@ -58,6 +60,7 @@ class Lab:
     user: str  # the login user on every host
     hosts: tuple[LabHost, ...] = ()
     state: State = "building"
+    systemd: bool = False  # each host is a container with systemd as PID 1 (systemd_host.py)
 
     # -- the files a client needs --
 

@@ -35,11 +35,12 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON documen
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Known failures become one sentence and an exit code; no traceback reaches a user."""
+    from orchestrator.nodes import PreflightFailed
     from orchestrator.runner import RunFailed
 
     try:
         yield
-    except CampaignError as exc:
+    except (CampaignError, PreflightFailed) as exc:
         error(str(exc))
         raise typer.Exit(2) from None
     except NotFound as exc:

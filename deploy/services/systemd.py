@@ -1,0 +1,245 @@
+"""systemd units as services: a variant is a drop-in on the operator's own unit.
+
+The node already runs the service as a unit (``sglang-prefill.service``, installed by the
+operator). ``start`` writes the variant as ``/etc/systemd/system/UNIT.d/zz-bisect.conf``
+(``Environment=`` lines plus ``ExecStart=`` reset and replaced), reloads systemd and restarts the
+unit; ``remove_dropin`` deletes that file again: it is the only thing bisect writes on the node.
+
+Every action is one ``sh -c`` script through the transport with every value passed as a
+positional parameter (``"$1"``), never spliced into the script: the transport quotes the argv for
+the remote shell, and systemd sees values quoted by its own rules (``unit_quote``).
+
+``Started.log_offset`` is opaque: ``(node epoch µs at this start) << 32 | bytes already read``.
+``read_log`` returns this start's journal text from that byte on, so a caller that adds the byte
+length of what it read (as it does with a plain log file's offset) moves past it exactly.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Mapping
+
+from deploy.services.base import ServiceConfig, Started
+from deploy.transports.base import Transport, TransportError
+
+UNIT_DIR = "/etc/systemd/system"
+DROPIN = "zz-bisect.conf"  # sorts after `systemctl edit`'s override.conf: the variant wins
+_SHIFT = 32  # low bits of log_offset: bytes of this start's journal text already read
+_UNIT = re.compile(r"[A-Za-z0-9:_.\\@][A-Za-z0-9:_.\\@-]{0,247}\.service")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "%": "%%", "\n": "\\n", "\t": "\\t"}
+
+
+class VariantNotApplied(TransportError):
+    """The unit runs, but not with the variant's environment (an EnvironmentFile=, a later
+    drop-in or UnsetEnvironment= on the node overrides it): nothing measured would be valid."""
+
+
+def unit_quote(word: str, *, expand_dollar: bool) -> str:
+    """``word`` as one double-quoted systemd word that unquotes to exactly ``word``.
+
+    Unit files C-unescape (``\\``, ``"``, ``\\n``...), expand specifiers (``%h``: ``%%`` is a
+    literal ``%``) and, in ``ExecStart=`` only, expand ``$VAR``/``${VAR}`` (``$$`` is a literal
+    ``$``). ``Environment=`` does not expand ``$``, so it must not be doubled there."""
+    out = []
+    for ch in word:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ch == "$" and expand_dollar:
+            out.append("$$")
+        elif ch == "\0":
+            raise ValueError(f"a NUL byte cannot reach a process: {word!r}")
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def render_dropin(config: ServiceConfig) -> str:
+    """The drop-in for one variant: its environment, and its command line (when it has one)."""
+    lines = ["# Written by bisect: the variant under test. Delete this file and run",
+             "# `systemctl daemon-reload` to restore the unit as the operator installed it.",
+             "[Service]"]
+    for key, value in config.env:
+        if not _ENV_NAME.fullmatch(key):
+            raise ValueError(f"{config.name}: {key!r} is not an environment variable name "
+                             f"systemd accepts (letters, digits, underscore)")
+        if any(ord(ch) < 32 and ch not in "\t\n" for ch in value) or "\x7f" in value:
+            raise ValueError(f"{config.name}: the value of {key} has control characters, "
+                             f"which systemd refuses in an environment")
+        lines.append(f"Environment={unit_quote(f'{key}={value}', expand_dollar=False)}")
+    if config.argv:
+        if not config.argv[0].startswith("/"):
+            # Leading -@:+! would be read as ExecStart prefixes, and a bare name would be looked
+            # up in systemd's own fixed PATH: the manager resolves it first (see start).
+            raise ValueError(f"{config.name}: ExecStart needs an absolute path, "
+                             f"not {config.argv[0]!r}")
+        lines.append("ExecStart=")  # reset: a Type=simple unit takes exactly one command line
+        lines.append("ExecStart=" + " ".join(unit_quote(a, expand_dollar=True)
+                                             for a in config.argv))
+    return "\n".join(lines) + "\n"
+
+
+# $1 unit  $2 drop-in dir  $3 drop-in text. Prints "<epoch ns at start> <MainPID>".
+_START = f"""set -e
+u=$1 d=$2 f=$2/{DROPIN}
+[ -n "$(systemctl show -p FragmentPath --value -- "$u")" ] || {{
+  echo "unit $u is not installed on this node (no unit file): bisect only adds drop-ins" >&2
+  exit 3; }}
+mkdir -p "$d"
+t=$(mktemp "$d/.bisect.XXXXXX")  # not *.conf: systemd ignores it until the mv
+trap 'rm -f "$t"' EXIT
+printf '%s' "$3" > "$t"; chmod 644 "$t"
+if ! cmp -s "$t" "$f" || [ "$(systemctl show -p NeedDaemonReload --value -- "$u")" = yes ]
+then mv -f "$t" "$f"; systemctl daemon-reload; fi
+systemctl stop -- "$u"
+journalctl --sync 2>/dev/null || true  # the old instance's last lines are stamped before $s
+s=$(date +%s%N)
+if ! systemctl start -- "$u"; then
+  journalctl -q --no-pager -o cat -n 30 -u "$u" >&2 || true; exit 1; fi
+# Type=simple returns after fork: wait for the exec, else /proc shows systemd's own argv and env.
+p=$(systemctl show -p MainPID --value -- "$u"); init=$(readlink /proc/1/exe); i=0
+while [ "$p" -gt 0 ] && [ "$(readlink "/proc/$p/exe" || true)" = "$init" ] && [ $i -lt 200 ]
+do sleep 0.05; i=$((i+1)); p=$(systemctl show -p MainPID --value -- "$u"); done
+echo "$s $p"
+"""
+
+# $1 unit  $2 drop-in dir  $3 "restart" or ""
+_REMOVE = f"""set -e
+u=$1 d=$2 f=$2/{DROPIN}
+[ -e "$f" ] || exit 0
+rm -f -- "$f"
+rmdir -- "$d" 2>/dev/null || true  # only if empty: the operator's own drop-ins stay
+systemctl daemon-reload
+[ "$3" != restart ] || systemctl try-restart -- "$u"
+"""
+
+# $1 pid. Both files base64 on one line each: values may hold any byte, newlines included.
+_PROC = 'base64 -w0 "/proc/$1/cmdline"; echo; base64 -w0 "/proc/$1/environ"; echo'
+
+
+class SystemdServiceManager:
+    """Services as existing systemd units, driven over a transport (as root, or with sudo).
+
+    A service ``name`` is the unit ``{unit_prefix}{name}.service`` unless ``units`` maps it."""
+
+    def __init__(self, transport: Transport, *, unit_prefix: str = "",
+                 units: Mapping[str, str] | None = None, sudo: bool = False,
+                 start_timeout_s: float = 600.0, verify_env: bool = True) -> None:
+        self.transport = transport
+        self.unit_prefix = unit_prefix
+        self.units = dict(units or {})
+        self.sudo = sudo  # `sudo -n`: a login that may run root commands without a password
+        self.start_timeout_s = start_timeout_s  # Type=notify units block `start` until ready
+        self.verify_env = verify_env
+
+    def unit(self, name: str) -> str:
+        unit = self.units.get(name) or f"{self.unit_prefix}{name}"
+        unit = unit if unit.endswith(".service") else f"{unit}.service"
+        if not _UNIT.fullmatch(unit):
+            raise ValueError(f"{unit!r} is not a systemd service name")  # nor a path to write
+        return unit
+
+    def dropin_path(self, name: str) -> str:
+        return f"{UNIT_DIR}/{self.unit(name)}.d/{DROPIN}"
+
+    def _sh(self, script: str, *args: str, timeout_s: float = 60.0) -> str:
+        argv = ["sh", "-c", script, "sh", *args]
+        argv = ["sudo", "-n", *argv] if self.sudo else argv
+        return self.transport.run(argv, timeout_s=timeout_s).check().stdout
+
+    def _resolve(self, config: ServiceConfig) -> ServiceConfig:
+        """A bare argv[0] (``python``) becomes the path the node's shell finds, PATH from the
+        variant's env if it sets one: what a plain-process start would have run."""
+        if not config.argv or config.argv[0].startswith("/"):
+            return config
+        path = dict(config.env).get("PATH")
+        script = ('[ -z "$2" ] || PATH=$2; p=$(command -v -- "$1") || exit 1; '
+                  'case $p in /*) echo "$p";; *) exit 1;; esac')
+        found = self.transport.run(["sh", "-c", script, "sh", config.argv[0], path or ""])
+        if not found.ok:
+            raise TransportError(f"{self.transport.node}: {config.name}: {config.argv[0]!r} "
+                                 f"is not a command on this node; give an absolute path")
+        return ServiceConfig(config.name, (found.stdout.strip(), *config.argv[1:]), config.env)
+
+    def start(self, config: ServiceConfig) -> Started:
+        """Apply the variant as the unit's drop-in and (re)start the unit. ``pid`` is MainPID,
+        0 if the service exited at once (its journal says why: ``read_log``)."""
+        config = self._resolve(config)
+        unit = self.unit(config.name)
+        out = self._sh(_START, unit, f"{UNIT_DIR}/{unit}.d", render_dropin(config),
+                       timeout_s=self.start_timeout_s + 120).split()
+        if len(out) != 2 or not all(word.isdigit() for word in out):
+            raise TransportError(f"{self.transport.node}: could not start {unit}: {out}")
+        started = Started(pid=int(out[1]), log_offset=(int(out[0]) // 1000) << _SHIFT)
+        if self.verify_env and started.pid > 0 and config.env:
+            self._check_env(config, unit, started.pid)
+        return started
+
+    def _check_env(self, config: ServiceConfig, unit: str, pid: int) -> None:
+        try:
+            _, env = self.process(pid)
+        except TransportError:
+            return  # it exited meanwhile: the health wait reports that, with the journal
+        wrong = [key for key, value in config.env if env.get(key) != value]
+        if wrong:
+            raise VariantNotApplied(
+                f"{self.transport.node}: {unit} runs without the variant's value of "
+                f"{', '.join(wrong)}: an EnvironmentFile=, UnsetEnvironment= or a drop-in "
+                f"sorting after {DROPIN} overrides it")
+
+    def process(self, pid: int) -> tuple[list[str], dict[str, str]]:
+        """argv and environment of a process on the node, byte-exact (the proof of a variant)."""
+        lines = self._sh(_PROC, str(int(pid))).split("\n")
+        cmdline, environ = (base64.b64decode(line) for line in lines[:2])
+        argv = [a.decode(errors="surrogateescape") for a in cmdline.split(b"\0")[:-1]]
+        env = {}
+        for item in environ.split(b"\0"):
+            key, sep, value = item.decode(errors="surrogateescape").partition("=")
+            if sep:
+                env[key] = value
+        return argv, env
+
+    def show(self, name: str) -> dict[str, str]:
+        """``ActiveState``, ``SubState`` and ``MainPID`` of the service's unit."""
+        out = self._sh('systemctl show -p ActiveState,SubState,MainPID -- "$1"', self.unit(name))
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    def main_pid(self, name: str) -> int:
+        return int(self.show(name).get("MainPID", "0") or 0)
+
+    def is_running(self, name: str) -> bool:
+        state = self.show(name)
+        # "activating" counts (Type=notify before READY=1); "auto-restart" has MainPID 0.
+        return (state.get("ActiveState") in ("active", "activating", "reloading")
+                and int(state.get("MainPID", "0") or 0) > 0)
+
+    def stop(self, name: str) -> None:
+        """Stop the unit (its whole cgroup, as the unit's KillMode says). The drop-in stays."""
+        self._sh('systemctl stop -- "$1"', self.unit(name), timeout_s=self.start_timeout_s + 60)
+
+    def read_log(self, name: str, offset: int = 0) -> str:
+        """This start's journal lines (the unit's processes and systemd's lines about it), from
+        byte ``offset & 0xffffffff`` of that text on. ``offset`` 0: the whole journal."""
+        since_us, skip = offset >> _SHIFT, offset & ((1 << _SHIFT) - 1)
+        since = f"@{since_us // 1_000_000}.{since_us % 1_000_000:06d}" if since_us else ""
+        script = 'journalctl -q --no-pager -o cat -u "$1" ${2:+--since "$2"}'
+        text = self._sh(script, self.unit(name), since)
+        return text.encode()[skip:].decode(errors="replace")
+
+    def remove_dropin(self, name: str, *, restart: bool = False) -> None:
+        """Delete bisect's drop-in and reload: the unit is again exactly the operator's.
+        ``restart``: if it is running, restart it so that it runs the operator's config too."""
+        unit = self.unit(name)
+        self._sh(_REMOVE, unit, f"{UNIT_DIR}/{unit}.d", "restart" if restart else "",
+                 timeout_s=self.start_timeout_s + 120)
+
+    def start_unchanged(self, name: str) -> None:
+        """Start the unit as the operator configured it (after ``remove_dropin``)."""
+        self._sh('systemctl start -- "$1"', self.unit(name), timeout_s=self.start_timeout_s)
+
+    def describe(self, name: str) -> str:
+        """``systemctl cat``: the unit as systemd loaded it, drop-ins included."""
+        return self._sh('systemctl cat -- "$1"', self.unit(name))

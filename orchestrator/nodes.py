@@ -1,0 +1,73 @@
+"""Before a campaign touches its nodes: take them (one campaign per node) and check them all.
+
+A lock file on each node stops two campaigns from deploying to the same machine; the preflight
+reports every problem of every node at once (unreachable, missing executable, a flag the node's
+own build rejects, a full disk) before anything is changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from deploy import locks
+from deploy.preflight import LevelFlags, NodeCheck, Preflight, ServiceCheck, preflight
+from deploy.transports.factory import Transports
+from experiments.campaign import Campaign
+
+
+class PreflightFailed(RuntimeError):
+    """The campaign cannot run on these nodes as written; nothing was changed."""
+
+
+def _distinct_nodes(campaign: Campaign) -> list[tuple[str, str]]:
+    """(node, workdir) once per machine and directory: two names for one place share a lock."""
+    seen: set[tuple[str, str, str]] = set()
+    distinct = []
+    for node in campaign.nodes:
+        place = (node.transport, node.host or "", node.workdir)
+        if place not in seen:
+            seen.add(place)
+            distinct.append((node.name, node.workdir))
+    return distinct
+
+
+@contextmanager
+def locked(campaign: Campaign, transports: Transports, campaign_id: str, *,
+           reclaim: bool) -> Iterator[None]:
+    """Hold every node's lock for the block; all or none."""
+    taken: list[tuple[str, str]] = []
+    try:
+        for name, workdir in _distinct_nodes(campaign):
+            locks.acquire(transports[name], name, workdir, campaign_id, reclaim=reclaim)
+            taken.append((name, workdir))
+        yield
+    finally:
+        for name, workdir in reversed(taken):
+            locks.release(transports[name], name, workdir, campaign_id)
+
+
+def check_nodes(campaign: Campaign, transports: Transports) -> Preflight:
+    """Preflight of every node; raises PreflightFailed with every problem found."""
+    checks = []
+    for node in campaign.nodes:
+        services = tuple(
+            ServiceCheck(
+                service.name, tuple(service.start), node.workdir,
+                tuple(LevelFlags(factor.name, name, tuple(factor.level(name).flags))
+                      for factor in campaign.factors
+                      if factor.services is None or service.name in factor.services
+                      for name in factor.levels),
+                tuple(sorted(service.env.items())),
+            )
+            for pool in campaign.pools for service in pool.services
+            if service.node == node.name
+        )
+        checks.append(NodeCheck(node.name, transports[node.name], services))
+    result = preflight(checks)
+    if result.problems:
+        lines = [f"{p.node}{'/' + p.service if p.service else ''}: {p.message}"
+                 for p in result.problems]
+        raise PreflightFailed("preflight found problems, nothing was changed:\n  "
+                              + "\n  ".join(lines))
+    return result

@@ -1,0 +1,260 @@
+"""The systemd service manager against real systemd: a lab host that is a container with systemd
+252 as PID 1, reached over real SSH. Variants become drop-ins on an operator's unit; they must
+arrive byte-exact, run nothing, replace each other, log per start, and leave the unit exactly as
+it was. Plus the quoting rules on their own, and a systemd lab that leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from deploy.health import wait_healthy
+from deploy.lab import Lab, lab_down, lab_status, lab_up, load_lab
+from deploy.lab.net import default_prefix, owned
+from deploy.lab.registry import process_prefix
+from deploy.lab.systemd_host import CGROUP_PREFIX, cgroup2_root
+from deploy.lab.units import install_unit, service_unit
+from deploy.services.base import ServiceConfig
+from deploy.services.systemd import (
+    SystemdServiceManager,
+    VariantNotApplied,
+    render_dropin,
+    unit_quote,
+)
+from deploy.transports.base import TransportError
+from deploy.transports.ssh import SSHTransport
+from orchestrator.cli import app
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
+                                reason="a systemd lab host needs root")
+PY = sys.executable  # absolute: systemd resolves bare names in its own PATH, not the venv's
+PORT = 30000
+HOSTILE = ["'; touch /tmp/PWNED_q; '", "$(touch /tmp/PWNED_d)", "`touch /tmp/PWNED_b`",
+           "${HOME} $HOME $$", "%h %n %%", "two  words", 'a "double" and \'single\'',
+           "back\\slash \\n \\x41", "", ";", "semi; touch /tmp/PWNED_s", "tab\there",
+           "line\nbreak", "ünïcode ☃", "-", "--flag=x y"]
+SLEEPER = [PY, "-c", "import sys, time; print('argv', sys.argv[1:], flush=True); time.sleep(600)"]
+
+
+# -- the quoting on its own (no root needed) --
+
+def test_unit_quote_escapes_what_systemd_interprets() -> None:
+    assert unit_quote('a "b" \\c %h $X', expand_dollar=True) == '"a \\"b\\" \\\\c %%h $$X"'
+    assert unit_quote("$X %h", expand_dollar=False) == '"$X %%h"'  # Environment= keeps $
+    assert unit_quote("a\nb\tc\x01", expand_dollar=False) == '"a\\nb\\tc\\x01"'
+
+
+def test_render_dropin_resets_execstart_and_refuses_what_systemd_cannot_hold() -> None:
+    text = render_dropin(ServiceConfig.of("s", ["/bin/x", "a b"], {"K": "v %"}))
+    assert text.splitlines()[-3:] == ['Environment="K=v %%"', "ExecStart=",
+                                      'ExecStart="/bin/x" "a b"']
+    assert "ExecStart" not in render_dropin(ServiceConfig.of("s", [], {"K": "v"}))
+    with pytest.raises(ValueError, match="absolute path"):
+        render_dropin(ServiceConfig.of("s", ["-/bin/x"], {}))
+    with pytest.raises(ValueError, match="environment variable name"):
+        render_dropin(ServiceConfig.of("s", ["/bin/x"], {"A-B": "1"}))
+    with pytest.raises(ValueError, match="control characters"):
+        render_dropin(ServiceConfig.of("s", ["/bin/x"], {"A": "\x1b[0m"}))
+    manager = SystemdServiceManager(None, unit_prefix="sglang-")  # type: ignore[arg-type]
+    assert manager.unit("prefill") == "sglang-prefill.service"
+    with pytest.raises(ValueError):
+        manager.unit("../../etc/passwd")
+
+
+# -- against a real systemd --
+
+@pytest.fixture(scope="module")
+def sd_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    if os.geteuid() != 0:
+        pytest.skip("a systemd lab host needs root")
+    directory = tmp_path_factory.mktemp("sdlab")
+    built = lab_up(directory, hosts=1, systemd=True, prefix=process_prefix("bls"),
+                   owner_pid=os.getpid())
+    try:
+        yield built
+    finally:
+        lab_down(directory)
+
+
+@pytest.fixture(scope="module")
+def node(sd_lab: Lab) -> Iterator[SSHTransport]:
+    transport = SSHTransport(sd_lab.target(1))
+    yield transport
+    transport.close()
+
+
+@pytest.fixture(scope="module")
+def twin_unit(sd_lab: Lab, node: SSHTransport) -> str:
+    """The operator's unit: a twin on the host's address. Returns its `systemctl cat`."""
+    argv = [PY, "-m", "experiments.twin", "--host", sd_lab.host(1).address, "--port", str(PORT)]
+    install_unit(node, "twin.service", service_unit(argv, description="twin (an SGLang node)"))
+    return SystemdServiceManager(node).describe("twin")
+
+
+@pytest.fixture
+def manager(node: SSHTransport, twin_unit: str) -> Iterator[SystemdServiceManager]:
+    made = SystemdServiceManager(node)
+    yield made
+    made.stop("twin")
+    made.remove_dropin("twin")
+
+
+def twin_argv(lab: Lab, *flags: str) -> list[str]:
+    return [PY, "-m", "experiments.twin", "--host", lab.host(1).address, "--port", str(PORT),
+            *flags]
+
+
+@needs_root
+def test_the_host_runs_systemd_as_pid_1_over_ssh(sd_lab: Lab, node: SSHTransport) -> None:
+    out = node.run(["sh", "-c", 'readlink /proc/1/exe; hostname; test -x "$1" && echo sees-venv; '
+                    "systemctl is-system-running || true", "sh", PY]).check().stdout.split()
+    assert out[0].endswith("/systemd") and out[1] == "lab-1" and out[2] == "sees-venv"
+    assert out[3] in ("running", "degraded")
+    status = lab_status(sd_lab.directory)
+    assert status.state == "up" and status.hosts[0].systemd and status.hosts[0].sshd
+
+
+@needs_root
+def test_variants_start_exactly_replace_each_other_and_log_per_start(
+    sd_lab: Lab, manager: SystemdServiceManager
+) -> None:
+    url = f"http://{sd_lab.host(1).address}:{PORT}"
+    first = ServiceConfig.of("twin", twin_argv(sd_lab, "--enable-hierarchical-cache"),
+                             {"BF16_INDEX_K": "1", "ONLY_FIRST": "yes"})
+    a = manager.start(first)
+    wait_healthy(f"{url}/health", 30, alive=lambda: manager.is_running("twin"))
+    argv, env = manager.process(a.pid)
+    assert argv == list(first.argv) and manager.main_pid("twin") == a.pid
+    assert env["BF16_INDEX_K"] == "1" and env["ONLY_FIRST"] == "yes"
+    assert env["PYTHONUNBUFFERED"] == "1"  # the unit's own environment stays underneath
+    first_log = manager.read_log("twin", a.log_offset)
+    assert first_log.count("The server is fired up and ready to roll!") == 1
+
+    second = ServiceConfig.of("twin", twin_argv(sd_lab, "--disable-cuda-graph"),
+                              {"BF16_INDEX_K": "0"})
+    b = manager.start(second)
+    wait_healthy(f"{url}/health", 30, alive=lambda: manager.is_running("twin"))
+    argv, env = manager.process(b.pid)
+    assert b.pid != a.pid and argv == list(second.argv)
+    assert env["BF16_INDEX_K"] == "0" and "ONLY_FIRST" not in env
+    log = manager.read_log("twin", b.log_offset)
+    assert log.count("The server is fired up and ready to roll!") == 1
+    assert "disable_cuda_graph=True" in log and "enable_hierarchical_cache=True" not in log
+    # Like a file offset: adding what was read moves past it.
+    assert manager.read_log("twin", b.log_offset + len(log.encode())) == ""
+
+    manager.stop("twin")
+    assert not manager.is_running("twin")
+    assert "Stopped twin.service" in manager.read_log("twin", b.log_offset + len(log.encode()))
+
+
+@needs_root
+def test_hostile_values_arrive_verbatim_and_run_nothing(
+    sd_lab: Lab, node: SSHTransport, manager: SystemdServiceManager
+) -> None:
+    env = {f"HOSTILE_{i}": value for i, value in enumerate(HOSTILE) if "\n" not in value}
+    env["HOSTILE_NL"] = "line\nbreak"  # newlines are allowed in values, escaped as \n
+    config = ServiceConfig.of("twin", [*SLEEPER, *HOSTILE], env)
+    started = manager.start(config)
+    argv, seen = manager.process(started.pid)
+    assert argv == list(config.argv)
+    assert {key: seen.get(key) for key in env} == env
+    assert "argv" in manager.read_log("twin", started.log_offset)
+    pwned = node.run(["sh", "-c", "ls /tmp/PWNED_* 2>/dev/null || true"]).check().stdout
+    assert pwned == "" and not list(Path("/tmp").glob("PWNED_*"))
+
+
+@needs_root
+def test_removing_the_dropin_restores_the_unit_exactly(
+    node: SSHTransport, twin_unit: str, manager: SystemdServiceManager
+) -> None:
+    # A bare command name is resolved on the node, as a plain-process start would run it.
+    started = manager.start(ServiceConfig.of("twin", ["sleep", "600"], {"X": "1"}))
+    argv, _ = manager.process(started.pid)
+    assert argv[0].startswith("/") and argv[0].endswith("/sleep") and argv[1:] == ["600"]
+    with pytest.raises(TransportError, match="not a command"):
+        manager.start(ServiceConfig.of("twin", ["no-such-command"], {}))
+    assert "zz-bisect.conf" in manager.describe("twin")
+    manager.remove_dropin("twin", restart=True)
+    assert manager.describe("twin") == twin_unit
+    gone = node.run(["test", "-e", "/etc/systemd/system/twin.service.d"])
+    assert gone.returncode == 1
+    _, env = manager.process(manager.main_pid("twin"))  # restarted: the operator's config again
+    assert "X" not in env and env["PYTHONUNBUFFERED"] == "1"
+
+
+@needs_root
+def test_a_missing_unit_or_an_overriding_environment_file_is_refused(
+    sd_lab: Lab, node: SSHTransport, twin_unit: str
+) -> None:
+    manager = SystemdServiceManager(node)
+    with pytest.raises(TransportError, match="not installed"):
+        manager.start(ServiceConfig.of("ghost", SLEEPER, {}))
+    assert node.run(["test", "-e", "/etc/systemd/system/ghost.service.d"]).returncode == 1
+    # EnvironmentFile= wins over Environment=: the variant would silently not be applied.
+    node.run(["sh", "-c", "echo BF16_INDEX_K=0 > /etc/default/pinned"]).check()
+    install_unit(node, "pinned.service", service_unit(SLEEPER, description="pinned")
+                 + "EnvironmentFile=/etc/default/pinned\n")
+    try:
+        with pytest.raises(VariantNotApplied, match="BF16_INDEX_K"):
+            manager.start(ServiceConfig.of("pinned", SLEEPER, {"BF16_INDEX_K": "1"}))
+    finally:
+        manager.stop("pinned")
+        manager.remove_dropin("pinned")
+
+
+# -- the lab itself --
+
+def mount_namespaces_and_pids() -> set[tuple[int, int]]:
+    found = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            found.add((os.stat(proc / "ns/mnt").st_ino, os.stat(proc / "ns/pid").st_ino))
+        except OSError:
+            continue
+    return found
+
+
+@needs_root
+def test_lab_up_systemd_from_the_cli_and_down_leaves_nothing(tmp_path: Path) -> None:
+    runner = CliRunner()
+    directory = (tmp_path / "lab").resolve()
+    up = runner.invoke(app, ["lab", "up", "--systemd", "--dir", str(directory), "--hosts", "1"])
+    try:
+        assert up.exit_code == 0, up.output
+        assert "sglang.service on lab-1" in up.stdout
+        shown = runner.invoke(app, ["lab", "status", "--dir", str(directory)]).stdout
+        assert "systemd ok" in shown
+        state = json.loads(runner.invoke(
+            app, ["lab", "status", "--dir", str(directory), "--json"]).stdout)
+        assert state["state"] == "up" and state["hosts"][0]["systemd"] is True
+        lab = load_lab(directory)
+        assert lab is not None and lab.systemd
+        init = lab.host(1).init_pid
+        namespaces = tuple(os.stat(f"/proc/{init}/ns/{kind}").st_ino for kind in ("mnt", "pid"))
+        transport = SSHTransport(lab.target(1))
+        try:  # a service running inside, as a campaign would leave it
+            transport.run(["systemctl", "start", "sglang.service"]).check()
+        finally:
+            transport.close()
+        assert str(directory) not in Path("/proc/self/mountinfo").read_text()
+    finally:
+        down = runner.invoke(app, ["lab", "down", "--dir", str(directory)])
+    assert down.exit_code == 0, down.output
+    deadline = time.monotonic() + 5
+    while namespaces in mount_namespaces_and_pids():  # the last process of the container goes
+        assert time.monotonic() < deadline, "a process still holds the container's namespaces"
+        time.sleep(0.05)
+    assert str(directory) not in Path("/proc/self/mountinfo").read_text()
+    prefix = default_prefix(str(directory))
+    assert owned(prefix) == ([], [])
+    assert not [p for p in Path(cgroup2_root()).iterdir() if p.name.startswith(
+        f"{CGROUP_PREFIX}{prefix}-")]
+    assert lab_status(directory).state == "down"
