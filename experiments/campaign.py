@@ -52,6 +52,24 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class PatchSpec(_Strict):
+    """A unified diff applied under ``root`` on every node the factor touches (like
+    ``patch -p{strip} -d root``), atomically, and reverted byte for byte."""
+
+    root: str = Field(pattern=r"^/")
+    diff: str = Field(min_length=1)
+    strip: int = Field(default=1, ge=0)
+
+
+class GitSpec(_Strict):
+    """Check out ``ref`` in the node's source tree (stale bytecode purged), then ``build``."""
+
+    tree: str = Field(pattern=r"^/")
+    ref: str = Field(min_length=1)
+    build: Argv = []
+    build_timeout_s: float = Field(default=1800.0, gt=0)
+
+
 class Level(_Strict):
     """What one level of a factor sets: environment variables and extra command-line flags.
 
@@ -62,6 +80,10 @@ class Level(_Strict):
     flags: Argv = []
     log_markers: list[str] = []
     absent_log_markers: list[str] = []
+    patch: list[PatchSpec] = []
+    git: GitSpec | None = None
+    pre: list[Argv] = []  # commands run on the node before its services restart
+    post: list[Argv] = []  # and after they are healthy again
 
 
 class Factor(_Strict):

@@ -20,10 +20,12 @@ from deploy.services.base import ServiceConfig, ServiceManager, Started
 from deploy.services.factory import manager_for
 from deploy.transports.base import TransportError
 from deploy.transports.factory import Transports
+from deploy.variants.base import VariantError
 from experiments.campaign import Campaign, Pool, Service
 from experiments.collect import Sample, log_events, poll_metrics
 from experiments.outcomes import is_corrupt
 from experiments.workload.stress import SessionResult, StressResult, run_stress
+from orchestrator.source_variants import SourceVariants
 from orchestrator.stats.compare import StopWhenFailing
 
 LOG_TAIL_LINES = 20
@@ -84,6 +86,7 @@ class PoolRunner:
         }
         self.applied: dict[str, ServiceConfig] = {}
         self.log_read: dict[str, int] = {}  # bytes of each service log already examined
+        self.sources = SourceVariants(self.campaign, self.pool, self.transports)
 
     async def run_trial(self, order: TrialOrder) -> TrialReport:
         """One trial; the blocking deploy steps run in a thread so the event loop stays free."""
@@ -97,7 +100,7 @@ class PoolRunner:
             result, samples = await self._stress(order.seed, order.stop_rule)
             workload_s = time.monotonic() - workload_began
             logs = await asyncio.to_thread(self._collect_logs)
-        except (DeployFailed, TransportError, HealthTimeout) as exc:
+        except (DeployFailed, TransportError, HealthTimeout, VariantError) as exc:
             timing = TrialTiming(time.monotonic() - started, restart_s, 0.0, restarts)
             return TrialReport(order.trial_id, str(exc), timing)
         timing = TrialTiming(time.monotonic() - started, restart_s, workload_s, restarts,
@@ -112,12 +115,25 @@ class PoolRunner:
 
     def _deploy(self, levels: dict[str, str]) -> int:
         settings = level_settings(self.campaign, levels)
+        # Files first (git refs, patches): a node whose files change restarts all its services,
+        # stopped before the move so that no server imports half-switched code.
+        changing = self.sources.changing(levels)
+        for service in reversed(self.pool.services):
+            if service.node in changing:
+                self.managers[service.name].stop(service.name)
+                self.applied.pop(service.name, None)
+        self.sources.move_to(levels)
+        configs = {s.name: render_service(s.name, s.start, s.env, settings)
+                   for s in self.pool.services}
+        restarting = {name for name, config in configs.items()
+                      if self.applied.get(name) != config
+                      or not self.managers[name].is_running(name)}
+        self.sources.run_hooks(levels, "pre", restarting)
         restarts = 0
         for service in self.pool.services:  # declared order: e.g. prefill, decode, router
-            config = render_service(service.name, service.start, service.env, settings)
-            manager = self.managers[service.name]
-            if self.applied.get(service.name) == config and manager.is_running(service.name):
+            if service.name not in restarting:
                 continue
+            config, manager = configs[service.name], self.managers[service.name]
             self.applied.pop(service.name, None)
             transport = self.transports[service.node]
             deployed_at = node_clock(transport)  # the node's clock: skew never counts
@@ -133,6 +149,7 @@ class PoolRunner:
             self._prove(service, config, started, deployed_at, settings)
             self.applied[service.name] = config
             restarts += 1
+        self.sources.run_hooks(levels, "post", restarting)
         return restarts
 
     def _prove(self, service: Service, config: ServiceConfig, started: Started,
@@ -190,6 +207,7 @@ class PoolRunner:
         try:
             for service in reversed(self.pool.services):
                 self.managers[service.name].stop(service.name)
+            self.sources.restore()  # the nodes' files as they were found
         finally:
             self.applied.clear()
             self.transports.close()
