@@ -16,11 +16,13 @@ SGLANG_VERSION := 0.5.23
 .PHONY: demo test lint system-packages clean
 
 # Debian packages the tests use for real: sshd and ip for the lab of SSH test hosts (network
-# namespaces). Installed once, when missing (needs root, as CI and these machines have).
+# namespaces), a PostgreSQL server for the store's tests, Chromium for the report's.
+# Installed once, when any is missing (needs root, as CI and these machines have).
 system-packages:
-	@[ -x /usr/sbin/sshd ] && command -v ip >/dev/null || \
+	@[ -x /usr/sbin/sshd ] && command -v ip >/dev/null && \
+	  ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 && [ -x /usr/bin/chromium ] || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    openssh-server iproute2)
+	    openssh-server iproute2 postgresql chromium)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

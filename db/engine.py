@@ -13,8 +13,11 @@ BUSY_TIMEOUT_MS = 30_000
 
 
 def to_url(url_or_path: str | Path) -> str:
-    """A SQLAlchemy URL as is; a plain path becomes ``sqlite:///<absolute path>``."""
+    """A SQLAlchemy URL as is (``postgresql://`` means psycopg 3); a plain path becomes
+    ``sqlite:///<absolute path>``."""
     text = str(url_or_path)
+    if text.startswith("postgresql://"):  # SQLAlchemy 2.0 would pick psycopg2: we use psycopg 3
+        return "postgresql+psycopg://" + text.removeprefix("postgresql://")
     if _URL.match(text):
         return text
     path = Path(text).expanduser().resolve()

@@ -6,11 +6,13 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import (
+    BigInteger,
     DateTime,
     Dialect,
     Double,
     ForeignKey,
     Index,
+    Integer,
     MetaData,
     Text,
     TypeDecorator,
@@ -54,6 +56,22 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None
         assert isinstance(value, datetime)
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class ServerText(TypeDecorator[str]):
+    """Text as servers return it. PostgreSQL refuses NUL in text (SQLite keeps it): NUL becomes
+    U+FFFD on every backend, so a trial stores the same text whatever the store is."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else value.replace("\x00", "\ufffd")
+
+
+# 64-bit: a seed is workload.seed * 1_000_003 + seq (PostgreSQL's INTEGER is 32-bit; SQLite's is
+# always 64-bit, and stays INTEGER there so that the SQLite schema is unchanged).
+BigInt = BigInteger().with_variant(Integer(), "sqlite")
 
 
 class Base(DeclarativeBase):
@@ -102,8 +120,8 @@ class Trial(Base):
     restart_s: Mapped[float | None]
     workload_s: Mapped[float | None]
     restarts: Mapped[int] = mapped_column(default=0, server_default="0")
-    error: Mapped[str | None] = mapped_column(Text)
-    seed: Mapped[int]
+    error: Mapped[str | None] = mapped_column(ServerText)
+    seed: Mapped[int] = mapped_column(BigInt)
     stopped_early: Mapped[bool] = mapped_column(default=False, server_default=false())
 
 
@@ -120,7 +138,7 @@ class TrialSession(Base):
     outcome: Mapped[str]
     turns: Mapped[int]
     first_bad_turn: Mapped[int | None]
-    evidence: Mapped[str | None] = mapped_column(Text)
+    evidence: Mapped[str | None] = mapped_column(ServerText)
     latency_s: Mapped[float]
 
 
@@ -144,4 +162,4 @@ class LogEvent(Base):
     service: Mapped[str]
     line_no: Mapped[int]
     kind: Mapped[str]
-    text: Mapped[str] = mapped_column(Text)
+    text: Mapped[str] = mapped_column(ServerText)

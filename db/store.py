@@ -6,6 +6,7 @@ ORM rows never leave this module; callers get the frozen values of ``db.records`
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -84,7 +85,7 @@ class Store:
         """Open (creating if needed) and upgrade the database; a plain path means SQLite."""
         try:
             engine = make_engine(url_or_path)
-        except (SQLAlchemyError, ValueError) as exc:
+        except (SQLAlchemyError, ValueError, ImportError) as exc:  # ImportError: no driver
             raise StoreError(f"cannot open the store {url_or_path!r}: {exc}") from exc
         try:
             upgrade_engine(engine)
@@ -134,7 +135,7 @@ class Store:
                 raise StoreError(f"cannot create campaign {id!r}: it already exists")
             row = Campaign(
                 id=id, name=name, created_at=utcnow(), status="running",
-                spec_json=json.dumps(spec, sort_keys=True), source=source,
+                spec_json=json.dumps(spec), source=source,  # the author's order
             )
             s.add(row)
             s.flush()
@@ -230,19 +231,24 @@ class Store:
         metrics: Sequence[MetricRow],
         logs: Sequence[LogRow],
     ) -> None:
-        """Store everything the trial observed and mark it done, all in one transaction."""
+        """Store everything the trial observed and mark it done, all in one transaction.
+
+        Metric samples whose value is NaN are left out (a gap, as a missed scrape)."""
         with self._session(f"finish trial {trial_id}") as s:
             row = self._running_trial(s, trial_id)
             if sessions:
                 s.execute(insert(TrialSession), [
                     {**asdict(one), "trial_id": trial_id} for one in sessions
                 ])
-            if metrics:
-                s.execute(insert(MetricSample), [
-                    {"trial_id": trial_id, "service": m.service, "t": m.t, "name": m.name,
-                     "labels_json": json.dumps(m.labels, sort_keys=True), "value": m.value}
-                    for m in metrics
-                ])
+            # A NaN sample (an empty summary, a 0/0 ratio) is a gap in the series: SQLite cannot
+            # keep NaN (it becomes NULL), so no backend keeps it.
+            samples = [
+                {"trial_id": trial_id, "service": m.service, "t": m.t, "name": m.name,
+                 "labels_json": json.dumps(m.labels, sort_keys=True), "value": m.value}
+                for m in metrics if not math.isnan(m.value)
+            ]
+            if samples:
+                s.execute(insert(MetricSample), samples)
             if logs:
                 s.execute(insert(LogEvent), [
                     {**asdict(one), "trial_id": trial_id} for one in logs

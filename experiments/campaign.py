@@ -70,6 +70,26 @@ class GitSpec(_Strict):
     build_timeout_s: float = Field(default=1800.0, gt=0)
 
 
+class CommitRange(_Strict):
+    """The ``commits`` strategy: which git tree, which range, how to build, under which levels.
+
+    The range is resolved on the node when the campaign starts and becomes a factor named
+    ``commit`` (one level per commit, oldest first); ``levels`` holds every other factor fixed
+    (e.g. the configuration where the corruption shows)."""
+
+    tree: str = Field(pattern=r"^/")
+    good: str = Field(min_length=1)
+    bad: str = Field(min_length=1)
+    build: Argv = []
+    build_timeout_s: float = Field(default=1800.0, gt=0)
+    services: list[str] | None = None  # the services running from the tree (default: all)
+    first_parent: bool = False
+    levels: dict[str, LevelName] = {}
+    # Filled when the range is resolved: the commit factor's levels, oldest first (a list,
+    # because mappings do not keep their order through every store).
+    resolved: list[str] = []
+
+
 class Level(_Strict):
     """What one level of a factor sets: environment variables and extra command-line flags.
 
@@ -154,7 +174,7 @@ class Strategy(_Strict):
     """How trials are chosen. `adaptive` needs `known_good` and `known_bad`; left out, the kind
     is adaptive when both are given and factorial otherwise."""
 
-    kind: Literal["adaptive", "factorial"] | None = None
+    kind: Literal["adaptive", "factorial", "commits"] | None = None
     alpha: float = Field(default=0.01, gt=0, lt=0.5)
     clean_rate: float = Field(default=0.02, ge=0, lt=1)  # below this upper bound a variant is clean
     repeats: int = Field(default=2, ge=1)  # factorial: trials per variant
@@ -176,17 +196,20 @@ class Campaign(_Strict):
     name: str = Field(min_length=1)
     nodes: list[Node] = Field(min_length=1)
     pools: list[Pool] = Field(min_length=1)
-    factors: list[Factor] = Field(min_length=1)
+    factors: list[Factor] = []  # at least one, unless a commit range is bisected
     workload: WorkloadSpec = WorkloadSpec()
     strategy: Strategy = Strategy()
     cost: Cost = Cost()
     known_good: dict[str, LevelName] | None = None
     known_bad: dict[str, LevelName] | None = None
+    commits: CommitRange | None = None
 
     @property
     def strategy_kind(self) -> str:
         if self.strategy.kind is not None:
             return self.strategy.kind
+        if self.commits is not None:
+            return "commits"
         return "adaptive" if self.known_good and self.known_bad else "factorial"
 
     def factor(self, name: str) -> Factor:
@@ -226,7 +249,30 @@ def _check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
     levels: dict[str, list[str]] = {}  # the first of duplicate factors: no misleading echoes
     for factor in campaign.factors:
         levels.setdefault(factor.name, list(factor.levels))
-    if campaign.strategy_kind == "adaptive":
+    kind = campaign.strategy_kind
+    if not campaign.factors and kind != "commits":
+        problems.append((("factors",), "at least one factor is needed"))
+    if kind == "commits":
+        if campaign.commits is None:
+            problems.append((("strategy", "kind"), "the commits strategy needs a `commits:` "
+                                                   "section (tree, good, bad)"))
+        else:
+            if "commit" in levels:
+                problems.append((("factors",), "`commit` is the factor the commit range "
+                                               "becomes: name yours otherwise"))
+            missing = [name for name in levels if name not in campaign.commits.levels]
+            if missing:
+                problems.append((("commits", "levels"), f"hold every other factor at one level "
+                                                        f"(missing: {', '.join(missing)})"))
+            for name, level in campaign.commits.levels.items():
+                if name not in levels or level not in levels[name]:
+                    problems.append((("commits", "levels", name),
+                                     f"no factor level {name}={level}"))
+            for s_index, name in enumerate(campaign.commits.services or []):
+                if name not in service_names:
+                    problems.append((("commits", "services", s_index),
+                                     f"unknown service '{name}'"))
+    if kind == "adaptive":
         for field in ("known_good", "known_bad"):
             missing = [name for name in levels if name not in (getattr(campaign, field) or {})]
             if missing:

@@ -18,14 +18,23 @@ from deploy.services.systemd import SystemdServiceManager
 from deploy.transports.factory import Transports
 from experiments.campaign import Campaign
 from experiments.outcomes import is_corrupt
+from orchestrator.commit_range import commit_levels
 from orchestrator.evidence import TrialEvidence, variant_key
 from orchestrator.nodes import check_nodes, locked
 from orchestrator.ray_pool import PoolActors, PoolCrashed, ensure_ray
 from orchestrator.strategies.adaptive import Adaptive
 from orchestrator.strategies.base import Strategy
+from orchestrator.strategies.commits import Commits
 from orchestrator.strategies.factorial import Factorial
 from orchestrator.trial import TrialOrder, service_manager
-from orchestrator.verdict import CostModel, Unresolvable, Verdict, decide, from_replay
+from orchestrator.verdict import (
+    CostModel,
+    Unresolvable,
+    Verdict,
+    decide,
+    from_commit_replay,
+    from_replay,
+)
 
 MAX_FAILED_ATTEMPTS = 2  # then the variant is unresolvable, like `git bisect skip`
 Progress = Callable[[str], None]
@@ -54,10 +63,16 @@ def campaign_of(store: Store, campaign_id: str) -> Campaign:
     return Campaign.model_validate(store.get_campaign(campaign_id).spec)
 
 
-def strategy_for(campaign: Campaign) -> Factorial | Adaptive:
+def strategy_for(campaign: Campaign) -> Factorial | Adaptive | Commits:
     plan = campaign.strategy
     if campaign.strategy_kind == "factorial":
         return Factorial(campaign.level_names(), plan.repeats)
+    if campaign.strategy_kind == "commits":
+        assert campaign.commits is not None  # validated
+        return Commits(commit_levels(campaign), sessions=campaign.workload.sessions,
+                       alpha=plan.alpha, max_trials=plan.max_trials,
+                       reproduce_trials=plan.reproduce_trials,
+                       background=campaign.commits.levels)
     assert campaign.known_good is not None and campaign.known_bad is not None  # validated
     return Adaptive(
         campaign.level_names(), campaign.known_good, campaign.known_bad,
@@ -91,6 +106,10 @@ def verdict_of(store: Store, campaign_id: str) -> Verdict:
     if isinstance(strategy, Adaptive):
         return from_replay(strategy.replay(done), done, campaign.level_names(), cost, skipped,
                            alpha=campaign.strategy.alpha)
+    if isinstance(strategy, Commits):
+        return from_commit_replay(strategy.replay(done), strategy.commits, done,
+                                  campaign.level_names(), cost, skipped,
+                                  alpha=campaign.strategy.alpha)
     return decide(
         done, campaign.level_names(), alpha=campaign.strategy.alpha,
         clean_rate=campaign.strategy.clean_rate, cost=cost, known_bad=campaign.known_bad,

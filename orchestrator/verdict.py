@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from orchestrator.attribution import Culprit, find_culprits, measure
 from orchestrator.evidence import Cell, TrialEvidence, cells, pooled, variant_key
 from orchestrator.stats.proportions import wilson
 from orchestrator.strategies.adaptive import Outcome, Replay
+from orchestrator.strategies.commits import CommitReplay
 
 # syzkaller's rule: a trial that is mostly infrastructure errors says nothing about the variant.
 MAX_INFRA_SHARE = 2 / 3
@@ -193,6 +195,39 @@ def from_replay(
     return Verdict(status, reason, culprits, tuple(grouped), tuple(evidence),
                    len(evidence) - len(judged), cost, log, wedging(evidence, factors, alpha),
                    tuple(unresolvable))
+
+
+_COMMIT_STATUS = {"culprit": Status.CULPRIT, "not_reproduced": Status.NOT_REPRODUCED,
+                  "inconclusive": Status.INCONCLUSIVE}
+
+
+def from_commit_replay(
+    replay: CommitReplay,
+    commits: Sequence[str],
+    evidence: Sequence[TrialEvidence],
+    factors: Mapping[str, Sequence[str]],
+    cost: CostModel,
+    unresolvable: Sequence[Unresolvable] = (),
+    alpha: float = 0.01,
+) -> Verdict:
+    """The change point as a verdict: the first bad commit, its effect measured as every commit
+    from it on against every commit before it."""
+    judged, grouped = _judged_cells(evidence, factors)
+    status = Status.INCONCLUSIVE if replay.status is None else _COMMIT_STATUS[replay.status]
+    reason = replay.reason or "unfinished: `bisect resume` continues it"
+    culprits: tuple[Culprit, ...] = ()
+    if replay.culprit is not None:
+        first = commits.index(replay.culprit)
+        sides = [dataclasses.replace(t, levels={**t.levels, "commit": "after" if commits.index(
+            t.levels["commit"]) >= first else "before"}) for t in judged if not t.stopped_early]
+        measured = measure({"commit": "after"}, cells(sides))
+        culprits = (dataclasses.replace(measured, factors={"commit": replay.culprit}),)
+    log = ({"phase": "posterior", "levels": {"commit": sha}, "answer": f"{p:.4f}",
+            "corrupted": 0, "sessions": 0, "trials": 0, "p_fail": p, "p_pass": 0.0}
+           for sha, p in zip(commits, replay.posterior, strict=True) if p >= 0.001)
+    return Verdict(status, reason, culprits, tuple(grouped), tuple(evidence),
+                   len(evidence) - len(judged), cost, tuple(log),
+                   wedging(evidence, factors, alpha), tuple(unresolvable))
 
 
 def decide(

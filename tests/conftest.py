@@ -86,3 +86,4 @@ def ray_cluster() -> Iterator[None]:
 
 
 from tests.lab_fixture import lab  # noqa: E402, F401 - one lab of SSH test hosts per run
+from tests.postgres_fixture import postgres_server, postgres_url  # noqa: E402, F401 - one real PostgreSQL per run

@@ -347,7 +347,8 @@ def test_cli_schema_is_json_with_factors(runner: CliRunner) -> None:
     assert result.exit_code == 0, result.output
     schema = json.loads(result.stdout)
     assert "factors" in schema["properties"]
-    assert set(schema["required"]) >= {"name", "nodes", "pools", "factors"}
+    assert set(schema["required"]) >= {"name", "nodes", "pools"}
+    assert "commits" in schema["properties"]
 
 
 def test_numeric_level_names_are_names(tmp_path: Path) -> None:

@@ -1,18 +1,21 @@
-"""The store on a real database file. ``TestStore`` takes its URL from the ``url`` fixture, so a
-PostgreSQL backend is one more fixture parameter."""
+"""The store on real databases. ``TestStore`` runs every test on a SQLite file and on a fresh
+database of a real PostgreSQL server (``postgres_url``, from ``tests.postgres_fixture``)."""
 
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
+import json
+import math
 from collections.abc import Iterator
 from datetime import UTC
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
+from typer.testing import CliRunner
 
 from db import (
     LogRow,
@@ -26,6 +29,9 @@ from db import (
 )
 from db.migrate import current_revision, downgrade, head_revision, upgrade
 from db.models import Base
+from experiments.campaign import Campaign
+from orchestrator.cli import app
+from orchestrator.runner import create_campaign
 
 TABLES = {"campaign", "variant", "trial", "session", "metric_sample", "log_event"}
 OUTCOMES = ["ok", "leak", "no_tool", "lost_plot", "bad_args", "error", "timeout"]
@@ -54,9 +60,11 @@ LOGS = [
 TIMING = TrialTiming(wall_s=12.5, restart_s=3.0, workload_s=9.0, restarts=2)
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "postgresql"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    # A PostgreSQL backend: add "postgresql" here and return a URL to a fresh database.
+    """A fresh database: a SQLite file, or a new database on the run's real PostgreSQL server."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("postgres_url"))
     return f"sqlite:///{tmp_path / 'bisect.db'}"
 
 
@@ -255,6 +263,57 @@ class TestStore:
             with pytest.raises(dataclasses.FrozenInstanceError):
                 setattr(value, "id", 5)  # noqa: B010 - the assignment must raise
 
+    def test_what_servers_return_is_kept_alike_on_every_backend(self, store: Store) -> None:
+        store.create_campaign("c", "c", {}, "demo")
+        variant = store.variant("c", BAD)
+        seed = 5000 * 1_000_003 + 7  # workload.seed 5000: past a 32-bit INTEGER
+        trial = store.start_trial("c", variant.id, seq=0, pool="p", seed=seed)
+        raw = 'x\x00y <｜DSML｜invoke name="f">😀 \u202e</｜DSML｜invoke> ' + "z" * 100_000
+        odd = [MetricRow("decode", 0.5, "sglang:cache_hit_rate", {}, float("nan")),
+               MetricRow("decode", 1.0, "sglang:token_usage", {}, float("inf")),
+               MetricRow("decode", 1.5, "sglang:token_usage", {}, -0.0)]
+        store.finish_trial(trial, TIMING, [dataclasses.replace(sessions(1, leaks=1)[0],
+                                                               evidence=raw)],
+                           odd, [LogRow("decode", 1, "error", "bad\x00byte")])
+        assert store.get_trial(trial).seed == seed
+        expected = raw.replace("\x00", "\ufffd")  # PostgreSQL refuses NUL in text
+        assert store.sessions(trial)[0].evidence == expected
+        assert [e.text for e in store.log_events(trial)] == ["bad\ufffdbyte"]
+        assert [(m.t, m.value) for m in store.metrics(trial)] == [(1.0, math.inf), (1.5, 0.0)]
+        failed = store.start_trial("c", variant.id, seq=1, pool="p", seed=-(2**62))
+        store.fail_trial(failed, "health: b'\x00\xff'\x00")
+        assert store.get_trial(failed).error == "health: b'\ufffd\xff'\ufffd"
+        assert store.get_trial(failed).seed == -(2**62)
+
+    def test_an_older_schema_is_upgraded_with_its_data(self, store: Store, url: str) -> None:
+        store.close()
+        downgrade(url, "base")
+        upgrade(url, "0001")
+        engine = create_engine(url)
+        try:
+            with engine.begin() as connection:
+                for statement in (
+                    "INSERT INTO campaign (id, name, created_at, status, spec_json, source) "
+                    "VALUES ('c1', 'old', :at, 'done', '{}', 'test')",
+                    "INSERT INTO variant (id, campaign_id, key, levels_json) "
+                    "VALUES (1, 'c1', 'a=x', '{\"a\": \"x\"}')",
+                    "INSERT INTO trial (id, campaign_id, variant_id, seq, pool, status, "
+                    "started_at, restarts, seed) VALUES (1, 'c1', 1, 1, 'p', 'done', :at, 1, 7)",
+                    "INSERT INTO session (trial_id, idx, key, outcome, turns, latency_s) "
+                    "VALUES (1, 0, 's0', 'leak', 2, 0.5)",
+                ):
+                    connection.execute(text(statement), {"at": "2026-01-01 00:00:00"})
+        finally:
+            engine.dispose()
+        with Store.open(url) as again:
+            assert current_revision(url) == head_revision()
+            [trial] = again.trials("c1")
+            assert trial.seed == 7 and trial.stopped_early is False
+            assert trial.counts == {"leak": 1}
+            assert again.get_campaign("c1").created_at.tzinfo == UTC
+        downgrade(url, "0001")  # and back: the data stays
+        assert current_revision(url) == "0001"
+
 
 def test_variant_key_is_canonical_and_unambiguous() -> None:
     assert variant_key({"b": "y", "a": "x"}) == "a=x,b=y"
@@ -284,23 +343,84 @@ def test_unknown_schema_revision_is_a_store_error(tmp_path: Path) -> None:
         Store.open(str(path))
 
 
-def test_a_database_of_the_first_schema_is_upgraded_with_its_data(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'old.db'}"
-    upgrade(url, "0001")
-    with sqlite3.connect(tmp_path / "old.db") as old:
-        old.execute("INSERT INTO campaign (id, name, created_at, status, spec_json, source) "
-                    "VALUES ('c1', 'old', '2026-01-01 00:00:00', 'done', '{}', 'test')")
-        old.execute("INSERT INTO variant (id, campaign_id, key, levels_json) "
-                    "VALUES (1, 'c1', 'a=x', '{\"a\": \"x\"}')")
-        old.execute("INSERT INTO trial (id, campaign_id, variant_id, seq, pool, status, "
-                    "started_at, restarts, seed) VALUES (1, 'c1', 1, 1, 'p', 'done', "
-                    "'2026-01-01 00:00:00', 1, 7)")
-        old.execute("INSERT INTO session (trial_id, idx, key, outcome, turns, latency_s) "
-                    "VALUES (1, 0, 's0', 'leak', 2, 0.5)")
-    with Store.open(url) as store:
-        assert current_revision(url) == head_revision()
-        [trial] = store.trials("c1")
-        assert trial.seed == 7 and trial.stopped_early is False
-        assert trial.counts == {"leak": 1}
-    downgrade(url, "0001")  # and back: the data stays
-    assert current_revision(url) == "0001"
+# --- a finished campaign, filled through the Store API: the CLI and the report read it ----------
+
+CULPRIT = {"index_k": "bf16", "hicache": "on"}
+LEAK = '<｜DSML｜function_calls><｜DSML｜invoke name="read_file">'
+
+
+def campaign_spec(name: str) -> dict[str, Any]:
+    """A valid campaign file (as `bisect validate` takes it): two factors, one pool."""
+    service = {"name": "sglang", "node": "gpu-a",
+               "start": "python -m sglang.launch_server --port 30000",
+               "health_url": "http://127.0.0.1:30000/health"}
+    return {
+        "name": name,
+        "nodes": [{"name": "gpu-a", "workdir": "/var/tmp/bisect"}],
+        "pools": [{"name": "pool-1", "endpoint": "http://127.0.0.1:30000", "services": [service]}],
+        "factors": [
+            {"name": "index_k", "levels": {"fp8": {"env": {"BF16_INDEX_K": "0"}},
+                                           "bf16": {"env": {"BF16_INDEX_K": "1"}}}},
+            {"name": "hicache", "levels": {"off": None,
+                                           "on": {"flags": "--enable-hierarchical-cache"}}},
+        ],
+        "workload": {"sessions": 80, "rounds": 4, "timeout_s": 60},
+        "strategy": {"kind": "factorial", "repeats": 3},
+        "cost": {"restart_s": 90, "workload_s": 485, "gpus": 16},
+    }
+
+
+def culprit_campaign(store: Store, name: str = "bf16 index keys vs HiCache",
+                     evidence: str = LEAK) -> str:
+    """A factorial campaign as a real run stores it: 4 variants x 3 trials of 80 sessions;
+    ``index_k=bf16 AND hicache=on`` leaks DSML in ~15% of its sessions (one leak's evidence is
+    ``evidence``), the others are clean but for an error and a timeout. Its id."""
+    campaign_id = create_campaign(store, Campaign.model_validate(campaign_spec(name)), "test")
+    seq = 0
+    for index_k in ("fp8", "bf16"):
+        for hicache in ("off", "on"):
+            levels = {"index_k": index_k, "hicache": hicache}
+            variant = store.variant(campaign_id, levels)
+            for repeat in range(3):
+                trial = store.start_trial(campaign_id, variant.id, seq, "pool-1", seed=seq)
+                leaks = 11 + repeat if levels == CULPRIT else 0
+                rows = sessions(80, leaks=leaks)
+                rows[0:leaks] = [dataclasses.replace(row, evidence=evidence if i == 0 else
+                                                     f"{LEAK} #{seq}.{i}")
+                                 for i, row in enumerate(rows[:leaks])]
+                if repeat == 1:
+                    rows[-1] = dataclasses.replace(rows[-1], outcome="timeout")
+                    rows[-2] = dataclasses.replace(rows[-2], outcome="error")
+                store.finish_trial(trial, TrialTiming(wall_s=20.0, restart_s=5.0,
+                                                      workload_s=14.0, restarts=1),
+                                   rows, metrics(4), LOGS)
+                seq += 1
+    store.set_campaign_status(campaign_id, "done", finished=True)
+    return campaign_id
+
+
+def test_the_cli_reads_a_postgresql_store(postgres_url: str, tmp_path: Path) -> None:
+    with Store.open(postgres_url) as store:
+        campaign_id = culprit_campaign(store)
+    runner = CliRunner()
+    # both spellings: the explicit driver, and plain postgresql:// (psycopg 3 by default)
+    bare = postgres_url.replace("postgresql+psycopg://", "postgresql://")
+    result = runner.invoke(app, ["verdict", campaign_id, "--store", postgres_url, "--json"])
+    assert result.exit_code == 0, result.output
+    verdict = json.loads(result.stdout)
+    assert verdict["status"] == "culprit"
+    assert [c["factors"] for c in verdict["culprits"]] == [CULPRIT]
+    assert verdict["cost"]["trials"] == 12
+    result = runner.invoke(app, ["ls", "--store", bare, "--json"])
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.stdout)
+    assert row["id"] == campaign_id and row["status"] == "done" and row["trials"] == "12"
+    out = tmp_path / "report.html"
+    result = runner.invoke(app, ["report", campaign_id, "--store", bare, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "index_k=bf16" in out.read_text()
+
+
+def test_a_missing_driver_is_a_store_error() -> None:
+    with pytest.raises(StoreError, match=r"cannot open the store.*No module named"):
+        Store.open("mysql+mysqldb://bisect@127.0.0.1/bisect")

@@ -21,6 +21,7 @@ from orchestrator.cli.common import (
     progress,
     user_errors,
 )
+from orchestrator.commit_range import expand_commits
 from orchestrator.verdict import Verdict
 
 RayAddress = Annotated[str | None, typer.Option(
@@ -98,9 +99,35 @@ def run(
 
     with user_errors():
         campaign = load_campaign(campaign_file)
+        if campaign.commits is not None:  # the range becomes the factor `commit`, resolved now
+            campaign = expand_commits(campaign)
         with Store.open(store) as db:
             campaign_id = create_campaign(db, campaign, str(campaign_file))
             progress(f"campaign {campaign_id}: {campaign.name}")
+            verdict = run_campaign(db, campaign_id, progress=progress, ray_address=ray_address)
+            _finish_run(db, campaign_id, verdict, report, as_json)
+
+
+@app.command()
+def commits(
+    campaign_file: Annotated[Path, typer.Argument(help="The campaign YAML file.")],
+    good: Annotated[str, typer.Option("--good", help="A commit (or ref) known good.")],
+    bad: Annotated[str, typer.Option("--bad", help="A later commit (or ref) known bad.")],
+    store: StoreOption = "bisect.db",
+    report: Annotated[Path | None, typer.Option("--report", "-o", help="Write the HTML report.")]
+    = None,
+    as_json: JsonOption = False,
+    ray_address: RayAddress = None,
+) -> None:
+    """Find the first bad commit between --good and --bad (the campaign's `commits:` section
+    names the tree, build and fixed levels)."""
+    from orchestrator.runner import create_campaign, run_campaign
+
+    with user_errors():
+        campaign = expand_commits(load_campaign(campaign_file), good=good, bad=bad)
+        with Store.open(store) as db:
+            campaign_id = create_campaign(db, campaign, str(campaign_file))
+            progress(f"campaign {campaign_id}: {len(campaign.factor('commit').levels)} commits")
             verdict = run_campaign(db, campaign_id, progress=progress, ray_address=ray_address)
             _finish_run(db, campaign_id, verdict, report, as_json)
 

@@ -12,7 +12,7 @@ Like the adaptive strategy it is a replay of the evidence: no state of its own.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,16 +106,17 @@ def credible_range(post: np.ndarray, mass: float = 0.9) -> tuple[int, int]:
 class Commits:
     def __init__(self, commits: Sequence[str], *, sessions: int, alpha: float = 0.01,
                  confidence: float = 0.95, reproduce_trials: int = 2,
-                 max_trials: int = 40) -> None:
+                 max_trials: int = 40, background: Mapping[str, str] | None = None) -> None:
         if len(commits) < 2:
             raise ValueError("a commit range needs a good and a bad commit")
         self.commits = list(commits)
         self.sessions = sessions
         self.alpha, self.confidence = alpha, confidence
         self.reproduce_trials, self.max_trials = reproduce_trials, max_trials
+        self.background = dict(background or {})  # every other factor, held at one level
 
     def variant(self, index: int) -> dict[str, str]:
-        return {FACTOR: self.commits[index]}
+        return {**self.background, FACTOR: self.commits[index]}
 
     def propose(self, done: Sequence[TrialEvidence], pending: Sequence[Levels]) -> list[
             dict[str, str]]:
