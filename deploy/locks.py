@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from deploy.transports.base import Transport, TransportError
 
 LOCK_NAME = ".bisect.lock"
-UNLOCK_HINT = "bisect unlock {node} --holder {holder}"  # what the sentence tells people to run
+UNLOCK_HINT = "bisect unlock CAMPAIGN.yaml {node} --holder {holder}"  # the command to run
 
 # acquire: $1 workdir, $2 lock path, $3 record. Exit 0 taken; 1 held (prints the record).
 _ACQUIRE = r"""

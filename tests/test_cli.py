@@ -90,3 +90,10 @@ def test_the_readme_campaign_example_is_valid(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 0, result.output
     assert "4 variants" in result.stdout
+
+
+def test_the_real_investigation_campaign_is_valid() -> None:
+    path = Path(__file__).parent.parent / "experiments" / "dsv4-index-k.yaml"
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "4 factors, 16 variants, 1 pool(s)" in result.stdout

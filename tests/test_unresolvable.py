@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from db.store import Store
 from experiments.campaign import Campaign
@@ -97,3 +98,36 @@ def test_a_flag_the_build_rejects_stops_the_campaign_before_anything_changes(
         assert store.trials(campaign_id, status=None) == []
     assert not list((tmp_path / "services").glob("*.pid"))
     assert not (tmp_path / "services" / ".bisect.lock").exists()  # the lock was released
+
+
+def test_a_node_held_by_another_campaign_is_refused_until_unlocked(ray_cluster: None,
+                                                                    tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from deploy import locks
+    from deploy.transports.local import LocalTransport
+    from orchestrator.cli import app
+    from orchestrator.runner import RunFailed
+
+    faults = tmp_path / "faults.yaml"
+    faults.write_text("rules: []\n")
+    workdir = tmp_path / "services"
+    spec = {
+        "name": "locked",
+        "nodes": [{"name": "here", "workdir": str(workdir)}],
+        "pools": [twin_pool("p", "here", faults, latency_ms=1)],
+        "factors": [{"name": "f", "levels": {"a": {}, "b": {}}}],
+        "workload": {"sessions": 4, "rounds": 1, "timeout_s": 10},
+        "strategy": {"kind": "factorial", "repeats": 1},
+    }
+    locks.acquire(LocalTransport("here"), "here", str(workdir), "other-campaign")
+    with Store.open(str(tmp_path / "bisect.db")) as store:
+        campaign_id = create_campaign(store, Campaign.model_validate(spec), "test")
+        with pytest.raises(RunFailed, match="locked by campaign other-campaign"):
+            run_campaign(store, campaign_id)
+        assert store.trials(campaign_id, status=None) == []
+    path = tmp_path / "campaign.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    result = CliRunner().invoke(app, ["unlock", str(path), "here", "--holder", "other-campaign"])
+    assert result.exit_code == 0, result.output
+    assert locks.read(LocalTransport("here"), "here", str(workdir)) is None

@@ -16,6 +16,7 @@ from orchestrator.cli.common import (
     JsonOption,
     StoreOption,
     app,
+    error,
     exit_code,
     out,
     progress,
@@ -238,3 +239,32 @@ def show(campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption
                       str(t.sessions), f"{corrupt}/{infra}",
                       f"{t.wall_s:.1f}" if t.wall_s is not None else "")
     out.print(table)
+
+
+@app.command()
+def unlock(
+    campaign_file: Annotated[Path, typer.Argument(help="The campaign file that names the node.")],
+    node: Annotated[str, typer.Argument(help="The node to unlock.")],
+    holder: Annotated[str, typer.Option("--holder", help="The campaign id holding the lock.")],
+) -> None:
+    """Break a node's lock left by a campaign whose driver is gone (name it: a live campaign's
+    lock is never removed by mistake)."""
+    from deploy.locks import NodeLocked, break_lock
+    from deploy.transports.factory import transport_for
+
+    with user_errors():
+        campaign = load_campaign(campaign_file)
+        spec = next((n for n in campaign.nodes if n.name == node), None)
+        if spec is None:
+            error(f"{campaign_file}: no node named {node!r}")
+            raise typer.Exit(2)
+        transport = transport_for(spec)
+        try:
+            removed = break_lock(transport, node, spec.workdir, holder)
+        except NodeLocked as exc:
+            error(str(exc))
+            raise typer.Exit(1) from None
+        finally:
+            transport.close()
+    out.print(f"{node}: " + ("lock of " + removed.describe() + " removed" if removed
+                             else "was not locked"), highlight=False)
