@@ -63,8 +63,8 @@ def test_second_campaign_is_refused_with_the_holder_named(node: Node) -> None:
         f"node gpu-a is locked by campaign 20250101-120000-ab12 (driver pid {held.pid} on "
         f"{held.host}, since ")
     assert str(refused).endswith("a node runs one campaign at a time. If that campaign's "
-                                 "driver is gone, break the lock with `bisect unlock CAMPAIGN.yaml gpu-a "
-                                 "--holder 20250101-120000-ab12`")
+                                 "driver is gone, break the lock with `bisect unlock "
+                                 "CAMPAIGN.yaml gpu-a --holder 20250101-120000-ab12`")
     # The same campaign is refused too (a lock outlives its driver) unless it reclaims it.
     with pytest.raises(NodeLocked):
         locks.acquire(t, "gpu-a", w, "20250101-120000-ab12")
