@@ -19,13 +19,12 @@ import argparse
 import json
 import random
 import sys
-import time
 import types
 import warnings
 from pathlib import Path
 from typing import Any
 
-from worker import Job, cpu_s, serve
+from worker import Job, Meter, serve
 
 from experiments.agent import SYSTEM_PROMPT, first_user_message, new_canary, tool_result_message
 
@@ -83,10 +82,11 @@ def run(job: Job) -> dict[str, Any]:
     figures: dict[str, Any] = {}
 
     async def timed(*args: Any, **kwargs: Any) -> Any:
-        cpu0, wall0 = cpu_s(), time.perf_counter()
+        meter = Meter()
+        meter.start()
         result = await original(*args, **kwargs)
-        figures.update(cpu_s=cpu_s() - cpu0, wall_s=time.perf_counter() - wall0,
-                       requests=result.get("completed"), duration_s=result.get("duration"))
+        figures.update(meter.figures(), requests=result.get("completed"),
+                       duration_s=result.get("duration"))
         return result
 
     serving.benchmark = timed

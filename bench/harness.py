@@ -69,9 +69,36 @@ def measure(worker: Worker, url: str, stub_pid: int, spec: dict[str, Any]) -> di
     requests = got["requests"] or 0
     seconds = got.get("duration_s") or got["wall_s"]  # bench_serving's own, after its warm-up
     return {**got, "ms_per_request": 1000 * got["cpu_s"] / max(1, requests),
+            "gc_ms_per_request": 1000 * got["gc_s"] / max(1, requests),
             "req_per_s": requests / seconds if seconds else 0.0,
             "server_busy": server_s / got["wall_s"] if got["wall_s"] else 0.0,
             "connections_per_request": connections / max(1, requests)}
+
+
+def run_cells(workers: dict[str, Worker], url: str, stub_pid: int, assets: Path,
+              args: argparse.Namespace, openai_reps: int) -> list[dict[str, Any]]:
+    """Every repetition of every cell; the client order rotates from one repetition to the
+    next, so a slow spell of the shared machine does not always hit the same client."""
+    for client, worker in workers.items():  # warm-up: first connections, lazy imports
+        worker.run(job(client, url, assets, 50, args.rounds, 50, True))
+    runs: list[dict[str, Any]] = []
+    for rep in range(args.reps):
+        order = CLIENTS[rep % len(CLIENTS):] + CLIENTS[:rep % len(CLIENTS)]
+        for concurrency in CONCURRENCY:
+            for stream in (False, True):
+                for client in order:
+                    if client == "openai" and rep >= openai_reps:
+                        continue
+                    spec = job(client, url, assets, args.sessions, args.rounds, concurrency,
+                               stream)
+                    got = measure(workers[client], url, stub_pid, spec)
+                    runs.append({"rep": rep, "client": client, "concurrency": concurrency,
+                                 "stream": stream, **got})
+                    print(f"rep {rep} {client:<13} N={concurrency:<5} stream={stream!s:<5} "
+                          + (got["error"] if "error" in got else
+                             f"{got['ms_per_request']:.3f} ms/req {got['req_per_s']:.0f} req/s "
+                             f"stub {got['server_busy']:.0%}"), file=sys.stderr, flush=True)
+    return runs
 
 
 def median_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -87,6 +114,7 @@ def median_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "client": client, "concurrency": concurrency, "stream": stream,
                     "runs": len(cell),
                     "ms_per_request": statistics.median(r["ms_per_request"] for r in cell),
+                    "gc_ms_per_request": statistics.median(r["gc_ms_per_request"] for r in cell),
                     "req_per_s": statistics.median(r["req_per_s"] for r in cell),
                     "requests": statistics.median(r["requests"] for r in cell),
                     "server_busy_max": max(r["server_busy"] for r in cell),
@@ -125,12 +153,14 @@ def summary(v: dict[str, Any], elapsed_s: float) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'client':<14}{'conc':>6}{'stream':>8}{'ms CPU/req':>12}{'req/s':>9}"
+    lines = [f"{'client':<14}{'conc':>6}{'stream':>8}{'ms CPU/req':>12}{'GC ms':>7}{'req/s':>9}"
              f"{'requests':>10}{'conn/req':>10}{'runs':>6}{'stub busy':>11}"]
     for r in rows:
         lines.append(f"{r['client']:<14}{r['concurrency']:>6}{'yes' if r['stream'] else 'no':>8}"
-                     f"{r['ms_per_request']:>12.3f}{r['req_per_s']:>9.0f}{r['requests']:>10.0f}"
-                     f"{r['runs']:>6}{r['server_busy_max']:>10.0%}")
+                     f"{r['ms_per_request']:>12.3f}{r['gc_ms_per_request']:>7.3f}"
+                     f"{r['req_per_s']:>9.0f}{r['requests']:>10.0f}"
+                     f"{r['connections_per_request']:>10.2f}{r['runs']:>6}"
+                     f"{r['server_busy_max']:>10.0%}")
     return "\n".join(lines)
 
 
@@ -144,59 +174,38 @@ def machine() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3, help="repetitions of every cell")
-    parser.add_argument("--openai-reps", type=int, default=None,
-                        help="repetitions for the openai client (default: --reps)")
+    parser.add_argument("--openai-reps", type=int, default=2,
+                        help="repetitions for the openai client, the slowest by far")
     parser.add_argument("--sessions", type=int, default=1000, help="sessions per run")
     parser.add_argument("--rounds", type=int, default=2, help="turns per session")
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--json", type=Path, help="write every run and the medians here")
     args = parser.parse_args()
-    openai_reps = args.reps if args.openai_reps is None else args.openai_reps
+    openai_reps = min(args.reps, args.openai_reps)
     os.sched_setaffinity(0, {SERVER_CORE})  # this process only waits; keep it off the client core
     url = f"http://127.0.0.1:{args.port}"
-    began = time.monotonic()
+    began, host = time.monotonic(), machine()
     with tempfile.TemporaryDirectory(prefix="bench-harness-") as tmp:
         assets = Path(tmp)
         subprocess.run([sys.executable, str(HERE / "bench_serving_client.py"), "assets", tmp,
                         "--sessions", str(args.sessions), "--rounds", str(args.rounds)],
                        check=True)
         stub = start_stub(HERE / "stub_server.py", args.port, SERVER_CORE)
-        workers = {c: Worker(c, [str(HERE / ("bench_serving_client.py" if c == "bench_serving"
-                                             else "load_client.py")),
-                                 *(["serve"] if c == "bench_serving" else [])], CLIENT_CORE)
-                   for c in CLIENTS}
-        runs: list[dict[str, Any]] = []
+        workers = {c: Worker(c, [str(HERE / "bench_serving_client.py"), "serve"]
+                             if c == "bench_serving" else [str(HERE / "load_client.py"), c],
+                             CLIENT_CORE) for c in CLIENTS}
         try:
-            for client, worker in workers.items():  # warm-up: first connections, lazy imports
-                worker.run(job(client, url, assets, 50, args.rounds, 50, True))
-            for rep in range(args.reps):
-                order = CLIENTS[rep % len(CLIENTS):] + CLIENTS[:rep % len(CLIENTS)]
-                for concurrency in CONCURRENCY:
-                    for stream in (False, True):
-                        for client in order:
-                            if client == "openai" and rep >= openai_reps:
-                                continue
-                            spec = job(client, url, assets, args.sessions, args.rounds,
-                                       concurrency, stream)
-                            got = measure(workers[client], url, stub.pid, spec)
-                            runs.append({"rep": rep, "client": client,
-                                         "concurrency": concurrency, "stream": stream, **got})
-                            print(f"rep {rep} {client:<13} N={concurrency:<5} "
-                                  f"stream={stream!s:<5} " + (
-                                      got["error"] if "error" in got else
-                                      f"{got['ms_per_request']:.3f} ms/req "
-                                      f"{got['req_per_s']:.0f} req/s "
-                                      f"stub {got['server_busy']:.0%}"),
-                                  file=sys.stderr, flush=True)
+            runs = run_cells(workers, url, stub.pid, assets, args, openai_reps)
         finally:
             for worker in workers.values():
                 worker.close()
             stub.terminate()
             stub.wait(10)
     rows = median_rows(runs)
-    result = {"command": " ".join(["python", *sys.argv]), "machine": machine(),
+    result = {"command": " ".join(["python", *sys.argv]), "machine": host,
               "sessions": args.sessions, "rounds": args.rounds, "reps": args.reps,
               "openai_reps": openai_reps, "elapsed_s": time.monotonic() - began,
+              "load_avg_at_end": os.getloadavg(),
               "bench_serving_args": bench_serving_args(url, Path("ASSETS"), args.sessions,
                                                        1000, True),
               "medians": rows, "verdict": verdict(rows), "runs": runs}

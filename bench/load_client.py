@@ -9,19 +9,23 @@ call must echo the canary of the latest tool result, which then carries a fresh 
   ``json.loads``-ed as bench_serving does, nothing else kept;
 - ``openai``: the official ``AsyncOpenAI`` client (httpx), an ``asyncio.Semaphore``.
 
-    python bench/load_client.py   # then one JSON job per line on stdin
+Each process serves one client and imports only what that client's own program would: the
+bisect worker imports ``orchestrator.cli`` (the ``bisect stress`` command), the others only their
+HTTP library. The cyclic GC's cost grows with every object a process holds, so this matters.
+
+    python bench/load_client.py bisect|aiohttp|openai   # then one JSON job per line on stdin
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import random
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-import aiohttp
-from openai import AsyncOpenAI
 from worker import Job, measure, serve
 
 from experiments.agent import (
@@ -31,11 +35,9 @@ from experiments.agent import (
     new_canary,
     tool_result_message,
 )
-from experiments.workload.spec import WorkloadSpec
-from experiments.workload.stress import run_stress
 
 Call = tuple[str, str, str] | None  # the first tool call: (id, name, arguments)
-Load = Callable[[Job], Awaitable[dict[str, Any]]]
+Load = Callable[[Job], Coroutine[Any, Any, dict[str, Any]]]
 
 
 class Conversation:
@@ -87,6 +89,9 @@ async def _sessions(job: Job, turn: Callable[[Conversation], Awaitable[Call]]) -
 
 
 async def bisect_load(job: Job) -> dict[str, Any]:
+    from experiments.workload.spec import WorkloadSpec
+    from experiments.workload.stress import run_stress
+
     spec = WorkloadSpec(sessions=job["sessions"], rounds=job["rounds"], stream=job["stream"],
                         max_concurrency=job["concurrency"], model="stub", timeout_s=120)
     result = await run_stress(job["url"], spec, seed=job["seed"])
@@ -95,6 +100,8 @@ async def bisect_load(job: Job) -> dict[str, Any]:
 
 
 async def aiohttp_load(job: Job) -> dict[str, Any]:
+    import aiohttp
+
     endpoint = f"{job['url']}/v1/chat/completions"
 
     async def turn(conversation: Conversation) -> Call:
@@ -123,6 +130,8 @@ async def aiohttp_load(job: Job) -> dict[str, Any]:
 
 
 async def openai_load(job: Job) -> dict[str, Any]:
+    from openai import AsyncOpenAI
+
     async def turn(conversation: Conversation) -> Call:
         body = conversation.body(job["stream"])
         if not job["stream"]:
@@ -145,12 +154,18 @@ async def openai_load(job: Job) -> dict[str, Any]:
 
 
 LOADS: dict[str, Load] = {"bisect": bisect_load, "aiohttp": aiohttp_load, "openai": openai_load}
+# Imported once at start (never inside a measurement); the local imports above then cost nothing.
+IMPORTS = {"bisect": ["orchestrator.cli", "experiments.workload.stress"],
+           "aiohttp": ["aiohttp"], "openai": ["openai"]}
 
 
-def run(job: Job) -> dict[str, Any]:
-    load = LOADS[job["client"]]
-    return measure(lambda: asyncio.run(load(job)))
+def main() -> None:
+    client = sys.argv[1]
+    for module in IMPORTS[client]:
+        importlib.import_module(module)
+    load = LOADS[client]
+    serve(lambda job: measure(lambda: asyncio.run(load(job))))
 
 
 if __name__ == "__main__":
-    serve(run)
+    main()

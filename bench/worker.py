@@ -3,11 +3,13 @@
 A client process is started once (so interpreter start-up and imports are paid once, outside
 every measurement) and then reads one JSON job per line on stdin; for each it writes one line
 ``RESULT {json}`` on stdout (other output, e.g. bench_serving's report, is ignored). CPU time is
-this process's user + system time (all threads) taken around the job's load phase only.
+this process's user + system time (all threads) taken around the job's load phase only; the
+wall time the cyclic garbage collector took within it is reported too (``gc.callbacks``).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import resource
 import sys
@@ -24,11 +26,44 @@ def cpu_s() -> float:
     return use.ru_utime + use.ru_stime
 
 
+class GcClock:
+    """Seconds spent in the cyclic garbage collector since the last ``reset()``."""
+
+    def __init__(self) -> None:
+        self.total = self.began = 0.0
+        gc.callbacks.append(self._tick)
+
+    def _tick(self, phase: str, _: dict[str, Any]) -> None:
+        if phase == "start":
+            self.began = time.perf_counter()
+        else:
+            self.total += time.perf_counter() - self.began
+
+    def reset(self) -> None:
+        self.total = 0.0
+
+
+GC_CLOCK = GcClock()
+
+
+class Meter:
+    """CPU, wall and GC seconds from ``start()`` to ``figures()``."""
+
+    def start(self) -> None:
+        GC_CLOCK.reset()
+        self.cpu, self.wall = cpu_s(), time.perf_counter()
+
+    def figures(self) -> dict[str, float]:
+        return {"cpu_s": cpu_s() - self.cpu, "wall_s": time.perf_counter() - self.wall,
+                "gc_s": GC_CLOCK.total}
+
+
 def measure(load: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """``load()``'s own figures plus the CPU and wall seconds it took (unless it gave them)."""
-    cpu0, wall0 = cpu_s(), time.perf_counter()
+    """``load()``'s own figures plus the CPU, wall and GC seconds it took."""
+    meter = Meter()
+    meter.start()
     figures = load()
-    return {"cpu_s": cpu_s() - cpu0, "wall_s": time.perf_counter() - wall0, **figures}
+    return {**meter.figures(), **figures}
 
 
 def serve(run: Callable[[Job], dict[str, Any]]) -> None:

@@ -14,6 +14,7 @@ installs it; see the Makefile), else a built-in parser that follows the same rul
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import logging
 import os
@@ -120,7 +121,12 @@ def warm_up() -> Source:
     """Import sglang now (~3 s with torch), not inside the first leak of a running stress."""
     if os.environ.get(ENV) == "builtin":
         return "builtin"
-    return "sglang" if _load_sglang().parse is not None else "builtin"
+    source: Source = "sglang" if _load_sglang().parse is not None else "builtin"
+    # torch and sglang leave ~400,000 long-lived objects that every full collection would walk
+    # again during the load (bench/harness.py: half the client CPU per request at 1,000
+    # sessions). They live as long as the process: keep them out of the collector's sight.
+    gc.freeze()
+    return source
 
 
 def _backend(backend: str | None) -> Source:
