@@ -33,6 +33,8 @@ def lab_pool(lab: Lab, which: int, fault_model: Path) -> dict[str, Any]:
             "health_url": f"{base}/health",
             "metrics_url": f"{base}/metrics",
             "startup_timeout_s": 60,
+            # On systemd hosts `bisect lab up --systemd` installs the unit SERVICE.service.
+            **({"manager": "systemd"} if lab.systemd else {}),
         }],
     }
 

@@ -258,3 +258,46 @@ def test_lab_up_systemd_from_the_cli_and_down_leaves_nothing(tmp_path: Path) -> 
     assert not [p for p in Path(cgroup2_root()).iterdir() if p.name.startswith(
         f"{CGROUP_PREFIX}{prefix}-")]
     assert lab_status(directory).state == "down"
+
+
+@needs_root
+def test_a_campaign_through_systemd_units_finds_the_culprit_and_restores_the_unit(
+        sd_lab: Lab, node: SSHTransport, twin_unit: str, ray_cluster: None,
+        tmp_path: Path) -> None:
+    from db.store import Store
+    from experiments.campaign import Campaign
+    from orchestrator.runner import create_campaign, run_campaign
+
+    host = sd_lab.host(1)
+    faults = Path(host.workdir) / "faults.yaml"  # the container's /tmp is its own: use workdir
+    faults.write_text("rules: [{name: race, when: {env: {BF16_INDEX_K: '1'}, flags: "
+                      "{enable-hierarchical-cache: true}}, probability: 0.5, effect: leak}]\n")
+    base = f"http://{host.address}:{PORT}"
+    campaign = Campaign.model_validate({
+        "name": "through systemd",
+        "nodes": [sd_lab.node(1)],
+        "pools": [{"name": "p", "endpoint": base, "services": [{
+            "name": "twin", "node": host.name, "manager": "systemd", "unit": "twin.service",
+            "start": twin_argv(sd_lab, "--fault-model", str(faults),
+                               "--twin-startup-delay", "0.2", "--twin-latency-ms", "5"),
+            "health_url": f"{base}/health", "startup_timeout_s": 60,
+            "log_markers": ["The server is fired up and ready to roll!"]}]}],
+        "factors": [
+            {"name": "index_k", "levels": {"fp8": {"env": {"BF16_INDEX_K": "0"}},
+                                           "bf16": {"env": {"BF16_INDEX_K": "1"}}}},
+            {"name": "hicache", "levels": {"off": {}, "on": {
+                "flags": ["--enable-hierarchical-cache"],
+                "log_markers": ["host memory for hierarchical KV cache"]}}},
+        ],
+        "workload": {"sessions": 20, "rounds": 2, "timeout_s": 20},
+        "known_good": {"index_k": "fp8", "hicache": "on"},
+        "known_bad": {"index_k": "bf16", "hicache": "on"},
+    })
+    with Store.open(str(tmp_path / "bisect.db")) as store:
+        campaign_id = create_campaign(store, campaign, "test")
+        verdict = run_campaign(store, campaign_id).to_json()
+    assert verdict["status"] == "culprit"
+    assert [c["factors"] for c in verdict["culprits"]] == [{"index_k": "bf16", "hicache": "on"}]
+    manager = SystemdServiceManager(node)
+    assert manager.describe("twin") == twin_unit  # the drop-in is gone: the operator's unit
+    assert not manager.is_running("twin")  # it was not running before the campaign
