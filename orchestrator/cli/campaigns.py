@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from db.store import Store
-from experiments.campaign import load_campaign
+from experiments.campaign import Campaign, load_campaign
 from experiments.outcomes import is_corrupt, is_infra
 from orchestrator.cli.common import (
     JsonOption,
@@ -64,6 +64,18 @@ def _finish_run(store: Store, campaign_id: str, verdict: Verdict, report: Path |
     raise typer.Exit(exit_code(verdict))
 
 
+def _run_new(campaign: Campaign, source: str, store: str, report: Path | None, as_json: bool,
+             ray_address: str | None) -> None:
+    """Store a new campaign, run it to its verdict, print it (and the report)."""
+    from orchestrator.runner import create_campaign, run_campaign
+
+    with Store.open(store) as db:
+        campaign_id = create_campaign(db, campaign, source)
+        progress(f"campaign {campaign_id}: {campaign.name}")
+        verdict = run_campaign(db, campaign_id, progress=progress, ray_address=ray_address)
+        _finish_run(db, campaign_id, verdict, report, as_json)
+
+
 @app.command()
 def demo(
     directory: Annotated[Path, typer.Option("--dir", help="Where the demo keeps its files.")] = (
@@ -96,17 +108,12 @@ def run(
     ray_address: RayAddress = None,
 ) -> None:
     """Run a campaign to its verdict."""
-    from orchestrator.runner import create_campaign, run_campaign
 
     with user_errors():
         campaign = load_campaign(campaign_file)
         if campaign.commits is not None:  # the range becomes the factor `commit`, resolved now
             campaign = expand_commits(campaign)
-        with Store.open(store) as db:
-            campaign_id = create_campaign(db, campaign, str(campaign_file))
-            progress(f"campaign {campaign_id}: {campaign.name}")
-            verdict = run_campaign(db, campaign_id, progress=progress, ray_address=ray_address)
-            _finish_run(db, campaign_id, verdict, report, as_json)
+        _run_new(campaign, str(campaign_file), store, report, as_json, ray_address)
 
 
 @app.command()
@@ -122,15 +129,11 @@ def commits(
 ) -> None:
     """Find the first bad commit between --good and --bad (the campaign's `commits:` section
     names the tree, build and fixed levels)."""
-    from orchestrator.runner import create_campaign, run_campaign
 
     with user_errors():
         campaign = expand_commits(load_campaign(campaign_file), good=good, bad=bad)
-        with Store.open(store) as db:
-            campaign_id = create_campaign(db, campaign, str(campaign_file))
-            progress(f"campaign {campaign_id}: {len(campaign.factor('commit').levels)} commits")
-            verdict = run_campaign(db, campaign_id, progress=progress, ray_address=ray_address)
-            _finish_run(db, campaign_id, verdict, report, as_json)
+        progress(f"{len(campaign.factor('commit').levels)} commits from {good} to {bad}")
+        _run_new(campaign, str(campaign_file), store, report, as_json, ray_address)
 
 
 @app.command()

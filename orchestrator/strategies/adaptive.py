@@ -18,7 +18,6 @@ exactly where it was, and the verdict and `bisect log` are recomputed from the s
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -26,6 +25,7 @@ from enum import StrEnum
 from orchestrator.evidence import Levels, TrialEvidence, variant_key
 from orchestrator.stats.compare import Answer, StopWhenFailing, judge, reproduced
 from orchestrator.stats.proportions import wilson
+from orchestrator.strategies.base import not_yet_running
 
 MAX_CULPRITS = 3
 _WithLevels = Callable[[Sequence[str]], dict[str, str]]  # a subset of factors -> a variant
@@ -150,15 +150,7 @@ class Adaptive:
 
     def propose(self, done: Sequence[TrialEvidence], pending: Sequence[Levels]) -> list[
             dict[str, str]]:
-        waiting = Counter(variant_key(levels) for levels in pending)
-        proposals = []
-        for levels in self.replay(done).needed:
-            key = variant_key(levels)
-            if waiting[key]:
-                waiting[key] -= 1  # its trial is running: wait for it
-            else:
-                proposals.append(levels)
-        return proposals
+        return not_yet_running(self.replay(done).needed, pending)
 
     def stop_rule(
         self, levels: Levels, done: Sequence[TrialEvidence]

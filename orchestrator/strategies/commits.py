@@ -11,15 +11,15 @@ Like the adaptive strategy it is a replay of the evidence: no state of its own.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import betaln, gammaln
 
-from orchestrator.evidence import Levels, TrialEvidence, variant_key
+from orchestrator.evidence import Levels, TrialEvidence
 from orchestrator.stats.compare import Answer, StopWhenFailing, reproduced
+from orchestrator.strategies.base import not_yet_running
 
 FACTOR = "commit"
 # Weak priors that still say "clean is clean, broken is broken": rates near 0 before the change,
@@ -120,15 +120,7 @@ class Commits:
 
     def propose(self, done: Sequence[TrialEvidence], pending: Sequence[Levels]) -> list[
             dict[str, str]]:
-        waiting = Counter(variant_key(levels) for levels in pending)
-        proposals = []
-        for levels in self.replay(done).needed:
-            key = variant_key(levels)
-            if waiting[key]:
-                waiting[key] -= 1
-            else:
-                proposals.append(levels)
-        return proposals
+        return not_yet_running(self.replay(done).needed, pending)
 
     def stop_rule(
         self, levels: Levels, done: Sequence[TrialEvidence]
