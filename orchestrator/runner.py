@@ -22,6 +22,7 @@ from orchestrator.commit_range import commit_levels
 from orchestrator.evidence import TrialEvidence, variant_key
 from orchestrator.nodes import check_nodes, locked
 from orchestrator.ray_pool import PoolActors, PoolCrashed, ensure_ray
+from orchestrator.source_variants import recover_nodes
 from orchestrator.strategies.adaptive import Adaptive
 from orchestrator.strategies.base import Strategy
 from orchestrator.strategies.commits import Commits
@@ -159,6 +160,8 @@ def run_campaign(
     try:
         with locked(campaign, transports, campaign_id, reclaim=resumed):
             check_nodes(campaign, transports)  # every problem of every node, nothing changed
+            for undone in recover_nodes(campaign, transports):
+                progress(f"undid what an interrupted run left: {undone}")
             discarded = store.discard_unfinished(campaign_id)
             if discarded:
                 progress(f"discarded {len(discarded)} unfinished trial(s): {discarded}")

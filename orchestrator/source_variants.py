@@ -10,8 +10,30 @@ from deploy.variants.base import Variant
 from deploy.variants.gitref import GitRef
 from deploy.variants.hooks import Hook, run_hooks
 from deploy.variants.patch import FilePatch
-from deploy.variants.plan import NodeVariants, plan
-from experiments.campaign import Campaign, Pool
+from deploy.variants.plan import NodeVariants, plan, recover
+from experiments.campaign import Campaign, Level, Pool
+
+
+def _level_variants(level: Level, workdir: str) -> list[Variant]:
+    variants: list[Variant] = []
+    if level.git is not None:
+        variants.append(GitRef(level.git.tree, level.git.ref, workdir, tuple(level.git.build),
+                               level.git.build_timeout_s))
+    variants += [FilePatch(p.diff, p.root, workdir, p.strip) for p in level.patch]
+    return variants
+
+
+def recover_nodes(campaign: Campaign, transports: Transports) -> list[str]:
+    """Undo what a killed driver left on the nodes (a checkout, a patch), before anything else:
+    every variant any level could have applied is asked; only those with a record act."""
+    undone = []
+    for node in campaign.nodes:
+        candidates = [v for factor in campaign.factors for name in factor.levels
+                      for v in _level_variants(factor.level(name), node.workdir)]
+        if candidates:
+            undone += [f"{node.name}: {what}" for what in recover(transports[node.name],
+                                                                   candidates)]
+    return undone
 
 
 class SourceVariants:
@@ -32,12 +54,7 @@ class SourceVariants:
         for factor in self.campaign.factors:
             level = factor.level(levels[factor.name])
             for node in self._nodes_of(factor.services):
-                workdir = self.workdirs[node]
-                if level.git is not None:
-                    wanted[node].append(GitRef(level.git.tree, level.git.ref, workdir,
-                                               tuple(level.git.build),
-                                               level.git.build_timeout_s))
-                wanted[node] += [FilePatch(p.diff, p.root, workdir, p.strip) for p in level.patch]
+                wanted[node] += _level_variants(level, self.workdirs[node])
         return wanted
 
     def changing(self, levels: dict[str, str]) -> set[str]:

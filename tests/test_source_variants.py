@@ -14,6 +14,8 @@ from typing import Any
 import yaml
 
 from db.store import Store
+from deploy.transports.local import LocalTransport
+from deploy.variants.patch import FilePatch
 from experiments.campaign import Campaign
 from orchestrator.demo import twin_pool
 from orchestrator.runner import create_campaign, run_campaign
@@ -59,10 +61,11 @@ def campaign_of(tmp_path: Path, tree: Path, factors: list[dict[str, Any]],
     })
 
 
-def run(tmp_path: Path, campaign: Campaign) -> dict[str, Any]:
+def run(tmp_path: Path, campaign: Campaign, said: list[str] | None = None) -> dict[str, Any]:
     with Store.open(str(tmp_path / "bisect.db")) as store:
         campaign_id = create_campaign(store, campaign, "test")
-        return run_campaign(store, campaign_id).to_json()
+        progress = said.append if said is not None else (lambda _: None)
+        return run_campaign(store, campaign_id, progress=progress).to_json()
 
 
 def test_git_refs_find_the_commit_and_the_tree_is_left_as_found(ray_cluster: None,
@@ -94,7 +97,12 @@ def test_a_patch_that_fixes_it_is_named_and_reverted_byte_for_byte(ray_cluster: 
     factors = [{"name": "fix", "levels": {
         "none": {}, "applied": {"patch": [{"root": str(tree), "diff": fix}]}}}]
     good, bad = {"fix": "applied", "hicache": "on"}, {"fix": "none", "hicache": "on"}
-    verdict = run(tmp_path, campaign_of(tmp_path, tree, factors, good, bad))
+    # A driver killed mid-campaign left the patch applied: the next run must undo it first.
+    FilePatch(fix, str(tree), str(tmp_path / "services")).apply(LocalTransport("here"))
+    assert hashlib.sha256((tree / "faults.yaml").read_bytes()).hexdigest() != before
+    said: list[str] = []
+    verdict = run(tmp_path, campaign_of(tmp_path, tree, factors, good, bad), said)
+    assert any("undid what an interrupted run left" in line for line in said)
     assert verdict["status"] == Status.CULPRIT
     assert [c["factors"] for c in verdict["culprits"]] == [{"fix": "none", "hicache": "on"}]
     after = hashlib.sha256((tree / "faults.yaml").read_bytes()).hexdigest()
