@@ -175,6 +175,9 @@ class Strategy(_Strict):
     is adaptive when both are given and factorial otherwise."""
 
     kind: Literal["adaptive", "factorial", "commits"] | None = None
+    # What counts as failing: corrupted sessions, or wedging (errors and timeouts: a server that
+    # hangs or refuses under load, as 75 of 80 sessions did in the investigation).
+    target: Literal["corruption", "wedging"] = "corruption"
     alpha: float = Field(default=0.01, gt=0, lt=0.5)
     clean_rate: float = Field(default=0.02, ge=0, lt=1)  # below this upper bound a variant is clean
     repeats: int = Field(default=2, ge=1)  # factorial: trials per variant

@@ -7,6 +7,7 @@ unfinished and goes on from what was stored.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -50,14 +51,17 @@ def new_campaign_id(name: str) -> str:
     return f"{stamp}-{secrets.token_hex(2)}"
 
 
-def evidence(trials: list[TrialRecord]) -> list[TrialEvidence]:
-    return [
+def evidence(trials: list[TrialRecord], target: str = "corruption") -> list[TrialEvidence]:
+    """Finished trials as the strategies see them; for a wedging campaign, errors and timeouts
+    are the failures (``TrialEvidence.as_wedging``)."""
+    done = [
         TrialEvidence(levels=t.levels, counts=t.counts, restarts=t.restarts,
                       wall_s=t.wall_s or 0.0, workload_s=t.workload_s or 0.0,
                       stopped_early=t.stopped_early)
         for t in trials
         if t.status == "done"
     ]
+    return [t.as_wedging() for t in done] if target == "wedging" else done
 
 
 def campaign_of(store: Store, campaign_id: str) -> Campaign:
@@ -78,6 +82,7 @@ def strategy_for(campaign: Campaign) -> Factorial | Adaptive | Commits:
     return Adaptive(
         campaign.level_names(), campaign.known_good, campaign.known_bad,
         alpha=plan.alpha, clean_rate=plan.clean_rate, min_trials=plan.min_trials,
+        failure=plan.target,
         reproduce_trials=plan.reproduce_trials,
         max_trials_per_variant=plan.max_trials_per_variant, max_trials=plan.max_trials,
     )
@@ -100,10 +105,16 @@ def verdict_of(store: Store, campaign_id: str) -> Verdict:
     """Recompute the verdict from the stored trials."""
     campaign = campaign_of(store, campaign_id)
     trials = store.trials(campaign_id, status=None)
-    done = evidence(trials)
+    done = evidence(trials, campaign.strategy.target)
     skipped = unresolvable(trials)
     cost = CostModel(campaign.cost.restart_s, campaign.cost.workload_s, campaign.cost.gpus)
     strategy = strategy_for(campaign)
+    verdict = _verdict(strategy, done, campaign, cost, skipped)
+    return dataclasses.replace(verdict, target=campaign.strategy.target)
+
+
+def _verdict(strategy: Factorial | Adaptive | Commits, done: list[TrialEvidence],
+             campaign: Campaign, cost: CostModel, skipped: list[Unresolvable]) -> Verdict:
     if isinstance(strategy, Adaptive):
         return from_replay(strategy.replay(done), done, campaign.level_names(), cost, skipped,
                            alpha=campaign.strategy.alpha)
@@ -182,6 +193,7 @@ def run_campaign(
 def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progress) -> None:
     """Propose, dispatch, store, until the strategy is done; the actors stop their services."""
     strategy: Strategy = strategy_for(campaign)
+    target = campaign.strategy.target
     actors = PoolActors(campaign.model_dump(mode="json"), [p.name for p in campaign.pools])
     pending: dict[int, dict[str, str]] = {}
     status = "failed"
@@ -192,7 +204,7 @@ def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progres
             free = [p.name for p in campaign.pools if p.name not in actors.busy]
             proposals = [
                 levels
-                for levels in strategy.propose(evidence(trials), list(pending.values()))
+                for levels in strategy.propose(evidence(trials, target), list(pending.values()))
                 if variant_key(levels) not in blocked
             ]
             next_seq = max((t.seq for t in trials), default=0) + 1
@@ -201,8 +213,8 @@ def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progres
                 seed = campaign.workload.seed * 1_000_003 + next_seq
                 trial_id = store.start_trial(campaign_id, variant.id, next_seq, pool, seed)
                 pending[trial_id] = levels
-                rule = strategy.stop_rule(levels, evidence(trials))
-                actors.submit(pool, TrialOrder(trial_id, levels, seed, rule))
+                rule = strategy.stop_rule(levels, evidence(trials, target))
+                actors.submit(pool, TrialOrder(trial_id, levels, seed, rule, target))
                 progress(f"trial {next_seq} on {pool}: {variant.key}")
                 next_seq += 1
             if not pending:

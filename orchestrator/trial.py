@@ -23,7 +23,7 @@ from deploy.transports.factory import Transports
 from deploy.variants.base import VariantError
 from experiments.campaign import Campaign, Pool, Service
 from experiments.collect import Sample, log_events, poll_metrics
-from experiments.outcomes import is_corrupt
+from experiments.outcomes import is_corrupt, is_infra
 from experiments.workload.stress import SessionResult, StressResult, run_stress
 from orchestrator.source_variants import SourceVariants
 from orchestrator.stats.compare import StopWhenFailing
@@ -37,6 +37,7 @@ class TrialOrder:
     levels: dict[str, str]
     seed: int
     stop_rule: StopWhenFailing | None = None  # a sequential test may end the workload early
+    target: str = "corruption"  # what the stop rule counts: corrupt sessions, or wedged ones
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class PoolRunner:
             restarts = await asyncio.to_thread(self._deploy, order.levels)
             restart_s = time.monotonic() - restart_began
             workload_began = time.monotonic()
-            result, samples = await self._stress(order.seed, order.stop_rule)
+            result, samples = await self._stress(order.seed, order.stop_rule, order.target)
             workload_s = time.monotonic() - workload_began
             logs = await asyncio.to_thread(self._collect_logs)
         except (DeployFailed, TransportError, HealthTimeout, VariantError) as exc:
@@ -169,7 +170,7 @@ class PoolRunner:
                                + "; ".join(proof.problems))
 
     async def _stress(
-        self, seed: int, rule: StopWhenFailing | None
+        self, seed: int, rule: StopWhenFailing | None, target: str
     ) -> tuple[StressResult, list[Sample]]:
         urls = {s.name: s.metrics_url for s in self.pool.services if s.metrics_url}
         planned = self.campaign.workload.sessions
@@ -177,7 +178,8 @@ class PoolRunner:
 
         def decided(session: SessionResult) -> bool:
             nonlocal corrupted
-            corrupted += is_corrupt(session.outcome)
+            failing = is_infra if target == "wedging" else is_corrupt
+            corrupted += failing(session.outcome)
             return rule is not None and rule.decided(corrupted, planned)
 
         stop = asyncio.Event()

@@ -56,9 +56,11 @@ class Verdict:
     log: tuple[dict[str, Any], ...] = ()  # the decision trail, where the strategy keeps one
     wedge_culprits: tuple[Culprit, ...] = ()  # what makes servers error, hang or time out
     unresolvable: tuple[Unresolvable, ...] = ()
+    target: str = "corruption"  # what `culprits` explain: corruption, or wedging
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "target": self.target,
             "unresolvable": [
                 {"levels": dict(u.levels), "attempts": u.attempts, "error": u.error}
                 for u in self.unresolvable

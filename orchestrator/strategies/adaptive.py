@@ -139,12 +139,14 @@ class Adaptive:
         reproduce_trials: int = 2,
         max_trials_per_variant: int = 6,
         max_trials: int = 120,
+        failure: str = "corruption",
     ) -> None:
         self.factors = {name: list(levels) for name, levels in factors.items()}
         self.good, self.bad = dict(good), dict(bad)
         self.alpha, self.clean_rate = alpha, clean_rate
         self.min_trials, self.reproduce_trials = min_trials, reproduce_trials
         self.max_trials_per_variant, self.max_trials = max_trials_per_variant, max_trials
+        self.failure = failure  # what failing means here, for the reason given
 
     # -- the protocol -------------------------------------------------------------------------
 
@@ -182,7 +184,7 @@ class Adaptive:
             return Replay((), stop.outcome, tuple(culprits), tuple(run.trail), stop.reason)
         names = "; ".join(" AND ".join(f"{f}={v}" for f, v in c.items()) for c in culprits)
         return Replay((), Outcome.CULPRIT, tuple(culprits), tuple(run.trail),
-                      f"corruption follows {names}")
+                      f"{self.failure} follows {names}")
 
     # -- the phases ---------------------------------------------------------------------------
 
