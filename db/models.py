@@ -163,3 +163,16 @@ class LogEvent(Base):
     line_no: Mapped[int]
     kind: Mapped[str]
     text: Mapped[str] = mapped_column(ServerText)
+
+
+class NodeLock(Base):
+    """A node a campaign held (its lock file is on the node); ``released_at`` None: still held,
+    or its driver died holding it."""
+
+    __tablename__ = "node_lock"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    campaign_id: Mapped[str] = mapped_column(ForeignKey("campaign.id"), index=True)
+    node: Mapped[str]
+    acquired_at: Mapped[datetime]
+    released_at: Mapped[datetime | None]

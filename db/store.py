@@ -20,7 +20,16 @@ from sqlalchemy.orm import Session, sessionmaker
 from db.engine import make_engine
 from db.errors import NotFound, StoreError
 from db.migrate import upgrade_engine
-from db.models import Campaign, LogEvent, MetricSample, Trial, TrialSession, Variant, utcnow
+from db.models import (
+    Campaign,
+    LogEvent,
+    MetricSample,
+    NodeLock,
+    Trial,
+    TrialSession,
+    Variant,
+    utcnow,
+)
 from db.records import (
     CAMPAIGN_STATUSES,
     CampaignRecord,
@@ -160,6 +169,26 @@ class Store:
             row = self._get_campaign(s, id)
             row.status = status
             row.finished_at = utcnow() if finished else None
+
+    def lock_taken(self, campaign_id: str, node: str) -> None:
+        with self._session(f"record the lock of node {node!r}") as s:
+            s.add(NodeLock(campaign_id=campaign_id, node=node, acquired_at=utcnow()))
+
+    def lock_released(self, campaign_id: str, node: str) -> None:
+        with self._session(f"record the release of node {node!r}") as s:
+            for row in s.scalars(select(NodeLock).where(
+                    NodeLock.campaign_id == campaign_id, NodeLock.node == node,
+                    NodeLock.released_at.is_(None))):
+                row.released_at = utcnow()
+
+    def held_locks(self, campaign_id: str | None = None) -> list[tuple[str, str]]:
+        """(campaign, node) of every lock taken and not released: live or left by a dead driver."""
+        with self._session("read the node locks") as s:
+            query = select(NodeLock.campaign_id, NodeLock.node).where(
+                NodeLock.released_at.is_(None))
+            if campaign_id is not None:
+                query = query.where(NodeLock.campaign_id == campaign_id)
+            return [(row[0], row[1]) for row in s.execute(query.order_by(NodeLock.id))]
 
     @staticmethod
     def _get_campaign(s: Session, id: str) -> Campaign:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from db.store import Store
 from deploy import locks
 from deploy.preflight import LevelFlags, NodeCheck, Preflight, ServiceCheck, preflight
 from deploy.transports.factory import Transports
@@ -33,18 +34,22 @@ def _distinct_nodes(campaign: Campaign) -> list[tuple[str, str]]:
 
 
 @contextmanager
-def locked(campaign: Campaign, transports: Transports, campaign_id: str, *,
+def locked(campaign: Campaign, transports: Transports, campaign_id: str, store: Store, *,
            reclaim: bool) -> Iterator[None]:
-    """Hold every node's lock for the block; all or none."""
+    """Hold every node's lock for the block; all or none. Each lock is also a store row, so
+    the store tells which nodes a campaign whose driver died still holds."""
     taken: list[tuple[str, str]] = []
     try:
         for name, workdir in _distinct_nodes(campaign):
             locks.acquire(transports[name], name, workdir, campaign_id, reclaim=reclaim)
             taken.append((name, workdir))
+            if (campaign_id, name) not in store.held_locks(campaign_id):
+                store.lock_taken(campaign_id, name)
         yield
     finally:
         for name, workdir in reversed(taken):
             locks.release(transports[name], name, workdir, campaign_id)
+            store.lock_released(campaign_id, name)
 
 
 def check_nodes(campaign: Campaign, transports: Transports) -> Preflight:

@@ -169,7 +169,7 @@ def run_campaign(
     resumed = bool(store.trials(campaign_id, status=None))
     transports = Transports(campaign.nodes)
     try:
-        with locked(campaign, transports, campaign_id, reclaim=resumed):
+        with locked(campaign, transports, campaign_id, store, reclaim=resumed):
             check_nodes(campaign, transports)  # every problem of every node, nothing changed
             for undone in recover_nodes(campaign, transports):
                 progress(f"undid what an interrupted run left: {undone}")

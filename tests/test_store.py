@@ -33,7 +33,7 @@ from experiments.campaign import Campaign
 from orchestrator.cli import app
 from orchestrator.runner import create_campaign
 
-TABLES = {"campaign", "variant", "trial", "session", "metric_sample", "log_event"}
+TABLES = {"campaign", "variant", "trial", "session", "metric_sample", "log_event", "node_lock"}
 OUTCOMES = ["ok", "leak", "no_tool", "lost_plot", "bad_args", "error", "timeout"]
 BAD = {"index_k": "bf16", "hicache": "on"}
 GOOD = {"index_k": "fp8", "hicache": "on"}
@@ -424,3 +424,13 @@ def test_the_cli_reads_a_postgresql_store(postgres_url: str, tmp_path: Path) -> 
 def test_a_missing_driver_is_a_store_error() -> None:
     with pytest.raises(StoreError, match=r"cannot open the store.*No module named"):
         Store.open("mysql+mysqldb://bisect@127.0.0.1/bisect")
+
+
+def test_node_locks_are_rows_until_released(tmp_path: Path) -> None:
+    with Store.open(str(tmp_path / "locks.db")) as store:
+        store.create_campaign("c1", "locks", {}, "test")
+        store.lock_taken("c1", "gpu-a")
+        store.lock_taken("c1", "gpu-b")
+        assert store.held_locks() == [("c1", "gpu-a"), ("c1", "gpu-b")]
+        store.lock_released("c1", "gpu-a")
+        assert store.held_locks("c1") == [("c1", "gpu-b")]

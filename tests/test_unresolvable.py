@@ -98,6 +98,8 @@ def test_a_flag_the_build_rejects_stops_the_campaign_before_anything_changes(
         assert store.trials(campaign_id, status=None) == []
     assert not list((tmp_path / "services").glob("*.pid"))
     assert not (tmp_path / "services" / ".bisect.lock").exists()  # the lock was released
+    with Store.open(str(tmp_path / "bisect.db")) as store:
+        assert store.held_locks(campaign_id) == []  # and its store row says so
 
 
 def test_a_node_held_by_another_campaign_is_refused_until_unlocked(ray_cluster: None,
@@ -126,6 +128,7 @@ def test_a_node_held_by_another_campaign_is_refused_until_unlocked(ray_cluster: 
         with pytest.raises(RunFailed, match="locked by campaign other-campaign"):
             run_campaign(store, campaign_id)
         assert store.trials(campaign_id, status=None) == []
+        assert store.held_locks() == []  # it never held the node
     path = tmp_path / "campaign.yaml"
     path.write_text(yaml.safe_dump(spec))
     result = CliRunner().invoke(app, ["unlock", str(path), "here", "--holder", "other-campaign"])

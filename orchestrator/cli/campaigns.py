@@ -249,6 +249,9 @@ def unlock(
     campaign_file: Annotated[Path, typer.Argument(help="The campaign file that names the node.")],
     node: Annotated[str, typer.Argument(help="The node to unlock.")],
     holder: Annotated[str, typer.Option("--holder", help="The campaign id holding the lock.")],
+    store: Annotated[str | None, typer.Option(
+        "--store", envvar="BISECT_STORE", help="Also mark the lock released in this store.")]
+    = None,
 ) -> None:
     """Break a node's lock left by a campaign whose driver is gone (name it: a live campaign's
     lock is never removed by mistake)."""
@@ -271,3 +274,6 @@ def unlock(
             transport.close()
     out.print(f"{node}: " + ("lock of " + removed.describe() + " removed" if removed
                              else "was not locked"), highlight=False)
+    if store is not None:
+        with Store.open(store) as db:
+            db.lock_released(holder, node)
