@@ -155,6 +155,9 @@ class Service(_Strict):
     start: Annotated[Argv, Field(min_length=1)]
     env: dict[str, EnvValue] = {}
     health_url: str
+    # Optional second wait: SGLang's /health_generate runs a real generation, so a server that
+    # answers /health but cannot decode yet is not stressed.
+    health_generate_url: str | None = None
     metrics_url: str | None = None
     startup_timeout_s: float = Field(default=120.0, gt=0)
     log_markers: list[str] = []  # in every start's log, e.g. "fired up and ready to roll"

@@ -87,6 +87,7 @@ def twin_pool(name: str, node: str, fault_model: Path, latency_ms: float = 20) -
                 "--twin-startup-delay", "0.3", "--twin-latency-ms", str(latency_ms),
             ],
             "health_url": f"{base}/health",
+            "health_generate_url": f"{base}/health_generate",
             "metrics_url": f"{base}/metrics",
             "startup_timeout_s": 60,
             "log_markers": ["The server is fired up and ready to roll!"],

@@ -141,8 +141,9 @@ class PoolRunner:
             started = manager.start(config)
             self.log_read[service.name] = started.log_offset
             try:
-                wait_healthy(service.health_url, service.startup_timeout_s,
-                             alive=partial(manager.is_running, service.name))
+                for url in filter(None, (service.health_url, service.health_generate_url)):
+                    wait_healthy(url, service.startup_timeout_s,
+                                 alive=partial(manager.is_running, service.name))
             except HealthTimeout as exc:
                 tail = manager.read_log(service.name, started.log_offset).splitlines()
                 last = "\n".join(tail[-LOG_TAIL_LINES:])
