@@ -10,6 +10,7 @@ bench_serving's ``--request-rate`` and ``--max-concurrency``.
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import time
 from collections.abc import Callable
@@ -243,3 +244,6 @@ async def run_stress(
         return await _run_stress(url, spec, seed=seed, on_session=on_session, progress=progress)
     finally:
         await warming
+        # warm_up froze the long-lived objects for the run; given back, the interpreter's exit
+        # frees them (frozen, triton's bindings would report them as leaked).
+        gc.unfreeze()

@@ -124,7 +124,7 @@ def warm_up() -> Source:
     source: Source = "sglang" if _load_sglang().parse is not None else "builtin"
     # torch and sglang leave ~400,000 long-lived objects that every full collection would walk
     # again during the load (bench/harness.py: half the client CPU per request at 1,000
-    # sessions). They live as long as the process: keep them out of the collector's sight.
+    # sessions): out of the collector's sight while a run lasts (run_stress unfreezes after).
     gc.freeze()
     return source
 
