@@ -80,6 +80,22 @@ class SourceVariants:
             for node in sorted(self._nodes_of(touched)) if hooks and touched else []:
                 run_hooks(self.transports[node], hooks, phase)
 
+    def expected_code(self, node: str) -> tuple[dict[str, str], tuple[str, str] | None]:
+        """What the proof of load checks on ``node``: patched files' sha256 and the tree's
+        commit (one tree: the proof checks one)."""
+        files: dict[str, str] = {}
+        git = None
+        for applied in self.state[node].applied():
+            detail = applied.detail
+            if applied.kind == "git":
+                git = (str(detail["tree"]), str(detail["commit"]))
+            elif applied.kind == "patch":
+                patched = detail["files"]
+                assert isinstance(patched, dict)
+                files.update({f"{detail['root']}/{path}": sums["after"]
+                              for path, sums in patched.items() if sums["after"] != "-"})
+        return files, git
+
     def applied(self) -> list[dict[str, object]]:
         return [a.as_dict() for state in self.state.values() for a in state.applied()]
 

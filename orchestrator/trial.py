@@ -159,12 +159,14 @@ class PoolRunner:
         """A healthy server is not proof: the variant's argv, env and log markers must be those
         of a process started after the deploy. A variant that cannot be proven is not stressed."""
         touching = [s for s in settings if s.touches(service.name)]
+        files, git = self.sources.expected_code(service.node)  # the code it must be running
         proof = prove_loaded(
             self.transports[service.node], started.pid, config,
             deployed_at_epoch=deployed_at,
             log_text=self.managers[service.name].read_log(service.name, started.log_offset),
             markers=[*service.log_markers, *(m for s in touching for m in s.markers)],
             absent_markers=[m for s in touching for m in s.absent_markers],
+            files=files, git=git,
         )
         if not proof.ok:
             raise DeployFailed(f"{service.name}: the variant is not loaded: "
