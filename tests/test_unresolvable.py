@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,24 +17,29 @@ from orchestrator.runner import MAX_FAILED_ATTEMPTS, create_campaign, run_campai
 from orchestrator.verdict import Status
 
 
-def test_a_variant_whose_server_does_not_start_is_unresolvable(ray_cluster: None,
-                                                                tmp_path: Path) -> None:
+def one_pool(tmp_path: Path, name: str, factors: list[dict[str, Any]]) -> dict[str, Any]:
+    """A small factorial campaign on one twin pool with an empty fault model, as data."""
     faults = tmp_path / "faults.yaml"
     faults.write_text("rules: []\n")
-    campaign = Campaign.model_validate({
-        "name": "unresolvable",
+    return {
+        "name": name,
         "nodes": [{"name": "here", "workdir": str(tmp_path / "services")}],
         "pools": [twin_pool("p", "here", faults, latency_ms=1)],
-        "factors": [
-            # Accepted by the build's --help, fatal at start: a fault model that is not there.
-            {"name": "build", "levels": {"good": {}, "broken": {
-                "flags": ["--fault-model", str(tmp_path / "missing.yaml")]}}},
-            {"name": "hicache", "levels": {"off": {},
-                                           "on": {"flags": ["--enable-hierarchical-cache"]}}},
-        ],
+        "factors": factors,
         "workload": {"sessions": 8, "rounds": 1, "timeout_s": 10},
         "strategy": {"kind": "factorial", "repeats": 1},
-    })
+    }
+
+
+def test_a_variant_whose_server_does_not_start_is_unresolvable(ray_cluster: None,
+                                                                tmp_path: Path) -> None:
+    campaign = Campaign.model_validate(one_pool(tmp_path, "unresolvable", [
+        # Accepted by the build's --help, fatal at start: a fault model that is not there.
+        {"name": "build", "levels": {"good": {}, "broken": {
+            "flags": ["--fault-model", str(tmp_path / "missing.yaml")]}}},
+        {"name": "hicache", "levels": {"off": {},
+                                       "on": {"flags": ["--enable-hierarchical-cache"]}}},
+    ]))
     assert sys.executable in campaign.pools[0].services[0].start
     with Store.open(str(tmp_path / "bisect.db")) as store:
         campaign_id = create_campaign(store, campaign, "test")
@@ -54,21 +60,13 @@ def test_a_variant_whose_server_does_not_start_is_unresolvable(ray_cluster: None
 
 def test_a_variant_that_cannot_be_proven_loaded_is_not_stressed(ray_cluster: None,
                                                                  tmp_path: Path) -> None:
-    faults = tmp_path / "faults.yaml"
-    faults.write_text("rules: []\n")
-    campaign = Campaign.model_validate({
-        "name": "not proven",
-        "nodes": [{"name": "here", "workdir": str(tmp_path / "services")}],
-        "pools": [twin_pool("p", "here", faults, latency_ms=1)],
-        "factors": [{"name": "hicache", "levels": {
+    campaign = Campaign.model_validate(one_pool(tmp_path, "not proven", [
+        {"name": "hicache", "levels": {
             "off": {"absent_log_markers": ["host memory for hierarchical KV cache"]},
             # Claims a log line the server never prints: the proof must refuse it.
             "on": {"flags": ["--enable-hierarchical-cache"],
                    "log_markers": ["hicache_v9=1"]},
-        }}],
-        "workload": {"sessions": 8, "rounds": 1, "timeout_s": 10},
-        "strategy": {"kind": "factorial", "repeats": 1},
-    })
+        }}]))
     with Store.open(str(tmp_path / "bisect.db")) as store:
         campaign_id = create_campaign(store, campaign, "test")
         verdict = run_campaign(store, campaign_id)
@@ -81,16 +79,8 @@ def test_a_variant_that_cannot_be_proven_loaded_is_not_stressed(ray_cluster: Non
 
 def test_a_flag_the_build_rejects_stops_the_campaign_before_anything_changes(
         ray_cluster: None, tmp_path: Path) -> None:
-    faults = tmp_path / "faults.yaml"
-    faults.write_text("rules: []\n")
-    campaign = Campaign.model_validate({
-        "name": "preflight",
-        "nodes": [{"name": "here", "workdir": str(tmp_path / "services")}],
-        "pools": [twin_pool("p", "here", faults, latency_ms=1)],
-        "factors": [{"name": "build", "levels": {
-            "good": {}, "broken": {"flags": ["--no-such-flag"]}}}],
-        "workload": {"sessions": 8, "rounds": 1, "timeout_s": 10},
-    })
+    campaign = Campaign.model_validate(one_pool(tmp_path, "preflight", [
+        {"name": "build", "levels": {"good": {}, "broken": {"flags": ["--no-such-flag"]}}}]))
     with Store.open(str(tmp_path / "bisect.db")) as store:
         campaign_id = create_campaign(store, campaign, "test")
         with pytest.raises(PreflightFailed, match="level broken passes --no-such-flag"):
@@ -111,17 +101,8 @@ def test_a_node_held_by_another_campaign_is_refused_until_unlocked(ray_cluster: 
     from orchestrator.cli import app
     from orchestrator.runner import RunFailed
 
-    faults = tmp_path / "faults.yaml"
-    faults.write_text("rules: []\n")
     workdir = tmp_path / "services"
-    spec = {
-        "name": "locked",
-        "nodes": [{"name": "here", "workdir": str(workdir)}],
-        "pools": [twin_pool("p", "here", faults, latency_ms=1)],
-        "factors": [{"name": "f", "levels": {"a": {}, "b": {}}}],
-        "workload": {"sessions": 4, "rounds": 1, "timeout_s": 10},
-        "strategy": {"kind": "factorial", "repeats": 1},
-    }
+    spec = one_pool(tmp_path, "locked", [{"name": "f", "levels": {"a": {}, "b": {}}}])
     locks.acquire(LocalTransport("here"), "here", str(workdir), "other-campaign")
     with Store.open(str(tmp_path / "bisect.db")) as store:
         campaign_id = create_campaign(store, Campaign.model_validate(spec), "test")
