@@ -108,7 +108,6 @@ def run(
     ray_address: RayAddress = None,
 ) -> None:
     """Run a campaign to its verdict."""
-
     with user_errors():
         campaign = load_campaign(campaign_file)
         if campaign.commits is not None:  # the range becomes the factor `commit`, resolved now
