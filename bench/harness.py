@@ -4,7 +4,8 @@ An instant OpenAI chat-completions stub (bench/stub_server.py) runs pinned to co
 load client runs in its own process pinned to core 0 (bench/load_client.py,
 bench/bench_serving_client.py) and does the same work: ``--sessions`` multi-turn tool-calling
 sessions of ``--rounds`` turns, at most N in flight, for N in 80, 400, 1000, streaming and not.
-Clients: bisect's ``run_stress``, a bare aiohttp floor, SGLang's ``bench_serving``
+Clients: bisect's ``run_stress`` as ``bisect stress`` runs it (``run_stress_sync``, uvloop) and on
+asyncio's own loop (as in a Ray actor), a bare aiohttp floor, SGLang's ``bench_serving``
 (``--backend sglang-oai-chat``, agentic-trace multi-turn dataset, local tokenizer) and the
 ``openai`` AsyncOpenAI client. Each client process is started once; every run's CPU (user +
 system, from getrusage inside the client, and from /proc as a check) covers its load phase only.
@@ -34,7 +35,7 @@ from experiments.agent import TOOLS
 
 HERE = Path(__file__).resolve().parent
 CONCURRENCY = (80, 400, 1000)
-CLIENTS = ("bisect", "aiohttp", "bench_serving", "openai")
+CLIENTS = ("bisect", "bisect_asyncio", "aiohttp", "bench_serving", "openai")
 CLIENT_CORE, SERVER_CORE = 0, 1
 TARGET_MS, TARGET_RATIO = 0.3, 3.0
 
@@ -153,10 +154,10 @@ def summary(v: dict[str, Any], elapsed_s: float) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'client':<14}{'conc':>6}{'stream':>8}{'ms CPU/req':>12}{'GC ms':>7}{'req/s':>9}"
+    lines = [f"{'client':<16}{'conc':>6}{'stream':>8}{'ms CPU/req':>12}{'GC ms':>7}{'req/s':>9}"
              f"{'requests':>10}{'conn/req':>10}{'runs':>6}{'stub busy':>11}"]
     for r in rows:
-        lines.append(f"{r['client']:<14}{r['concurrency']:>6}{'yes' if r['stream'] else 'no':>8}"
+        lines.append(f"{r['client']:<16}{r['concurrency']:>6}{'yes' if r['stream'] else 'no':>8}"
                      f"{r['ms_per_request']:>12.3f}{r['gc_ms_per_request']:>7.3f}"
                      f"{r['req_per_s']:>9.0f}{r['requests']:>10.0f}"
                      f"{r['connections_per_request']:>10.2f}{r['runs']:>6}"

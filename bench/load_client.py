@@ -4,7 +4,9 @@ Every client runs ``sessions`` multi-turn tool-calling conversations of ``rounds
 ``concurrency`` in flight, following the agent contract (experiments/agent.py): each turn's tool
 call must echo the canary of the latest tool result, which then carries a fresh canary.
 
-- ``bisect``: the project's ``run_stress`` (aiohttp, every turn classified, metrics kept);
+- ``bisect``: the project's ``run_stress_sync`` as ``bisect stress`` runs it (its own HTTP client,
+  every turn classified, metrics kept; uvloop's event loop);
+- ``bisect_asyncio``: the same ``run_stress`` on asyncio's own loop, as inside a Ray actor;
 - ``aiohttp``: a bare floor, one shared aiohttp ``ClientSession``, SSE lines read and
   ``json.loads``-ed as bench_serving does, nothing else kept;
 - ``openai``: the official ``AsyncOpenAI`` client (httpx), an ``asyncio.Semaphore``.
@@ -13,7 +15,7 @@ Each process serves one client and imports only what that client's own program w
 bisect worker imports ``orchestrator.cli`` (the ``bisect stress`` command), the others only their
 HTTP library. The cyclic GC's cost grows with every object a process holds, so this matters.
 
-    python bench/load_client.py bisect|aiohttp|openai   # then one JSON job per line on stdin
+    python bench/load_client.py bisect|bisect_asyncio|aiohttp|openai   # then JSON jobs on stdin
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from experiments.agent import (
 )
 
 Call = tuple[str, str, str] | None  # the first tool call: (id, name, arguments)
-Load = Callable[[Job], Coroutine[Any, Any, dict[str, Any]]]
+Load = Callable[[Job], dict[str, Any]]
 
 
 class Conversation:
@@ -88,13 +90,22 @@ async def _sessions(job: Job, turn: Callable[[Conversation], Awaitable[Call]]) -
     return counts
 
 
-async def bisect_load(job: Job) -> dict[str, Any]:
+def bisect_load(job: Job, on_uvloop: bool = True) -> dict[str, Any]:
     from experiments.workload.spec import WorkloadSpec
-    from experiments.workload.stress import run_stress
+    from experiments.workload.stress import StressResult, run_stress, run_stress_sync
 
     spec = WorkloadSpec(sessions=job["sessions"], rounds=job["rounds"], stream=job["stream"],
                         max_concurrency=job["concurrency"], model="stub", timeout_s=120)
-    result = await run_stress(job["url"], spec, seed=job["seed"])
+    if on_uvloop:
+        result = run_stress_sync(job["url"], spec, seed=job["seed"])
+    else:
+        box: list[StressResult] = []
+
+        async def main() -> None:  # as run_stress_sync does, on asyncio's loop
+            box.append(await run_stress(job["url"], spec, seed=job["seed"]))
+
+        asyncio.run(main())
+        result = box[0]
     return {"requests": sum(len(s.requests) for s in result.sessions),
             "ok_sessions": sum(s.outcome.value == "ok" for s in result.sessions)}
 
@@ -153,10 +164,17 @@ async def openai_load(job: Job) -> dict[str, Any]:
         return await _sessions(job, turn)
 
 
-LOADS: dict[str, Load] = {"bisect": bisect_load, "aiohttp": aiohttp_load, "openai": openai_load}
+def on_asyncio(load: Callable[[Job], Coroutine[Any, Any, dict[str, Any]]]) -> Load:
+    return lambda job: asyncio.run(load(job))
+
+
+LOADS: dict[str, Load] = {"bisect": bisect_load,
+                          "bisect_asyncio": lambda job: bisect_load(job, on_uvloop=False),
+                          "aiohttp": on_asyncio(aiohttp_load), "openai": on_asyncio(openai_load)}
 # Imported once at start (never inside a measurement); the local imports above then cost nothing.
-IMPORTS = {"bisect": ["orchestrator.cli", "experiments.workload.stress"],
-           "aiohttp": ["aiohttp"], "openai": ["openai"]}
+BISECT = ["orchestrator.cli", "experiments.workload.stress"]
+IMPORTS = {"bisect": BISECT, "bisect_asyncio": BISECT, "aiohttp": ["aiohttp"],
+           "openai": ["openai"]}
 
 
 def main() -> None:
@@ -164,7 +182,7 @@ def main() -> None:
     for module in IMPORTS[client]:
         importlib.import_module(module)
     load = LOADS[client]
-    serve(lambda job: measure(lambda: asyncio.run(load(job))))
+    serve(lambda job: measure(lambda: load(job)))
 
 
 if __name__ == "__main__":

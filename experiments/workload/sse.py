@@ -27,11 +27,14 @@ class _Call:
     def feed(self, delta: dict[str, Any]) -> None:
         # id/type/name arrive once (usually in the first delta); keep the first non-empty one
         # so a server repeating "" or null in later deltas does not erase it.
-        self.id = self.id or _str(delta.get("id"))
-        self.type = self.type or _str(delta.get("type"))
+        if self.id is None:
+            self.id = _str(delta.get("id"))
+        if self.type is None:
+            self.type = _str(delta.get("type"))
         function = delta.get("function")
         if isinstance(function, dict):
-            self.name = self.name or _str(function.get("name"))
+            if self.name is None:
+                self.name = _str(function.get("name"))
             arguments = function.get("arguments")
             if isinstance(arguments, str):
                 self.arguments.append(arguments)
@@ -62,36 +65,46 @@ class StreamAccumulator:
         self.usage: dict[str, Any] | None = None
         self.chunks = 0
 
-    def feed(self, chunk: dict[str, Any]) -> None:
+    def feed(self, chunk: dict[str, Any]) -> bool:
+        """Fold one chunk; True when it carried output (content, reasoning or tool-call
+        pieces): what TTFT and inter-token latency are timed on."""
         self.chunks += 1
-        self.id = self.id or _str(chunk.get("id"))
-        self.model = self.model or _str(chunk.get("model"))
+        if self.id is None:
+            self.id = _str(chunk.get("id"))
+        if self.model is None:
+            self.model = _str(chunk.get("model"))
         if self.created is None and isinstance(chunk.get("created"), int):
             self.created = chunk["created"]
         # With stream_options.include_usage the last chunk has "choices": [] and the usage;
         # some servers also put usage on every chunk: the last non-null one wins.
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
         choices = chunk.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            return
+            return False
         choice = choices[0]
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
         delta = choice.get("delta")
         if not isinstance(delta, dict):
-            return
-        if isinstance(delta.get("content"), str):
-            self.content.append(delta["content"])
-        if isinstance(delta.get("reasoning_content"), str):
-            self.reasoning.append(delta["reasoning_content"])
-        for position, call in enumerate(delta.get("tool_calls") or []):
+            return False
+        content, reasoning, calls = (delta.get("content"), delta.get("reasoning_content"),
+                                     delta.get("tool_calls"))
+        if isinstance(content, str):
+            self.content.append(content)
+        if isinstance(reasoning, str):
+            self.reasoning.append(reasoning)
+        for position, call in enumerate(calls or ()):
             if not isinstance(call, dict):
                 continue
             # "index" is required by the protocol; fall back to the position for lax servers.
             index = call.get("index")
             key = index if isinstance(index, int) else position
-            self.calls.setdefault(key, _Call()).feed(call)
+            if key not in self.calls:
+                self.calls[key] = _Call()
+            self.calls[key].feed(call)
+        return bool(content or reasoning or calls)
 
     def result(self) -> dict[str, Any]:
         content = "".join(self.content)

@@ -1,10 +1,10 @@
 """The stress workload: concurrent multi-turn tool-calling sessions against one endpoint.
 
 Every session follows the agent contract (experiments/agent.py); every assistant turn is judged by
-``classify_turn``; a session ends at its first non-OK turn. One shared aiohttp session carries all
-requests (FACTS.md §Load harnesses: aiohttp is the client for the load path). Sessions start all
-at once or at Poisson arrivals, optionally at most ``max_concurrency`` in flight, like
-bench_serving's ``--request-rate`` and ``--max-concurrency``.
+``classify_turn``; a session ends at its first non-OK turn. One ``HttpClient`` (keep-alive pool,
+``experiments/workload/http_client.py``) carries all requests. Sessions start all at once or at
+Poisson arrivals, optionally at most ``max_concurrency`` in flight, like bench_serving's
+``--request-rate`` and ``--max-concurrency``.
 """
 
 from __future__ import annotations
@@ -13,10 +13,15 @@ import asyncio
 import gc
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
-import aiohttp
+import orjson
+
+try:
+    import uvloop
+except ImportError:  # a dependency, but not on every platform (no Windows build)
+    uvloop = None  # type: ignore[assignment]
 
 from experiments.agent import (
     SYSTEM_PROMPT,
@@ -36,6 +41,7 @@ from experiments.workload.context import (
     filler_chars,
     target_chars,
 )
+from experiments.workload.http_client import HttpClient, HttpError
 from experiments.workload.metrics import RequestMetrics
 from experiments.workload.output import summary_table, write_jsonl
 from experiments.workload.results import Progress, SessionResult, StressResult
@@ -44,7 +50,7 @@ from experiments.workload.spec import Arrival, WorkloadSpec
 # Re-exported: callers import these from here since before the split into modules.
 __all__ = [
     "FILLER_WORDS", "Progress", "SessionResult", "StressResult", "arrival_offsets", "filler",
-    "run_stress", "summary_table", "write_jsonl",
+    "run_stress", "run_stress_sync", "summary_table", "write_jsonl",
 ]
 
 
@@ -61,7 +67,7 @@ def _spread(chars: int, parts: int) -> list[int]:
 
 
 async def _session(
-    http: aiohttp.ClientSession, base: str, model: str, spec: WorkloadSpec, seed: int,
+    http: HttpClient, base: str, model: str, spec: WorkloadSpec, seed: int,
     index: int, on_turn: Callable[[], None],
 ) -> SessionResult:
     key = f"s{seed}-{index}"
@@ -124,15 +130,18 @@ async def _session(
     )
 
 
-async def _resolve_model(http: aiohttp.ClientSession, base: str, timeout_s: float) -> str:
+async def _resolve_model(http: HttpClient, base: str, timeout_s: float) -> str:
     """The first model id the server lists, or "default"."""
     try:
-        timeout = aiohttp.ClientTimeout(total=min(timeout_s, 10.0))
-        async with http.get(f"{base}/v1/models", timeout=timeout) as response:
-            data = await response.json(content_type=None)
+        async with asyncio.timeout(min(timeout_s, 10.0)):
+            response = await http.request("GET", f"{base}/v1/models")
+            try:
+                data = orjson.loads(await response.read())
+            finally:
+                response.close()
         model = data["data"][0]["id"]
         return model if isinstance(model, str) and model else "default"
-    except (aiohttp.ClientError, TimeoutError, ValueError, LookupError, TypeError):
+    except (HttpError, TimeoutError, ValueError, LookupError, TypeError):
         return "default"
 
 
@@ -180,6 +189,7 @@ async def _run_stress(
     seed: int | None = None,
     on_session: Callable[[SessionResult], bool | None] | None = None,
     progress: Callable[[Progress], None] | None = None,
+    indices: Collection[int] | None = None,
 ) -> StressResult:
     """The body of ``run_stress``."""
     seed = spec.seed if seed is None else seed
@@ -189,9 +199,7 @@ async def _run_stress(
     tracker = _Tracker(spec, progress)
     limiter = asyncio.Semaphore(spec.max_concurrency) if spec.max_concurrency else None
     stop = False
-    connector = aiohttp.TCPConnector(limit=0)
-    timeout = aiohttp.ClientTimeout(total=spec.timeout_s)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+    async with HttpClient() as http:
         model = spec.model or await _resolve_model(http, base, spec.timeout_s)
         begin = time.monotonic()
 
@@ -203,7 +211,8 @@ async def _run_stress(
                 return await _session(http, base, model, spec, seed, index, tracker.turn)
 
         tasks = [asyncio.create_task(arrive(index, offset))
-                 for index, offset in enumerate(arrival_offsets(spec, seed))]
+                 for index, offset in enumerate(arrival_offsets(spec, seed))
+                 if indices is None or index in indices]
         try:
             pending: set[asyncio.Task[SessionResult]] = set(tasks)
             while pending and not stop:
@@ -219,7 +228,7 @@ async def _run_stress(
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
     reported.sort(key=lambda r: r.index)
-    stopped_early = stop and len(reported) < spec.sessions
+    stopped_early = stop and len(reported) < len(tasks)
     return StressResult(tuple(reported), time.monotonic() - started, stopped_early, spec.slo)
 
 
@@ -230,20 +239,47 @@ async def run_stress(
     seed: int | None = None,
     on_session: Callable[[SessionResult], bool | None] | None = None,
     progress: Callable[[Progress], None] | None = None,
+    indices: Collection[int] | None = None,
 ) -> StressResult:
     """Run ``spec.sessions`` sessions against ``url`` (no trailing /v1) as the spec schedules.
 
     ``on_session`` sees each session as it finishes; returning True cancels the rest (queued
     ones and in-flight requests and streams alike), which are not reported. ``seed`` overrides
-    ``spec.seed``. ``progress`` is called after every turn and every session.
+    ``spec.seed``. ``progress`` is called after every turn and every session. ``indices``: run
+    only these sessions (a load generator's share), keyed and timed as in the whole run.
     """
+    # What the process holds before the run (imports, the caller's state) is not the run's
+    # garbage: frozen, every full collection during the load skips it (against the harness's
+    # stub, a freeze left to warm_up came late: two full collections over ~580,000 objects in a
+    # run of 2,000 requests, 0.4 ms added to each request).
+    gc.freeze()
     # Leaks are triaged with SGLang's detectors when they are installed; importing them takes
     # seconds, so it happens in a thread beside the first requests, not inside the first leak.
     warming = asyncio.create_task(asyncio.to_thread(triage.warm_up))
     try:
-        return await _run_stress(url, spec, seed=seed, on_session=on_session, progress=progress)
+        return await _run_stress(url, spec, seed=seed, on_session=on_session, progress=progress,
+                                 indices=indices)
     finally:
         await warming
         # warm_up froze the long-lived objects for the run; given back, the interpreter's exit
         # frees them (frozen, triton's bindings would report them as leaked).
         gc.unfreeze()
+
+
+def run_stress_sync(url: str, spec: WorkloadSpec, **options: Any) -> StressResult:
+    """``run_stress`` from synchronous code (``bisect stress``), on uvloop's event loop when
+    uvloop imports (BENCHMARKS.md: ~10% less client CPU per request than asyncio's own loop).
+
+    The result leaves through a list, not as the main task's result: ``asyncio.run`` restores
+    its SIGINT handler through ``signal.getsignal``, which formats the handler's repr, the
+    finished main task's result included: every session of the run, ~0.1 s per 1,000."""
+    box: list[StressResult] = []
+
+    async def main() -> None:
+        box.append(await run_stress(url, spec, **options))
+
+    if uvloop is None:
+        asyncio.run(main())
+    else:
+        uvloop.run(main())
+    return box[0]

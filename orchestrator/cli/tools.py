@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -58,7 +57,7 @@ def stress(
 
     from experiments.workload.results import Progress
     from experiments.workload.spec import parse_slo
-    from experiments.workload.stress import run_stress, summary_table, write_jsonl
+    from experiments.workload.stress import run_stress_sync, summary_table, write_jsonl
 
     try:  # every input is checked before a single request goes out
         objectives = parse_slo(slo) if slo is not None else None
@@ -92,7 +91,7 @@ def stress(
                       f"{done.corrupted} · infra {done.infra}")
             bar.update(task, completed=done.turns_done, status=status)
 
-        result = asyncio.run(run_stress(url.rstrip("/"), spec, progress=show))
+        result = run_stress_sync(url.rstrip("/"), spec, progress=show)
     summary = result.summary()
     if jsonl is not None:
         progress(f"sessions: {write_jsonl(result, jsonl)}")
