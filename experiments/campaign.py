@@ -184,6 +184,11 @@ class Strategy(_Strict):
     alpha: float = Field(default=0.01, gt=0, lt=0.5)
     clean_rate: float = Field(default=0.02, ge=0, lt=1)  # below this upper bound a variant is clean
     repeats: int = Field(default=2, ge=1)  # factorial: trials per variant
+    # factorial: every variant, or a regular two-level fraction of at least this resolution
+    # (factors of more levels crossed in full with it); at V, main effects and two-factor
+    # interactions are aliased only with interactions of three or more factors.
+    design: Literal["full", "fractional"] = "full"
+    resolution: int = Field(default=5, ge=4, le=11)
     min_trials: int = Field(default=1, ge=1)  # adaptive: trials before a variant is judged
     reproduce_trials: int = Field(default=2, ge=1)  # adaptive: of known-good and known-bad each
     max_trials_per_variant: int = Field(default=6, ge=1)  # adaptive: then it is unresolved
@@ -198,6 +203,26 @@ class Cost(_Strict):
     gpus: int = Field(default=8, ge=0)  # GPUs held by one pool while a trial runs
 
 
+class Generators(_Strict):
+    """Load generators: Ray actors that run a trial's sessions, each a disjoint share with the
+    trial's seed, e.g. on load machines started with `ray start --resources '{"loadgen": 4}'`.
+    Absent, the pool's own actor runs the workload."""
+
+    count: int = Field(ge=1)  # generators per trial (at most one per session)
+    resources: dict[str, float] = {}  # custom Ray resources each one holds, e.g. {loadgen: 1}
+    labels: dict[str, str] = {}  # node labels it needs (`ray start --labels`)
+    num_cpus: float = Field(default=0, ge=0)  # CPUs each one holds
+    start_timeout_s: float = Field(default=120.0, gt=0)  # to be placed and started
+
+    @field_validator("resources")
+    @classmethod
+    def _custom(cls, resources: dict[str, float]) -> dict[str, float]:
+        if {"CPU", "GPU", "memory"} & set(resources) or min(resources.values(), default=1) <= 0:
+            raise PydanticCustomError("resources", "custom Ray resources with positive amounts "
+                                                   "(CPUs: num_cpus)")
+        return resources
+
+
 class Campaign(_Strict):
     name: str = Field(min_length=1)
     nodes: list[Node] = Field(min_length=1)
@@ -206,6 +231,7 @@ class Campaign(_Strict):
     workload: WorkloadSpec = WorkloadSpec()
     strategy: Strategy = Strategy()
     cost: Cost = Cost()
+    generators: Generators | None = None  # None: the workload runs in the pool's actor
     known_good: dict[str, LevelName] | None = None
     known_bad: dict[str, LevelName] | None = None
     commits: CommitRange | None = None

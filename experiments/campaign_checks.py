@@ -11,6 +11,10 @@ from experiments.yaml_lines import Path_
 if TYPE_CHECKING:
     from experiments.campaign import Campaign
 
+# The fractional designs bisect knows are tabulated for up to this many two-level factors
+# (orchestrator/strategies/design.py; a test keeps the two equal).
+FRACTIONAL_MAX_FACTORS = 11
+
 
 def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
     problems: list[tuple[Path_, str]] = []
@@ -73,6 +77,7 @@ def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
                                            f"factor (missing: {', '.join(missing)})"))
         if campaign.known_good is not None and campaign.known_good == campaign.known_bad:
             problems.append((("known_bad",), "known_bad is the same variant as known_good"))
+    problems += _design_problems(campaign, levels)
     for field in ("known_good", "known_bad"):
         for factor_name, level in (getattr(campaign, field) or {}).items():
             if factor_name not in levels:
@@ -84,3 +89,22 @@ def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
                                            f"(levels: {known})")
                 )
     return problems
+
+
+def _design_problems(campaign: Campaign, levels: dict[str, list[str]]) -> list[tuple[Path_, str]]:
+    """`design` and `resolution` belong to the factorial strategy; a fraction needs a table
+    entry. Factors of more than two levels are crossed in full with the fraction."""
+    plan = campaign.strategy
+    if plan.design == "full":
+        if plan.resolution != type(plan).model_fields["resolution"].default:
+            return [(("strategy", "resolution"), "applies to `design: fractional` only")]
+        return []
+    if campaign.strategy_kind != "factorial":
+        return [(("strategy", "design"), f"only the factorial strategy has a design (this "
+                                         f"campaign's strategy is {campaign.strategy_kind})")]
+    two_level = [name for name, names in levels.items() if len(names) == 2]
+    if len(two_level) > FRACTIONAL_MAX_FACTORS:
+        return [(("strategy", "design"), f"{len(two_level)} two-level factors: fractional "
+                                         f"designs are tabulated for up to "
+                                         f"{FRACTIONAL_MAX_FACTORS}")]
+    return []

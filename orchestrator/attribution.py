@@ -109,4 +109,21 @@ def find_culprits(
             break
         culprits.append(culprit)
         remaining = [c for c in remaining if not c.matches(condition)]
-    return culprits
+    return _absorb(culprits, group)
+
+
+def _absorb(culprits: list[Culprit], group: Sequence[Cell]) -> list[Culprit]:
+    """Drop a culprit that narrows a later, wider one (``a=1 AND b=0`` beside ``a=1``): a level
+    that does not matter split the culprit by chance, and the wider one explains both. The rest
+    are measured again as the search measured them, each on the cells earlier ones leave."""
+    def narrower(c: Culprit, other: Culprit) -> bool:
+        return set(other.factors.items()) < set(c.factors.items())
+
+    kept = [c for c in culprits if not any(narrower(c, other) for other in culprits)]
+    if len(kept) == len(culprits):
+        return culprits
+    measured: list[Culprit] = []
+    for culprit in kept:
+        rest = [c for c in group if not any(c.matches(m.factors) for m in measured)]
+        measured.append(measure(culprit.factors, rest))
+    return measured

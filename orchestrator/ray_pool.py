@@ -8,6 +8,7 @@ from typing import Any
 
 import ray
 from ray.exceptions import RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.trial import PoolRunner, TrialOrder, TrialReport
 
@@ -35,7 +36,10 @@ class PoolActors:
     """One actor per pool. Actors hold no CPU reservation: they mostly wait on the network."""
 
     def __init__(self, campaign_json: dict[str, Any], pool_names: list[str]) -> None:
-        actor = ray.remote(num_cpus=0)(PoolRunner)
+        # On the driver's machine: `transport: local` nodes are this machine, and only load
+        # generators (orchestrator/load_generators.py) go to the cluster's other machines.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        actor = ray.remote(num_cpus=0)(PoolRunner).options(scheduling_strategy=here)
         self.actors: dict[str, Any] = {
             name: actor.remote(campaign_json, name) for name in pool_names
         }

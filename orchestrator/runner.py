@@ -19,16 +19,18 @@ from deploy.services.systemd import SystemdServiceManager
 from deploy.transports.factory import Transports
 from experiments.campaign import Campaign
 from experiments.outcomes import is_corrupt
-from orchestrator.commit_range import commit_levels
+from orchestrator.commit_range import COMMIT, commit_levels
 from orchestrator.evidence import TrialEvidence, variant_key
+from orchestrator.load_generators import unplaceable
 from orchestrator.nodes import check_nodes, locked
 from orchestrator.ray_pool import PoolActors, PoolCrashed, ensure_ray
 from orchestrator.source_variants import recover_nodes
 from orchestrator.strategies.adaptive import Adaptive
 from orchestrator.strategies.base import Strategy
 from orchestrator.strategies.commits import Commits
-from orchestrator.strategies.factorial import Factorial
-from orchestrator.trial import TrialOrder, service_manager
+from orchestrator.strategies.design import Design
+from orchestrator.strategies.factorial import Factorial, fraction
+from orchestrator.trial import INFRA_ERROR, TrialOrder, service_manager
 from orchestrator.verdict import (
     CostModel,
     Unresolvable,
@@ -39,6 +41,7 @@ from orchestrator.verdict import (
 )
 
 MAX_FAILED_ATTEMPTS = 2  # then the variant is unresolvable, like `git bisect skip`
+MAX_INFRA_ATTEMPTS = 3  # infrastructure failures of one variant in one run: then the run stops
 Progress = Callable[[str], None]
 
 
@@ -71,7 +74,10 @@ def campaign_of(store: Store, campaign_id: str) -> Campaign:
 def strategy_for(campaign: Campaign) -> Factorial | Adaptive | Commits:
     plan = campaign.strategy
     if campaign.strategy_kind == "factorial":
-        return Factorial(campaign.level_names(), plan.repeats)
+        factors = campaign.level_names()
+        design = fraction(factors, plan.resolution, campaign.known_bad) \
+            if plan.design == "fractional" else None
+        return Factorial(factors, plan.repeats, design)
     if campaign.strategy_kind == "commits":
         assert campaign.commits is not None  # validated
         return Commits(commit_levels(campaign), sessions=campaign.workload.sessions,
@@ -89,10 +95,15 @@ def strategy_for(campaign: Campaign) -> Factorial | Adaptive | Commits:
 
 
 def unresolvable(trials: list[TrialRecord]) -> list[Unresolvable]:
-    """Variants whose deploys failed MAX_FAILED_ATTEMPTS times: skipped, with the last reason."""
+    """Variants whose deploys failed MAX_FAILED_ATTEMPTS times: skipped, with the last reason.
+
+    What counts is a failure of the variant itself: its checkout or build failed, its server
+    exited or never became healthy, or it could not be proven loaded (for a commit: ``git bisect
+    skip``). A failure of the way to the node (SSH drop, command timeout: ``INFRA_ERROR``) says
+    nothing about the variant: it is retried, and stops the run when it persists."""
     failures: dict[str, list[TrialRecord]] = {}
     for trial in trials:
-        if trial.status == "failed":
+        if trial.status == "failed" and not (trial.error or "").startswith(INFRA_ERROR):
             failures.setdefault(variant_key(trial.levels), []).append(trial)
     return [
         Unresolvable(failed[-1].levels, len(failed), failed[-1].error or "unknown error")
@@ -108,9 +119,18 @@ def verdict_of(store: Store, campaign_id: str) -> Verdict:
     done = evidence(trials, campaign.strategy.target)
     skipped = unresolvable(trials)
     cost = CostModel(campaign.cost.restart_s, campaign.cost.workload_s, campaign.cost.gpus)
-    strategy = strategy_for(campaign)
+    strategy = skipping(strategy_for(campaign), skipped)
     verdict = _verdict(strategy, done, campaign, cost, skipped)
     return dataclasses.replace(verdict, target=campaign.strategy.target)
+
+
+def skipping(strategy: Factorial | Adaptive | Commits,
+             skipped: list[Unresolvable]) -> Factorial | Adaptive | Commits:
+    """The commits strategy keeps commits that cannot be deployed as possible change points and
+    chooses among the others (the other strategies meet unresolvable variants in the verdict)."""
+    if isinstance(strategy, Commits):
+        return strategy.skipping(u.levels[COMMIT] for u in skipped if COMMIT in u.levels)
+    return strategy
 
 
 def _verdict(strategy: Factorial | Adaptive | Commits, done: list[TrialEvidence],
@@ -125,7 +145,7 @@ def _verdict(strategy: Factorial | Adaptive | Commits, done: list[TrialEvidence]
     return decide(
         done, campaign.level_names(), alpha=campaign.strategy.alpha,
         clean_rate=campaign.strategy.clean_rate, cost=cost, known_bad=campaign.known_bad,
-        unresolvable=skipped,
+        unresolvable=skipped, design=strategy.design or Design.full(campaign.level_names()),
     )
 
 
@@ -178,6 +198,9 @@ def run_campaign(
                 progress(f"discarded {len(discarded)} unfinished trial(s): {discarded}")
             store.set_campaign_status(campaign_id, "running")
             ensure_ray(ray_address)
+            if (unplaced := unplaceable(campaign.generators, len(campaign.pools))) is not None:
+                store.set_campaign_status(campaign_id, "failed")
+                raise RunFailed(unplaced)
             was_running = running_before(campaign, transports)
             try:
                 _drive(store, campaign_id, campaign, progress)
@@ -192,15 +215,18 @@ def run_campaign(
 
 def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progress) -> None:
     """Propose, dispatch, store, until the strategy is done; the actors stop their services."""
-    strategy: Strategy = strategy_for(campaign)
+    base = strategy_for(campaign)
     target = campaign.strategy.target
+    infra_failures: dict[str, int] = {}  # this run's, per variant
     actors = PoolActors(campaign.model_dump(mode="json"), [p.name for p in campaign.pools])
     pending: dict[int, dict[str, str]] = {}
     status = "failed"
     try:
         while True:
             trials = store.trials(campaign_id, status=None)
-            blocked = {variant_key(u.levels) for u in unresolvable(trials)}
+            skipped = unresolvable(trials)
+            blocked = {variant_key(u.levels) for u in skipped}
+            strategy: Strategy = skipping(base, skipped)
             free = [p.name for p in campaign.pools if p.name not in actors.busy]
             proposals = [
                 levels
@@ -223,7 +249,7 @@ def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progres
                 pool, report = actors.next_report()
             except PoolCrashed as exc:
                 raise RunFailed(f"{exc} (`bisect resume {campaign_id}` retries)") from exc
-            pending.pop(report.trial_id)
+            report_levels = pending.pop(report.trial_id)
             if report.error is None:
                 store.finish_trial(report.trial_id, report.timing, report.sessions,
                                    report.metrics, report.logs)
@@ -233,6 +259,14 @@ def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progres
             else:
                 store.fail_trial(report.trial_id, report.error, report.timing)
                 progress(f"  FAILED on {pool}: {report.error.splitlines()[0]}")
+                if report.error.startswith(INFRA_ERROR):
+                    key = variant_key(report_levels)
+                    infra_failures[key] = infra_failures.get(key, 0) + 1
+                    if infra_failures[key] >= MAX_INFRA_ATTEMPTS:
+                        last = report.error.splitlines()[0].removeprefix(INFRA_ERROR)
+                        raise RunFailed(f"{key}: {MAX_INFRA_ATTEMPTS} infrastructure failures, "
+                                        f"the last: {last} (`bisect resume {campaign_id}` "
+                                        "retries)")
         status = "done"
     except KeyboardInterrupt:
         status = "interrupted"

@@ -25,10 +25,15 @@ from experiments.campaign import Campaign, Pool, Service
 from experiments.collect import Sample, log_events, poll_metrics
 from experiments.outcomes import is_corrupt, is_infra
 from experiments.workload.stress import SessionResult, StressResult, run_stress
+from orchestrator.load_generators import GeneratorFailed, GeneratorRun, LoadGenerators
 from orchestrator.source_variants import SourceVariants
 from orchestrator.stats.compare import StopWhenFailing
 
 LOG_TAIL_LINES = 20
+# Marks a failure of the way to the node (SSH drop, command timeout) or of a load generator, not
+# of the variant: such a trial is retried and never makes the variant unresolvable
+# (runner.unresolvable).
+INFRA_ERROR = "infrastructure error: "
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class TrialReport:
     sessions: list[SessionRow] = field(default_factory=list)
     metrics: list[MetricRow] = field(default_factory=list)
     logs: list[LogRow] = field(default_factory=list)
+    generators: tuple[GeneratorRun, ...] = ()  # the load generators that ran the workload
 
 
 class DeployFailed(RuntimeError):
@@ -88,6 +94,8 @@ class PoolRunner:
         self.applied: dict[str, ServiceConfig] = {}
         self.log_read: dict[str, int] = {}  # bytes of each service log already examined
         self.sources = SourceVariants(self.campaign, self.pool, self.transports)
+        generators = self.campaign.generators
+        self.generators = LoadGenerators(generators) if generators is not None else None
 
     async def run_trial(self, order: TrialOrder) -> TrialReport:
         """One trial; the blocking deploy steps run in a thread so the event loop stays free."""
@@ -101,9 +109,10 @@ class PoolRunner:
             result, samples = await self._stress(order.seed, order.stop_rule, order.target)
             workload_s = time.monotonic() - workload_began
             logs = await asyncio.to_thread(self._collect_logs)
-        except (DeployFailed, TransportError, HealthTimeout, VariantError) as exc:
+        except (DeployFailed, TransportError, HealthTimeout, VariantError, GeneratorFailed) as exc:
             timing = TrialTiming(time.monotonic() - started, restart_s, 0.0, restarts)
-            return TrialReport(order.trial_id, str(exc), timing)
+            infra = INFRA_ERROR if isinstance(exc, TransportError | GeneratorFailed) else ""
+            return TrialReport(order.trial_id, f"{infra}{exc}", timing)
         timing = TrialTiming(time.monotonic() - started, restart_s, workload_s, restarts,
                              result.stopped_early)
         sessions = [
@@ -112,7 +121,8 @@ class PoolRunner:
             for s in result.sessions
         ]
         metrics = [MetricRow(m.service, m.t, m.name, dict(m.labels), m.value) for m in samples]
-        return TrialReport(order.trial_id, None, timing, sessions, metrics, logs)
+        used = self.generators.runs if self.generators is not None else ()
+        return TrialReport(order.trial_id, None, timing, sessions, metrics, logs, used)
 
     def _deploy(self, levels: dict[str, str]) -> int:
         settings = level_settings(self.campaign, levels)
@@ -188,8 +198,9 @@ class PoolRunner:
         stop = asyncio.Event()
         poller = asyncio.create_task(poll_metrics(urls, stop))
         try:
-            result = await run_stress(self.pool.endpoint, self.campaign.workload, seed=seed,
-                                      on_session=decided)
+            stress = run_stress if self.generators is None else self.generators.run_stress
+            result = await stress(self.pool.endpoint, self.campaign.workload, seed=seed,
+                                  on_session=decided)
         finally:
             stop.set()
         return result, await poller
@@ -212,6 +223,8 @@ class PoolRunner:
         try:
             for service in reversed(self.pool.services):
                 self.managers[service.name].stop(service.name)
+            if self.generators is not None:
+                self.generators.shutdown()
             self.sources.restore()  # the nodes' files as they were found
         finally:
             self.applied.clear()

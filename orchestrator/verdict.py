@@ -14,6 +14,8 @@ from orchestrator.evidence import Cell, TrialEvidence, cells, pooled, variant_ke
 from orchestrator.stats.proportions import wilson
 from orchestrator.strategies.adaptive import Outcome, Replay
 from orchestrator.strategies.commits import CommitReplay
+from orchestrator.strategies.design import Design, effect_name
+from orchestrator.strategies.design_effects import estimate_effects
 
 # syzkaller's rule: a trial that is mostly infrastructure errors says nothing about the variant.
 MAX_INFRA_SHARE = 2 / 3
@@ -57,9 +59,16 @@ class Verdict:
     wedge_culprits: tuple[Culprit, ...] = ()  # what makes servers error, hang or time out
     unresolvable: tuple[Unresolvable, ...] = ()
     target: str = "corruption"  # what `culprits` explain: corruption, or wedging
+    design: Design | None = None  # a factorial campaign's design: what its runs can tell apart
+    commits: Mapping[str, Any] | None = None  # a commit search: first bad commit(s), skips
 
     def to_json(self) -> dict[str, Any]:
+        design = {} if self.design is None else {"design": {
+            **self.design.to_json(), "effects": estimate_effects(self.design, self.cells)}}
+        commits = {"commits": dict(self.commits)} if self.commits is not None else {}
         return {
+            **design,
+            **commits,
             "target": self.target,
             "unresolvable": [
                 {"levels": dict(u.levels), "attempts": u.attempts, "error": u.error}
@@ -213,23 +222,41 @@ def from_commit_replay(
     alpha: float = 0.01,
 ) -> Verdict:
     """The change point as a verdict: the first bad commit, its effect measured as every commit
-    from it on against every commit before it."""
+    from it on against every commit before it. When skipped commits (that cannot be deployed)
+    sit right before it, the culprit is that run, ``A^..B`` in git's notation (A through B)."""
     judged, grouped = _judged_cells(evidence, factors)
     status = Status.INCONCLUSIVE if replay.status is None else _COMMIT_STATUS[replay.status]
     reason = replay.reason or "unfinished: `bisect resume` continues it"
+    why = {u.levels.get("commit"): u for u in unresolvable}
+    if replay.unverifiable in why:
+        reason += f": {why[replay.unverifiable].error.splitlines()[0]}"
     culprits: tuple[Culprit, ...] = ()
-    if replay.culprit is not None:
-        first = commits.index(replay.culprit)
+    if replay.status == "culprit" and replay.first_bad:
+        first = commits.index(replay.first_bad[0])
         sides = [dataclasses.replace(t, levels={**t.levels, "commit": "after" if commits.index(
             t.levels["commit"]) >= first else "before"}) for t in judged if not t.stopped_early]
         measured = measure({"commit": "after"}, cells(sides))
-        culprits = (dataclasses.replace(measured, factors={"commit": replay.culprit}),)
-    log = ({"phase": "posterior", "levels": {"commit": sha}, "answer": f"{p:.4f}",
-            "corrupted": 0, "sessions": 0, "trials": 0, "p_fail": p, "p_pass": 0.0}
-           for sha, p in zip(commits, replay.posterior, strict=True) if p >= 0.001)
+        named = replay.first_bad[0] if len(replay.first_bad) == 1 else \
+            f"{replay.first_bad[0]}^..{replay.first_bad[-1]}"
+        culprits = (dataclasses.replace(measured, factors={"commit": named}),)
+    tested = {sha: [t for t in judged if t.levels.get("commit") == sha] for sha in commits}
+    log = ({"phase": "skipped" if sha in replay.skipped else "posterior",
+            "levels": {"commit": sha}, "answer": f"{p:.4f}",
+            "corrupted": sum(t.corrupted for t in tested[sha]),
+            "sessions": sum(t.judged for t in tested[sha]), "trials": len(tested[sha]),
+            "p_fail": p, "p_pass": 0.0,
+            **({"reason": why[sha].error.splitlines()[0]} if sha in why else {})}
+           for sha, p in zip(commits, replay.posterior, strict=True)
+           if p >= 0.001 or tested[sha] or sha in replay.skipped)
+    search = {
+        "first_bad": list(replay.first_bad), "posterior": _round(replay.mass),
+        "credible90": [replay.credible[0], replay.credible[-1]],
+        "skipped": [{"commit": sha, "attempts": why[sha].attempts, "error": why[sha].error}
+                    for sha in replay.skipped if sha in why],
+    }
     return Verdict(status, reason, culprits, tuple(grouped), tuple(evidence),
                    len(evidence) - len(judged), cost, tuple(log),
-                   wedging(evidence, factors, alpha), tuple(unresolvable))
+                   wedging(evidence, factors, alpha), tuple(unresolvable), commits=search)
 
 
 def decide(
@@ -241,6 +268,7 @@ def decide(
     cost: CostModel,
     known_bad: Mapping[str, str] | None = None,
     unresolvable: Sequence[Unresolvable] = (),
+    design: Design | None = None,
 ) -> Verdict:
     judged, grouped = _judged_cells(evidence, factors)
 
@@ -248,16 +276,31 @@ def decide(
         return Verdict(status, reason, tuple(culprits), tuple(grouped), tuple(evidence),
                        len(evidence) - len(judged), cost,
                        wedge_culprits=wedging(evidence, factors, alpha),
-                       unresolvable=tuple(unresolvable))
+                       unresolvable=tuple(unresolvable), design=design)
 
     corrupted, sessions = pooled(grouped)
     if sessions == 0:
         return verdict(Status.INCONCLUSIVE, "no session could be judged")
     culprits = find_culprits(grouped, factors, alpha)
+    names = "; ".join(
+        " AND ".join(f"{f}={lvl}" for f, lvl in c.factors.items()) for c in culprits
+    )
+    if culprits and design is not None and design.fractional:
+        # A fraction names only what its aliases let it tell apart (at resolution V: main
+        # effects and two-factor interactions); a wider conjunction is a lead, not a verdict.
+        confused = [pair for c in culprits for pair in design.confusions(c.factors)][:3]
+        if confused:
+            aliases = ", ".join(f"{effect_name(e)} = {effect_name(a)}" for e, a in confused)
+            return verdict(
+                Status.INCONCLUSIVE,
+                f"corruption follows {names}, but the design ({design.describe()}) aliases "
+                f"it: {aliases}; run `design: full` over these factors (the others held at "
+                f"one level) to tell them apart",
+            )
+        return verdict(Status.CULPRIT, f"corruption follows {names} (design: "
+                                       f"{design.describe()}; {design.clear_effects()} are not "
+                                       f"aliased with each other)", culprits)
     if culprits:
-        names = "; ".join(
-            " AND ".join(f"{f}={lvl}" for f, lvl in c.factors.items()) for c in culprits
-        )
         return verdict(Status.CULPRIT, f"corruption follows {names}", culprits)
     if corrupted == 0 and known_bad is not None:
         return verdict(Status.NOT_REPRODUCED, "the known-bad variant showed no corruption")

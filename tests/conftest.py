@@ -13,8 +13,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from ray.cluster_utils import Cluster
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,17 +75,21 @@ def twin(tmp_path: Path) -> Iterator[TwinFactory]:
 
 
 @pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[None]:
-    """One local Ray for the whole run (starting it costs seconds and ~750 MiB)."""
+def ray_cluster() -> Iterator[Cluster]:
+    """One local Ray for the whole run (starting it costs seconds and ~450 MiB): a one-node
+    cluster, to which a test may add nodes (tests/test_load_generators.py adds a load machine)."""
     import ray
+    from ray.cluster_utils import Cluster
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     # Ray's socket paths must stay under 108 bytes: a short private directory of its own.
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             _temp_dir=os.environ["RAY_TMPDIR"])
-    yield
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "include_dashboard": False, "temp_dir": f"{os.environ['RAY_TMPDIR']}/ray"})
+    ray.init(address=cluster.address, log_to_driver=False)
+    yield cluster
     ray.shutdown()
+    cluster.shutdown()
     shutil.rmtree(os.environ.pop("RAY_TMPDIR"), ignore_errors=True)
 
 

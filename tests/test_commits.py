@@ -8,17 +8,26 @@ import numpy as np
 import pytest
 
 from orchestrator.evidence import TrialEvidence
-from orchestrator.strategies.commits import CommitReplay, Commits, credible_range, posterior
+from orchestrator.strategies.commits import (
+    CommitReplay,
+    Commits,
+    blocks,
+    credible_range,
+    posterior,
+)
 
 
 def bisect_commits(n_commits: int, first_bad: int, rate_bad: float, rate_good: float = 0.0,
-                   *, seed: int = 0, max_trials: int = 40) -> tuple[int, CommitReplay, list[str]]:
+                   *, seed: int = 0, max_trials: int = 40,
+                   skipped: frozenset[int] = frozenset()) -> tuple[int, CommitReplay, list[str]]:
     commits = [f"c{i:03d}" for i in range(n_commits)]
-    strategy = Commits(commits, sessions=80, max_trials=max_trials)
+    strategy = Commits(commits, sessions=80, max_trials=max_trials).skipping(
+        commits[i] for i in skipped)
     rng = random.Random(seed)
     evidence: list[TrialEvidence] = []
     while proposals := strategy.propose(evidence, []):
         for levels in proposals:
+            assert commits.index(levels["commit"]) not in skipped  # never a skipped commit
             rate = rate_bad if commits.index(levels["commit"]) >= first_bad else rate_good
             corrupt = sum(rng.random() < rate for _ in range(80))
             evidence.append(TrialEvidence(levels, {"ok": 80 - corrupt, "leak": corrupt}))
@@ -64,3 +73,91 @@ def test_posterior_concentrates_on_the_change() -> None:
 def test_a_range_needs_two_commits() -> None:
     with pytest.raises(ValueError, match="good and a bad"):
         Commits(["only"], sessions=80)
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize(("first_bad", "skipped"), [
+    (17, {3, 4, 9, 24, 25}), (17, {18, 19, 20}), (1, {2, 30}), (30, {19, 1}),
+])
+def test_skipped_commits_elsewhere_leave_the_culprit_exact(seed: int, first_bad: int,
+                                                           skipped: set[int]) -> None:
+    trials, replay, commits = bisect_commits(32, first_bad, 0.15, seed=seed,
+                                             skipped=frozenset(skipped))
+    assert replay.status == "culprit"
+    assert replay.culprit == commits[first_bad] and replay.first_bad == (commits[first_bad],)
+    assert replay.mass >= 0.95
+    assert replay.skipped == tuple(commits[i] for i in sorted(skipped))
+    assert trials < 32
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize(("first_bad", "skipped", "expected"), [
+    (17, {15, 16}, (15, 17)),  # the first bad commit is deployable, skipped ones before it
+    (16, {15, 16}, (15, 17)),  # the first bad commit is itself skipped
+    (15, {15, 16}, (15, 17)),
+    (1, {1, 2, 3}, (1, 4)),  # right after the known-good commit
+    (31, {30}, (30, 31)),  # right before the known-bad one
+])
+def test_a_first_bad_commit_next_to_skipped_ones_is_a_range(
+        seed: int, first_bad: int, skipped: set[int], expected: tuple[int, int]) -> None:
+    trials, replay, commits = bisect_commits(32, first_bad, 0.15, seed=seed,
+                                             skipped=frozenset(skipped))
+    assert replay.status == "culprit" and replay.culprit is None  # no single commit is named
+    assert replay.first_bad == tuple(commits[expected[0]:expected[1] + 1])
+    assert replay.mass >= 0.95
+    assert replay.mass == pytest.approx(sum(replay.posterior[expected[0]:expected[1] + 1]))
+    assert replay.reason.startswith("There are only 'skip'ped commits left to test. The first "
+                                    "bad commit could be any of: " + " ".join(replay.first_bad))
+    assert trials < 32
+
+
+def test_every_commit_between_the_endpoints_skipped_leaves_the_whole_range() -> None:
+    commits = ["good", "s1", "s2", "bad"]
+    strategy = Commits(commits, sessions=80, skipped=["s1", "s2"])
+    evidence = [TrialEvidence({"commit": "good"}, {"ok": 80}),
+                TrialEvidence({"commit": "bad"}, {"ok": 60, "leak": 20})] * 2
+    replay = strategy.replay(evidence)
+    assert replay.status == "culprit" and replay.first_bad == ("s1", "s2", "bad")
+    assert replay.mass == pytest.approx(1.0)
+    assert strategy.propose(evidence, []) == []
+
+
+@pytest.mark.parametrize(("skipped", "name"), [("c015", "bad"), ("c000", "good")])
+def test_an_endpoint_that_cannot_be_deployed_stops_the_search(skipped: str, name: str) -> None:
+    commits = [f"c{i:03d}" for i in range(16)]
+    strategy = Commits(commits, sessions=80).skipping([skipped])
+    evidence = [TrialEvidence({"commit": "c000"}, {"ok": 80}),
+                TrialEvidence({"commit": "c015"}, {"ok": 60, "leak": 20})]
+    replay = strategy.replay([e for e in evidence if e.levels["commit"] != skipped])
+    assert replay.finished and replay.status == "inconclusive" and replay.needed == ()
+    assert replay.unverifiable == skipped
+    assert f"known-{name} commit {skipped} cannot be deployed" in replay.reason
+    assert "cannot be verified" in replay.reason
+
+
+def test_blocks_end_at_each_deployable_commit() -> None:
+    assert blocks(6, set()) == [(1, 1), (2, 2), (3, 3), (4, 4), (5, 5)]
+    assert blocks(6, {1, 3, 4}) == [(1, 2), (3, 5)]
+
+
+def test_only_failures_of_the_commit_itself_skip_it() -> None:
+    from datetime import UTC, datetime
+
+    from db.records import TrialRecord
+    from orchestrator.runner import MAX_FAILED_ATTEMPTS, skipping, unresolvable
+    from orchestrator.trial import INFRA_ERROR
+
+    def failed(seq: int, commit: str, error: str) -> TrialRecord:
+        return TrialRecord(seq, "c", 1, {"commit": commit}, seq, "p", "failed",
+                           datetime.now(UTC), None, 0.0, 0.0, 0.0, 0, error, seq)
+
+    trials = [failed(1, "c001", "here: build `make` in /src exited 2: error"),
+              failed(2, "c002", f"{INFRA_ERROR}here: connection lost while running sh"),
+              failed(3, "c001", "here: build `make` in /src exited 2: error"),
+              *(failed(4 + i, "c002", f"{INFRA_ERROR}here: sh timed out after 60s")
+                for i in range(3))]
+    [skipped] = unresolvable(trials)  # an SSH drop says nothing about c002: retried, not skipped
+    assert skipped.levels == {"commit": "c001"} and skipped.attempts == MAX_FAILED_ATTEMPTS
+    assert "exited 2" in skipped.error
+    strategy = skipping(Commits([f"c{i:03d}" for i in range(4)], sessions=8), [skipped])
+    assert isinstance(strategy, Commits) and strategy.skipped == {"c001"}

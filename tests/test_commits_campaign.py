@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -18,8 +21,9 @@ def git(tree: Path, *args: str) -> str:
                           text=True).stdout.strip()
 
 
-def history(tree: Path, commits: int, first_bad: int) -> list[str]:
-    """A tree whose fault model turns bad at commit ``first_bad`` (0 is the good one)."""
+def history(tree: Path, commits: int, first_bad: int, broken: Collection[int] = ()) -> list[str]:
+    """A tree whose fault model turns bad at commit ``first_bad`` (0 is the good one); the
+    commits in ``broken`` carry a file BROKEN, which makes the campaign's build step fail."""
     tree.mkdir()
     git(tree, "init", "-q", "-b", "main")
     git(tree, "config", "user.email", "t@example.invalid")
@@ -31,16 +35,22 @@ def history(tree: Path, commits: int, first_bad: int) -> list[str]:
             "name": "race", "when": {"flags": {"enable-hierarchical-cache": True}},
             "min_inflight": 1, "probability": probability, "effect": "leak"}]}))
         (tree / "CHANGES").write_text(f"change {index}\n")
+        (tree / "BROKEN").unlink(missing_ok=True)
+        if index in broken:
+            (tree / "BROKEN").write_text("half a refactoring\n")
         git(tree, "add", "-A")
         git(tree, "commit", "-qm", f"change {index}")
         shas.append(git(tree, "rev-parse", "HEAD"))
     return shas
 
 
-def test_commits_finds_the_first_bad_commit(ray_cluster: None, tmp_path: Path) -> None:
-    tree = tmp_path / "src"
-    shas = history(tree, commits=12, first_bad=7)
-    campaign = {
+# The build step: fails, with its reason, in a commit that carries the file BROKEN.
+BUILD = ["sh", "-c", "if [ -e BROKEN ]; then echo 'BROKEN: this commit does not build'; "
+         "exit 1; fi"]
+
+
+def commits_campaign(tmp_path: Path, tree: Path) -> Path:
+    campaign: dict[str, Any] = {
         "name": "which commit",
         "nodes": [{"name": "here", "workdir": str(tmp_path / "services")}],
         "pools": [twin_pool("p", "here", tree / "faults.yaml", latency_ms=2)],
@@ -48,10 +58,17 @@ def test_commits_finds_the_first_bad_commit(ray_cluster: None, tmp_path: Path) -
             "off": {}, "on": {"flags": ["--enable-hierarchical-cache"]}}}],
         "workload": {"sessions": 24, "rounds": 2, "timeout_s": 20},
         "commits": {"tree": str(tree), "good": "main~11", "bad": "main",
-                    "levels": {"hicache": "on"}},
+                    "levels": {"hicache": "on"}, "build": BUILD},
     }
     path = tmp_path / "campaign.yaml"
     path.write_text(yaml.safe_dump(campaign))
+    return path
+
+
+def test_commits_finds_the_first_bad_commit(ray_cluster: None, tmp_path: Path) -> None:
+    tree = tmp_path / "src"
+    shas = history(tree, commits=12, first_bad=7)
+    path = commits_campaign(tmp_path, tree)
     db = tmp_path / "bisect.db"
     result = CliRunner().invoke(app, ["commits", str(path), "--good", shas[0], "--bad", shas[-1],
                                       "--store", str(db), "--json"])
@@ -62,6 +79,90 @@ def test_commits_finds_the_first_bad_commit(ray_cluster: None, tmp_path: Path) -
     assert verdict["cost"]["trials"] < 12  # fewer trials than commits
     assert git(tree, "rev-parse", "HEAD") == shas[-1]  # the tree is left as found
     assert git(tree, "rev-parse", "--abbrev-ref", "HEAD") == "main"
+
+
+@pytest.mark.parametrize(("broken", "first_bad"), [
+    ({5, 8}, [7]),  # skips away from the change: the culprit is still exact
+    ({6, 7}, [6, 7, 8]),  # the change is in a commit that does not build: git bisect's "any of"
+])
+def test_commits_that_cannot_be_built_are_skipped(ray_cluster: None, tmp_path: Path,
+                                                  broken: set[int], first_bad: list[int]) -> None:
+    tree = tmp_path / "src"
+    shas = history(tree, commits=12, first_bad=7, broken=broken)
+    path = commits_campaign(tmp_path, tree)
+    db = tmp_path / "bisect.db"
+    runner = CliRunner()
+    result = runner.invoke(app, ["commits", str(path), "--good", shas[0], "--bad", shas[-1],
+                                 "--store", str(db), "--json"])
+    assert result.exit_code == 0, result.output
+    verdict = json.loads(result.stdout)
+    named = [shas[i][:12] for i in first_bad]
+    assert verdict["status"] == "culprit"
+    assert verdict["commits"]["first_bad"] == named and verdict["commits"]["posterior"] >= 0.95
+    [culprit] = verdict["culprits"]
+    assert culprit["factors"] == {"commit": named[0] if len(named) == 1
+                                  else f"{named[0]}^..{named[-1]}"}
+    if len(named) > 1:
+        assert verdict["reason"].startswith(
+            "There are only 'skip'ped commits left to test. The first bad commit could be any "
+            f"of: {' '.join(named)}")
+    # Every skipped commit is a broken one, skipped with the build's own words; none was judged.
+    skipped = verdict["commits"]["skipped"]
+    assert skipped and {s["commit"] for s in skipped} <= {shas[i][:12] for i in broken}
+    assert all("BROKEN: this commit does not build" in s["error"] for s in skipped)
+    assert {u["levels"]["commit"] for u in verdict["unresolvable"]} == \
+        {s["commit"] for s in skipped}
+    judged = {v["levels"]["commit"] for v in verdict["variants"]}
+    assert not judged & {shas[i][:12] for i in broken}
+    if len(named) > 1:  # the run next to the change was tried and skipped
+        assert set(named[:-1]) <= {s["commit"] for s in skipped}
+    assert git(tree, "rev-parse", "HEAD") == shas[-1]  # the tree is left as found
+
+    # The verdict is recomputed from the store, identically; the trail and the trials say why.
+    campaign_id = verdict["campaign"]
+    again = runner.invoke(app, ["verdict", campaign_id, "--store", str(db), "--json"])
+    assert again.exit_code == 0 and json.loads(again.stdout) == verdict
+    trail = json.loads(runner.invoke(app, ["log", campaign_id, "--store", str(db),
+                                           "--json"]).stdout)
+    skips = [step for step in trail if step["phase"] == "skipped"]
+    assert {step["levels"]["commit"] for step in skips} == {s["commit"] for s in skipped}
+    assert all("does not build" in step["reason"] for step in skips)
+    human = runner.invoke(app, ["log", campaign_id, "--store", str(db)]).stdout
+    assert "cannot be deployed: here: build" in " ".join(human.split())  # wrapped or not
+    shown = runner.invoke(app, ["show", campaign_id, "--store", str(db)]).stdout
+    assert f"skipped commit={skipped[0]['commit']},hicache=on (2 attempts)" in " ".join(
+        shown.split())
+    rows = json.loads(runner.invoke(app, ["show", campaign_id, "--store", str(db),
+                                          "--json"]).stdout)
+    assert {r["levels"]["commit"] for r in rows if r["skipped"]} == \
+        {s["commit"] for s in skipped}
+    report = tmp_path / "report.html"
+    assert runner.invoke(app, ["report", campaign_id, "--store", str(db), "-o",
+                               str(report)]).exit_code == 0
+    html = report.read_text()
+    assert "Skipped commits" in html and "BROKEN: this commit does not build" in html
+    assert 'id="first-bad"' in html and all(sha in html for sha in named)
+
+
+@pytest.mark.parametrize("endpoint", ["good", "bad"])
+def test_an_endpoint_that_cannot_be_built_stops_the_campaign(ray_cluster: None, tmp_path: Path,
+                                                             endpoint: str) -> None:
+    tree = tmp_path / "src"
+    # The tree stays at a later commit that builds: the range is 0..10, commit 11 is HEAD.
+    shas = history(tree, commits=12, first_bad=7, broken={0 if endpoint == "good" else 10})
+    path = commits_campaign(tmp_path, tree)
+    result = CliRunner().invoke(app, ["commits", str(path), "--good", shas[0], "--bad", shas[10],
+                                      "--store", str(tmp_path / "bisect.db"), "--json"])
+    assert result.exit_code == 3, result.output  # inconclusive
+    verdict = json.loads(result.stdout)
+    sha = shas[0 if endpoint == "good" else 10][:12]
+    assert verdict["status"] == "inconclusive" and verdict["culprits"] == []
+    assert verdict["reason"].startswith(f"the known-{endpoint} commit {sha} cannot be deployed, "
+                                        "so it cannot be verified: ")
+    assert "BROKEN: this commit does not build" in verdict["reason"]
+    assert [s["commit"] for s in verdict["commits"]["skipped"]] == [sha]
+    assert verdict["cost"]["trials"] <= 2  # nothing else was run once it could not be verified
+    assert git(tree, "rev-parse", "HEAD") == shas[-1]
 
 
 def test_a_range_that_does_not_exist_is_bad_input(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from orchestrator.cli.common import (
     user_errors,
 )
 from orchestrator.commit_range import expand_commits
+from orchestrator.evidence import variant_key
 from orchestrator.verdict import Verdict
 
 RayAddress = Annotated[str | None, typer.Option(
@@ -214,19 +215,26 @@ def decision_log(campaign_id: str, store: StoreOption = "bisect.db",
         out.print(f"{index:3} {step['phase']:<22} {step['answer']:<12} "
                   f"{step['corrupted']}/{step['sessions']} in {step['trials']} trial(s)  "
                   f"p(worse than good)={step['p_fail']:.2g} "
-                  f"p(better than bad)={step['p_pass']:.2g}  {variant}", highlight=False)
+                  f"p(better than bad)={step['p_pass']:.2g}  {variant}"
+                  + (f"  cannot be deployed: {step['reason']}" if "reason" in step else ""),
+                  highlight=False)
 
 
 @app.command()
 def show(campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption = False) -> None:
-    """Every trial of a campaign: variant, pool, status, counts, timings."""
+    """Every trial of a campaign: variant, pool, status, counts, timings; and the variants
+    skipped because they cannot be deployed (`git bisect skip`), with their reasons."""
+    from orchestrator.runner import unresolvable
+
     with user_errors(), Store.open(store) as db:
         db.get_campaign(campaign_id)
         trials = db.trials(campaign_id, status=None)
+    skipped = {variant_key(u.levels): u for u in unresolvable(trials)}
     rows = [
         {"seq": t.seq, "pool": t.pool, "status": t.status, "levels": t.levels,
          "counts": t.counts, "restarts": t.restarts, "wall_s": t.wall_s,
-         "stopped_early": t.stopped_early, "error": t.error}
+         "stopped_early": t.stopped_early, "error": t.error,
+         "skipped": t.status == "failed" and variant_key(t.levels) in skipped}
         for t in trials
     ]
     if as_json:
@@ -241,6 +249,10 @@ def show(campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption
                       str(t.sessions), f"{corrupt}/{infra}",
                       f"{t.wall_s:.1f}" if t.wall_s is not None else "")
     out.print(table)
+    for u in skipped.values():
+        variant = ",".join(f"{f}={lvl}" for f, lvl in u.levels.items())
+        out.print(f"skipped {variant} ({u.attempts} attempts): {u.error.splitlines()[0]}",
+                  highlight=False)
 
 
 @app.command()

@@ -124,8 +124,15 @@ def validate(campaign_file: Path) -> None:
     variants = 1
     for factor in campaign.factors:
         variants *= len(factor.levels)
+    shown = f"{variants} variants"
+    if campaign.strategy_kind == "factorial" and campaign.strategy.design == "fractional":
+        from orchestrator.strategies.factorial import fraction
+
+        design = fraction(campaign.level_names(), campaign.strategy.resolution,
+                          campaign.known_bad)
+        shown = f"{len(design.runs())} of {variants} variants ({design.describe()})"
     out.print(
-        f"{campaign_file}: ok — {len(campaign.factors)} factors, {variants} variants, "
+        f"{campaign_file}: ok — {len(campaign.factors)} factors, {shown}, "
         f"{len(campaign.pools)} pool(s)",
         highlight=False,
     )

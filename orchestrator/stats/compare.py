@@ -33,12 +33,15 @@ class Judgement:
     alpha: float
 
 
-def judge(variant: Counts, good: Counts, bad: Counts, alpha: float) -> Judgement:
+def judge(variant: Counts, good: Counts, bad: Counts, alpha: float,
+          pass_alpha: float | None = None) -> Judgement:
+    """``pass_alpha`` (default ``alpha``) is the stricter level a PASS may need: a PASS names a
+    level as necessary to the failure, so a scan of many variants shares one error budget."""
     p_fail = fisher_greater(*variant, *good)
     p_pass = fisher_greater(*bad, *variant)
     if p_fail <= alpha:
         answer = Answer.FAIL
-    elif p_pass <= alpha and p_fail > SUSPICION:
+    elif p_pass <= (alpha if pass_alpha is None else pass_alpha) and p_fail > SUSPICION:
         answer = Answer.PASS
     else:
         answer = Answer.UNKNOWN

@@ -7,11 +7,20 @@ another; with Beta priors on both rates the likelihood of the stored counts has 
 minimises the expected entropy of that posterior; the search stops when one commit holds
 ``confidence`` of the mass, and otherwise reports a credible range when the budget is spent.
 Like the adaptive strategy it is a replay of the evidence: no state of its own.
+
+Commits that cannot be deployed (their build or checkout fails, their server never comes up) are
+*skipped*, as ``git bisect skip`` does: they stay possible locations of the change, with their
+share of the posterior, but no trial can be run there, so the next commit is chosen among the
+deployable ones. No trial can tell a skipped commit from the deployable commit right after it,
+so the search stops when such a run (a *block*) holds ``confidence`` of the mass; when the run
+has skipped commits in it, the answer is the run itself: "the first bad commit could be any of".
+An endpoint that cannot be deployed cannot be verified, and the search stops there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import copy
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +46,12 @@ class CommitReplay:
     culprit: str | None
     credible: tuple[str, ...]  # the smallest run of commits holding 90% of the mass
     reason: str = ""
+    # When the status is culprit: every commit that can be the first bad one, oldest first (one
+    # commit, or skipped commits and the first bad deployable one), and their posterior mass.
+    first_bad: tuple[str, ...] = ()
+    mass: float = 0.0
+    skipped: tuple[str, ...] = ()  # commits that cannot be deployed, oldest first
+    unverifiable: str | None = None  # the endpoint that cannot be deployed, if one cannot
 
 
 def _log_marginal(k: np.ndarray, n: np.ndarray, prior: tuple[float, float]) -> np.ndarray:
@@ -103,10 +118,22 @@ def credible_range(post: np.ndarray, mass: float = 0.9) -> tuple[int, int]:
     return best
 
 
+def blocks(size: int, skipped: Collection[int]) -> list[tuple[int, int]]:
+    """The runs no trial can split, over commits 1..size-1 (0 is known good): each deployable
+    commit with the skipped commits right before it (``git bisect``'s "could be any of")."""
+    runs, start = [], 1
+    for index in range(1, size):
+        if index not in skipped:
+            runs.append((start, index))
+            start = index + 1
+    return runs
+
+
 class Commits:
     def __init__(self, commits: Sequence[str], *, sessions: int, alpha: float = 0.01,
                  confidence: float = 0.95, reproduce_trials: int = 2,
-                 max_trials: int = 40, background: Mapping[str, str] | None = None) -> None:
+                 max_trials: int = 40, background: Mapping[str, str] | None = None,
+                 skipped: Iterable[str] = ()) -> None:
         if len(commits) < 2:
             raise ValueError("a commit range needs a good and a bad commit")
         self.commits = list(commits)
@@ -114,6 +141,13 @@ class Commits:
         self.alpha, self.confidence = alpha, confidence
         self.reproduce_trials, self.max_trials = reproduce_trials, max_trials
         self.background = dict(background or {})  # every other factor, held at one level
+        self.skipped = frozenset(skipped)  # commits that cannot be deployed
+
+    def skipping(self, commits: Iterable[str]) -> Commits:
+        """The same search, told that these commits cannot be deployed."""
+        other = copy.copy(self)
+        other.skipped = frozenset(commits)
+        return other
 
     def variant(self, index: int) -> dict[str, str]:
         return {**self.background, FACTOR: self.commits[index]}
@@ -141,13 +175,27 @@ class Commits:
         post = posterior(k, n)
         low, high = credible_range(post)
         credible = tuple(self.commits[low:high + 1])
+        skipped = {i for i, sha in enumerate(self.commits) if sha in self.skipped}
+        skipped_shas = tuple(self.commits[i] for i in sorted(skipped))
 
         def result(needed: tuple[dict[str, str], ...], status: str | None, reason: str = "",
-                   culprit: str | None = None) -> CommitReplay:
-            return CommitReplay(needed, status is not None, status, tuple(post.tolist()), culprit,
-                                credible, reason)
+                   first_bad: tuple[int, int] | None = None,
+                   unverifiable: str | None = None) -> CommitReplay:
+            named: tuple[str, ...] = ()
+            mass = 0.0
+            if first_bad is not None:
+                named = tuple(self.commits[first_bad[0]:first_bad[1] + 1])
+                mass = float(post[first_bad[0]:first_bad[1] + 1].sum())
+            return CommitReplay(needed, status is not None, status, tuple(post.tolist()),
+                                named[0] if len(named) == 1 else None, credible, reason,
+                                named, mass, skipped_shas, unverifiable)
 
         first, last = 0, len(self.commits) - 1
+        for end, name in ((last, "bad"), (first, "good")):
+            if end in skipped:
+                return result((), "inconclusive",
+                              f"the known-{name} commit {self.commits[end]} cannot be deployed, "
+                              f"so it cannot be verified", unverifiable=self.commits[end])
         short = tuple(self.variant(i) for i in (last, first) if trials[i] < self.reproduce_trials)
         if short:
             return result(short, None)
@@ -158,17 +206,21 @@ class Commits:
                               f"the bad commit ({k[last]}/{n[last]}) is not worse than the good "
                               f"one ({k[first]}/{n[first]})")
             return result((self.variant(last), self.variant(first)), None)
-        best = int(np.argmax(post))
-        if post[best] >= self.confidence:
+        runs = blocks(len(self.commits), skipped)
+        masses = [float(post[start:end + 1].sum()) for start, end in runs]
+        best = int(np.argmax(masses))
+        if masses[best] >= self.confidence:
+            start, end = runs[best]
+            if start == end:
+                return result((), "culprit", f"{self.commits[end]} is the first bad commit "
+                              f"(posterior {masses[best]:.3f})", runs[best])
             return result((), "culprit",
-                          f"{self.commits[best]} is the first bad commit "
-                          f"(posterior {post[best]:.3f})", self.commits[best])
+                          "There are only 'skip'ped commits left to test. The first bad commit "
+                          f"could be any of: {' '.join(self.commits[start:end + 1])} "
+                          f"(posterior {masses[best]:.3f})", runs[best])
         if sum(trials) >= self.max_trials:
             return result((), "inconclusive",
                           f"trial budget spent; 90% credible range {credible[0]}..{credible[-1]}")
-        candidates = range(1, last)
-        if not candidates:
-            return result((), "culprit", f"{self.commits[last]} is the only candidate",
-                          self.commits[last])
+        candidates = [i for i in range(1, last) if i not in skipped]
         scores = {i: expected_entropy(k, n, i, self.sessions) for i in candidates}
         return result((self.variant(min(scores, key=lambda i: (scores[i], i))),), None)

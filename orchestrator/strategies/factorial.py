@@ -1,4 +1,4 @@
-"""Full factorial design with a fixed number of trials per variant."""
+"""Factorial designs, full or fractional, with a fixed number of trials per variant."""
 
 from __future__ import annotations
 
@@ -7,30 +7,24 @@ from collections.abc import Mapping, Sequence
 
 from orchestrator.evidence import Levels, TrialEvidence, variant_key
 from orchestrator.stats.compare import StopWhenFailing
+from orchestrator.strategies.design import Design, fraction, gray_order
 
-
-def gray_order(factors: Mapping[str, Sequence[str]]) -> list[dict[str, str]]:
-    """Every variant, ordered so that neighbours differ in exactly one factor.
-
-    A reflected mixed-radix Gray code: consecutive trials restart as few services as possible.
-    """
-    names = list(factors)
-    if not names:
-        return [{}]
-    first, rest = names[0], {name: factors[name] for name in names[1:]}
-    tail = gray_order(rest)
-    order: list[dict[str, str]] = []
-    for index, level in enumerate(factors[first]):
-        block = tail if index % 2 == 0 else list(reversed(tail))
-        order.extend({first: level, **variant} for variant in block)
-    return order
+__all__ = ["Factorial", "fraction", "gray_order"]
 
 
 class Factorial:
-    def __init__(self, factors: Mapping[str, Sequence[str]], repeats: int) -> None:
+    """Every variant of ``design`` (the full factorial when None), ``repeats`` times.
+
+    A fractional design comes from ``fraction(factors, resolution, anchor)``; the verdict needs
+    the same ``design`` to say which effects its runs can tell apart.
+    """
+
+    def __init__(self, factors: Mapping[str, Sequence[str]], repeats: int,
+                 design: Design | None = None) -> None:
         self.repeats = repeats
+        self.design = design
         # Each pass runs the Gray order, alternating direction so passes join without a jump.
-        one_pass = gray_order(factors)
+        one_pass = design.runs() if design is not None else gray_order(factors)
         self.plan = [
             variant
             for index in range(repeats)

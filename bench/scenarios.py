@@ -1,0 +1,166 @@
+"""Planted-fault scenarios and the simulated pool that runs their trials.
+
+A simulated trial draws every session's outcome from the scenario (a per-variant failure rate,
+or the twin's own fault model), then replays the run in time: all sessions start at once, a
+session ends at its first failing turn (a turn drawn uniformly among the rounds) and a clean one
+at the end of the workload. A strategy's stop rule sees sessions in that order, as the real
+trial's ``on_session`` callback does, so a trial stopped early costs only the workload it ran and
+stores only the sessions that had finished — both exactly as a real trial would.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from experiments.outcomes import CORRUPTION, INFRA, Outcome
+from orchestrator.evidence import TrialEvidence
+from orchestrator.stats.compare import StopWhenFailing
+from orchestrator.verdict import CostModel
+
+SESSIONS = 80
+ROUNDS = 4
+ALPHA = 0.01
+# The seed investigation's real-world figures: a trial is 90 s of restart and 485 s of workload
+# on a pool of 16 GPUs, so one full trial costs 9,200 GPU-s.
+COST = CostModel(restart_s=90, workload_s=485, gpus=16)
+FULL_TRIAL_GPU_S = (COST.restart_s + COST.workload_s) * COST.gpus
+
+Levels = dict[str, str]
+Rate = Callable[[Mapping[str, str]], float]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    factors: dict[str, list[str]]
+    good: Levels
+    bad: Levels
+    rate: Rate  # per-session probability that the variant fails
+    culprits: list[Levels]  # the planted truth; [] when nothing is to blame
+    fault_model: bool = False  # sessions drawn by the twin's fault model instead of ``rate``
+    target: str = "corruption"  # or "wedging": failing sessions hang and time out
+
+    def pool(self, seed: int) -> Pool:
+        if self.fault_model:
+            return FaultModelPool(seed)
+        return Pool(self.rate, seed, Outcome.TIMEOUT if self.target == "wedging" else Outcome.LEAK)
+
+
+class Pool:
+    """Runs simulated trials; adds up their real-world cost."""
+
+    def __init__(self, rate: Rate, seed: int, failure: Outcome = Outcome.LEAK) -> None:
+        self.rate, self.failure = rate, failure
+        self.rng = random.Random(seed)
+        self.trials = 0
+        self.gpu_s = 0.0
+
+    def outcomes(self, levels: Levels) -> list[Outcome]:
+        p = self.rate(levels)
+        return [self.failure if self.rng.random() < p else Outcome.OK for _ in range(SESSIONS)]
+
+    def trial(self, levels: Levels, rule: StopWhenFailing | None = None,
+              target: str = "corruption") -> TrialEvidence:
+        """One trial of ``levels``; ``rule`` may end it once its answer is decided."""
+        self.trials += 1
+        failing = INFRA if target == "wedging" else CORRUPTION
+        ended = sorted((self._end_time(o), self.rng.random(), o) for o in self.outcomes(levels))
+        finished: list[Outcome] = []
+        share, early, failed = 1.0, False, 0
+        for at, _, outcome in ended:
+            finished.append(outcome)
+            failed += outcome in failing
+            if rule is not None and rule.decided(failed, SESSIONS):
+                share, early = at, at < 1.0
+                break
+        if not early:
+            finished = [o for _, _, o in ended]
+        self.gpu_s += (COST.restart_s + share * COST.workload_s) * COST.gpus
+        return TrialEvidence(dict(levels), dict(Counter(o.value for o in finished)), restarts=1,
+                             workload_s=share * COST.workload_s, stopped_early=early)
+
+    def _end_time(self, outcome: Outcome) -> float:
+        """When a session ends, as a share of the workload: a failing turn (a corrupt reply, or a
+        hung request once its timeout, about a turn's length, has passed) ends it there; a clean
+        session runs to the end."""
+        if outcome is Outcome.OK:
+            return 1.0
+        return self.rng.randint(1, ROUNDS) / ROUNDS
+
+
+class FaultModelPool(Pool):
+    """Every session drawn by the twin's own fault model (experiments/twin/simulate.py) from the
+    flags and env the demo campaign renders for the variant: what a real twin would return
+    (tests/test_simulate.py checks it session by session against a twin over HTTP)."""
+
+    def __init__(self, seed: int) -> None:
+        from experiments.twin.faults import FaultModel
+        from orchestrator.demo import DEMO_FACTORS, FAULT_MODEL
+
+        super().__init__(lambda levels: 0.0, seed)  # the rate is unused: the model decides
+        self.model = FaultModel.model_validate(FAULT_MODEL)
+        self.factors = DEMO_FACTORS
+        self.seed = seed
+
+    def outcomes(self, levels: Levels) -> list[Outcome]:
+        from experiments.twin.simulate import server_view, session_outcomes
+
+        flags: list[str] = []
+        env: dict[str, str] = {}
+        for factor in self.factors:
+            level = factor["levels"][levels[factor["name"]]] or {}
+            flags += level.get("flags", [])
+            env.update(level.get("env", {}))
+        return session_outcomes(self.model, server_view(flags, env), sessions=SESSIONS,
+                                seed=self.seed * 1_000_003 + self.trials)
+
+
+def _two_level(n: int) -> tuple[dict[str, list[str]], Levels, Levels]:
+    factors = {f"f{i}": ["a", "b"] for i in range(n)}
+    return factors, dict.fromkeys(factors, "a"), dict.fromkeys(factors, "b")
+
+
+def _seed_scenario() -> Scenario:
+    factors = {"index_k": ["fp8", "bf16"], "hicache": ["off", "on"], "topk_v2": ["off", "on"],
+               "cuda_graph": ["on", "off"]}
+    good = {"index_k": "fp8", "hicache": "on", "topk_v2": "off", "cuda_graph": "on"}
+    bad = {"index_k": "bf16", "hicache": "on", "topk_v2": "on", "cuda_graph": "off"}
+    return Scenario("seed: bf16 x HiCache among 4", factors, good, bad,
+                    lambda lv: 0.15 if lv["index_k"] == "bf16" and lv["hicache"] == "on" else 0,
+                    [{"index_k": "bf16", "hicache": "on"}])
+
+
+def _fault_model_scenario() -> Scenario:
+    seed = _seed_scenario()
+    return Scenario("seed, drawn by the twin's fault model", seed.factors,
+                    {"index_k": "fp8", "hicache": "on", "topk_v2": "on", "cuda_graph": "on"},
+                    {"index_k": "bf16", "hicache": "on", "topk_v2": "on", "cuda_graph": "on"},
+                    seed.rate, seed.culprits, fault_model=True)
+
+
+def scenarios() -> list[Scenario]:
+    f4, g4, b4 = _two_level(4)
+    f8, g8, b8 = _two_level(8)
+    return [
+        _seed_scenario(),
+        _fault_model_scenario(),
+        Scenario("single factor, 6%", f4, g4, b4,
+                 lambda lv: 0.06 if lv["f2"] == "b" else 0.0, [{"f2": "b"}]),
+        Scenario("no culprit (0.3% noise, as the demo's twins)", f4, g4, b4,
+                 lambda lv: 0.003, []),
+        Scenario("8 factors, one 2-way at 15%", f8, g8, b8,
+                 lambda lv: 0.15 if lv["f2"] == "b" and lv["f5"] == "b" else 0.0,
+                 [{"f2": "b", "f5": "b"}]),
+        Scenario("3-way interaction at 15%", f8, g8, b8,
+                 lambda lv: 0.15 if all(lv[f] == "b" for f in ("f0", "f4", "f7")) else 0.0,
+                 [{"f0": "b", "f4": "b", "f7": "b"}]),
+        Scenario("1% noise + 6% 2-way (4 factors)", f4, g4, b4,
+                 lambda lv: 0.01 + (0.06 if lv["f1"] == "b" and lv["f3"] == "b" else 0.0),
+                 [{"f1": "b", "f3": "b"}]),
+        # The investigation's worst variant hung 75 of 80 sessions; a milder wedge here.
+        Scenario("wedge-only: f3 hangs 20%", f4, g4, b4,
+                 lambda lv: 0.20 if lv["f3"] == "b" else 0.0, [{"f3": "b"}], target="wedging"),
+    ]
