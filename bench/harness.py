@@ -5,7 +5,7 @@ load client runs in its own process pinned to core 0 (bench/load_client.py,
 bench/bench_serving_client.py) and does the same work: ``--sessions`` multi-turn tool-calling
 sessions of ``--rounds`` turns, at most N in flight, for N in 80, 400, 1000, streaming and not.
 Clients: bisect's ``run_stress`` as ``bisect stress`` runs it (``run_stress_sync``, uvloop) and on
-asyncio's own loop (as in a Ray actor), a bare aiohttp floor, SGLang's ``bench_serving``
+asyncio's own loop (Ray actors use uvloop), a bare aiohttp floor, SGLang's ``bench_serving``
 (``--backend sglang-oai-chat``, agentic-trace multi-turn dataset, local tokenizer) and the
 ``openai`` AsyncOpenAI client. Each client process is started once; every run's CPU (user +
 system, from getrusage inside the client, and from /proc as a check) covers its load phase only.

@@ -6,7 +6,7 @@ call must echo the canary of the latest tool result, which then carries a fresh 
 
 - ``bisect``: the project's ``run_stress_sync`` as ``bisect stress`` runs it (its own HTTP client,
   every turn classified, metrics kept; uvloop's event loop);
-- ``bisect_asyncio``: the same ``run_stress`` on asyncio's own loop, as inside a Ray actor;
+- ``bisect_asyncio``: the same ``run_stress`` on asyncio's own loop (Ray's async actors use uvloop);
 - ``aiohttp``: a bare floor, one shared aiohttp ``ClientSession``, SSE lines read and
   ``json.loads``-ed as bench_serving does, nothing else kept;
 - ``openai``: the official ``AsyncOpenAI`` client (httpx), an ``asyncio.Semaphore``.
