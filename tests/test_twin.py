@@ -146,7 +146,7 @@ FLEET: dict[str, tuple[tuple[str, ...], dict[str, str], str | None]] = {
     "fp8": (("--served-model-name", "twin-model", "--disable-cuda-graph", *FAST),
             {"BF16_INDEX_K": "0"}, None),
     "metrics": (("--enable-metrics", "--twin-latency-ms", "800"), {}, None),
-    "queue": (("--max-running-requests", "5", "--twin-latency-ms", "400"), {}, None),
+    "queue": (("--max-running-requests", "5", "--twin-latency-ms", "1000"), {}, None),
     "leak": ((*BAD_FLAGS, "--tp-size", "8", "--hicache-size", "64"), BAD["env"], fault_text()),
     "env-fallback": ((), {**BAD["env"], "BISECT_TWIN_FAULT_MODEL": "@leak"}, None),
     "half-1": ((*BAD_FLAGS, *FAST), BAD["env"], fault_text(0.5)),
@@ -298,12 +298,17 @@ def test_metrics_parse_and_running_requests_rise_under_load(fleet: Fleet) -> Non
     assert metric(url, "sglang:num_running_reqs") == 0
 
     async def load_and_watch() -> float:
+        """The most requests the gauge showed running while 40 were in flight (each takes
+        800 ms): sampled until the burst ends, not at a fixed moment, since a loaded machine
+        can be slow to open the 40 connections."""
         task = asyncio.create_task(burst(url, [body(opening(f"m{i}")) for i in range(40)]))
-        await asyncio.sleep(0.4)
-        running = await asyncio.to_thread(metric, url, "sglang:num_running_reqs")
+        most = 0.0
+        while not task.done():
+            most = max(most, await asyncio.to_thread(metric, url, "sglang:num_running_reqs"))
+            await asyncio.sleep(0.05)
         answers = await task
         assert all(a["choices"][0]["finish_reason"] == "tool_calls" for a in answers)
-        return running
+        return most
 
     assert asyncio.run(load_and_watch()) >= 30
     assert metric(url, "sglang:num_running_reqs") == 0
@@ -316,10 +321,13 @@ def test_max_running_requests_queues_the_rest(fleet: Fleet) -> None:
     url = fleet["queue"]
 
     async def load_and_watch() -> tuple[float, float]:
+        """The most running and the most queued the gauges showed while the burst lasted."""
         task = asyncio.create_task(burst(url, [body(opening(f"q{i}")) for i in range(12)]))
-        await asyncio.sleep(0.2)
-        running = await asyncio.to_thread(metric, url, "sglang:num_running_reqs")
-        queued = await asyncio.to_thread(metric, url, "sglang:num_queue_reqs")
+        running = queued = 0.0
+        while not task.done():
+            running = max(running, await asyncio.to_thread(metric, url, "sglang:num_running_reqs"))
+            queued = max(queued, await asyncio.to_thread(metric, url, "sglang:num_queue_reqs"))
+            await asyncio.sleep(0.05)
         await task
         return running, queued
 
@@ -401,8 +409,11 @@ def test_wedge_hangs_until_the_client_leaves(fleet: Fleet) -> None:
             request = session.post(f"{url}/v1/chat/completions", json=body(opening("stuck")),
                                    timeout=aiohttp.ClientTimeout(total=1.0))
             task = asyncio.create_task(request.__aenter__())
-            await asyncio.sleep(0.5)
-            running = await asyncio.to_thread(metric, url, "sglang:num_running_reqs")
+            running = 0.0
+            while not task.done():  # the wedged request shows as running until the client leaves
+                running = max(running,
+                              await asyncio.to_thread(metric, url, "sglang:num_running_reqs"))
+                await asyncio.sleep(0.05)
             with pytest.raises(asyncio.TimeoutError):
                 await task
             return running

@@ -151,12 +151,15 @@ def test_pd_metrics(pool: PDPool) -> None:
                 "bootstrap_port": pool.ports.bootstrap}
         tasks = [asyncio.create_task(stuck(pool.prefill, {"bootstrap_room": 1})),
                  asyncio.create_task(stuck(pool.decode, room))]
-        await asyncio.sleep(0.4)
-        queues = await asyncio.gather(
-            asyncio.to_thread(metric, pool.prefill, "sglang:num_prefill_bootstrap_queue_reqs"),
-            asyncio.to_thread(metric, pool.decode, "sglang:num_decode_transfer_queue_reqs"))
+        most = [0.0, 0.0]  # the gauges' highest while the stuck requests wait
+        while not all(task.done() for task in tasks):
+            seen = await asyncio.gather(
+                asyncio.to_thread(metric, pool.prefill, "sglang:num_prefill_bootstrap_queue_reqs"),
+                asyncio.to_thread(metric, pool.decode, "sglang:num_decode_transfer_queue_reqs"))
+            most = [max(m, v) for m, v in zip(most, seen, strict=True)]
+            await asyncio.sleep(0.05)
         await asyncio.gather(*tasks)
-        return queues[0], queues[1]
+        return most[0], most[1]
 
     assert asyncio.run(queues_while_stuck()) == (1, 1)
     status, answer = post_chat(pool.decode, body(opening("pd-direct")))
