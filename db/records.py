@@ -61,6 +61,8 @@ class TrialRecord:
     counts: dict[str, int] = field(default_factory=dict)
     """Sessions of this trial tallied by outcome; outcomes that never occurred are absent."""
     stopped_early: bool = False
+    events: dict[str, int] = field(default_factory=dict)
+    """The services' log events of this trial tallied by kind (experiments.collect)."""
 
     @property
     def sessions(self) -> int:

@@ -64,13 +64,15 @@ def _variant(row: Variant) -> VariantRecord:
     )
 
 
-def _trial(row: Trial, levels_json: str, counts: dict[str, int]) -> TrialRecord:
+def _trial(row: Trial, levels_json: str, counts: dict[str, int],
+           events: dict[str, int]) -> TrialRecord:
     return TrialRecord(
         id=row.id, campaign_id=row.campaign_id, variant_id=row.variant_id,
         levels=json.loads(levels_json), seq=row.seq, pool=row.pool, status=row.status,
         started_at=row.started_at, finished_at=row.finished_at, wall_s=row.wall_s,
         restart_s=row.restart_s, workload_s=row.workload_s, restarts=row.restarts,
         error=row.error, seed=row.seed, counts=counts, stopped_early=row.stopped_early,
+        events=events,
     )
 
 
@@ -321,14 +323,25 @@ class Store:
                 .where(Trial.campaign_id == campaign_id)
                 .group_by(TrialSession.trial_id, TrialSession.outcome)
             )
+            logged = (
+                select(LogEvent.trial_id, LogEvent.kind, func.count())
+                .join(Trial, LogEvent.trial_id == Trial.id)
+                .where(Trial.campaign_id == campaign_id)
+                .group_by(LogEvent.trial_id, LogEvent.kind)
+            )
             if status is not None:
                 query = query.where(Trial.status == status)
                 tally = tally.where(Trial.status == status)
+                logged = logged.where(Trial.status == status)
             counts: dict[int, dict[str, int]] = {}
             for trial_id, outcome, n in s.execute(tally):
                 counts.setdefault(trial_id, {})[outcome] = n
+            events: dict[int, dict[str, int]] = {}
+            for trial_id, kind, n in s.execute(logged):
+                events.setdefault(trial_id, {})[kind] = n
             rows = s.execute(query.order_by(Trial.seq, Trial.id))
-            return [_trial(row, levels, counts.get(row.id, {})) for row, levels in rows]
+            return [_trial(row, levels, counts.get(row.id, {}), events.get(row.id, {}))
+                    for row, levels in rows]
 
     def get_trial(self, trial_id: int) -> TrialRecord:
         with self._session(f"read trial {trial_id}") as s:
@@ -344,7 +357,13 @@ class Store:
                 .where(TrialSession.trial_id == trial_id)
                 .group_by(TrialSession.outcome)
             )
-            return _trial(found[0], found[1], {outcome: n for outcome, n in tally})
+            logged = s.execute(
+                select(LogEvent.kind, func.count())
+                .where(LogEvent.trial_id == trial_id)
+                .group_by(LogEvent.kind)
+            )
+            return _trial(found[0], found[1], {outcome: n for outcome, n in tally},
+                          {kind: n for kind, n in logged})
 
     # --- what a trial observed ------------------------------------------------------------
 

@@ -20,6 +20,10 @@ CORRUPTION: frozenset[Outcome] = frozenset(
 )
 # Infrastructure or wedge evidence: never counted as corrupt, never as clean.
 INFRA: frozenset[Outcome] = frozenset({Outcome.ERROR, Outcome.TIMEOUT})
+# Kinds of service log events (experiments.collect) that tell of a server hanging or dropping
+# requests — the investigation's wedged variant logged 168 aborts: reported per variant beside
+# the sessions' errors and timeouts.
+WEDGE_LOG_KINDS: tuple[str, ...] = ("wedge", "abort", "transfer_timeout", "error")
 
 
 def is_corrupt(outcome: str) -> bool:

@@ -27,6 +27,7 @@ class TrialEvidence:
     wall_s: float = 0.0
     workload_s: float = 0.0
     stopped_early: bool = False
+    events: Mapping[str, int] = field(default_factory=dict)  # service log events by kind
 
     @property
     def sessions(self) -> int:
@@ -82,6 +83,11 @@ class Cell:
     @property
     def rate(self) -> float:
         return self.corrupted / self.judged if self.judged else 0.0
+
+    def events(self, kinds: Iterable[str]) -> dict[str, int]:
+        """The trials' log events of these kinds, summed; kinds never seen are left out."""
+        totals = {kind: sum(t.events.get(kind, 0) for t in self.trials) for kind in kinds}
+        return {kind: n for kind, n in totals.items() if n}
 
     def matches(self, condition: Levels) -> bool:
         return all(self.levels.get(name) == level for name, level in condition.items())

@@ -38,6 +38,7 @@ from orchestrator.verdict import (
     decide,
     from_commit_replay,
     from_replay,
+    variant_cells,
 )
 
 MAX_FAILED_ATTEMPTS = 2  # then the variant is unresolvable, like `git bisect skip`
@@ -60,7 +61,7 @@ def evidence(trials: list[TrialRecord], target: str = "corruption") -> list[Tria
     done = [
         TrialEvidence(levels=t.levels, counts=t.counts, restarts=t.restarts,
                       wall_s=t.wall_s or 0.0, workload_s=t.workload_s or 0.0,
-                      stopped_early=t.stopped_early)
+                      stopped_early=t.stopped_early, events=t.events)
         for t in trials
         if t.status == "done"
     ]
@@ -116,12 +117,16 @@ def verdict_of(store: Store, campaign_id: str) -> Verdict:
     """Recompute the verdict from the stored trials."""
     campaign = campaign_of(store, campaign_id)
     trials = store.trials(campaign_id, status=None)
-    done = evidence(trials, campaign.strategy.target)
+    target = campaign.strategy.target
+    done = evidence(trials, target)
     skipped = unresolvable(trials)
     cost = CostModel(campaign.cost.restart_s, campaign.cost.workload_s, campaign.cost.gpus)
     strategy = skipping(strategy_for(campaign), skipped)
     verdict = _verdict(strategy, done, campaign, cost, skipped)
-    return dataclasses.replace(verdict, target=campaign.strategy.target)
+    if target == "wedging":  # decided on errors and timeouts; the variants shown as they were
+        shown = variant_cells(evidence(trials), campaign.level_names())
+        verdict = dataclasses.replace(verdict, cells=tuple(shown))
+    return dataclasses.replace(verdict, target=target)
 
 
 def skipping(strategy: Factorial | Adaptive | Commits,
@@ -146,6 +151,7 @@ def _verdict(strategy: Factorial | Adaptive | Commits, done: list[TrialEvidence]
         done, campaign.level_names(), alpha=campaign.strategy.alpha,
         clean_rate=campaign.strategy.clean_rate, cost=cost, known_bad=campaign.known_bad,
         unresolvable=skipped, design=strategy.design or Design.full(campaign.level_names()),
+        failure=campaign.strategy.target,
     )
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from experiments.outcomes import WEDGE_LOG_KINDS
 from orchestrator.attribution import Culprit, find_culprits, measure
 from orchestrator.evidence import Cell, TrialEvidence, cells, pooled, variant_key
 from orchestrator.stats.proportions import wilson
@@ -144,6 +145,7 @@ def _cell_json(cell: Cell) -> dict[str, Any]:
         "ci95": [_round(low), _round(high)],
         "trials": len(cell.trials),
         "stopped_early": sum(t.stopped_early for t in cell.trials),
+        "log_events": cell.events(WEDGE_LOG_KINDS),  # wedge signs in the services' logs
     }
 
 
@@ -151,10 +153,16 @@ def _judged_cells(
     evidence: Sequence[TrialEvidence], factors: Mapping[str, Sequence[str]]
 ) -> tuple[list[TrialEvidence], list[Cell]]:
     judged = [t for t in evidence if t.sessions and t.infra / t.sessions <= MAX_INFRA_SHARE]
-    grouped = cells(judged)
+    return judged, variant_cells(judged, factors)
+
+
+def variant_cells(evidence: Sequence[TrialEvidence],
+                  factors: Mapping[str, Sequence[str]]) -> list[Cell]:
+    """The trials pooled by variant, in the factors' level order."""
+    grouped = cells(t for t in evidence if t.sessions)
     order = {name: [*levels] for name, levels in factors.items()}
     grouped.sort(key=lambda c: [order[f].index(c.levels[f]) for f in order if f in c.levels])
-    return judged, grouped
+    return grouped
 
 
 def wedging(
@@ -269,8 +277,12 @@ def decide(
     known_bad: Mapping[str, str] | None = None,
     unresolvable: Sequence[Unresolvable] = (),
     design: Design | None = None,
+    failure: str = "corruption",
 ) -> Verdict:
+    """``failure`` names what the evidence's failing sessions are (``wedging`` when errors and
+    timeouts were made the failures, ``TrialEvidence.as_wedging``), for the reason given."""
     judged, grouped = _judged_cells(evidence, factors)
+    failing = "corrupt" if failure == "corruption" else "wedged (an error or a timeout)"
 
     def verdict(status: Status, reason: str, culprits: Sequence[Culprit] = ()) -> Verdict:
         return Verdict(status, reason, tuple(culprits), tuple(grouped), tuple(evidence),
@@ -293,32 +305,32 @@ def decide(
             aliases = ", ".join(f"{effect_name(e)} = {effect_name(a)}" for e, a in confused)
             return verdict(
                 Status.INCONCLUSIVE,
-                f"corruption follows {names}, but the design ({design.describe()}) aliases "
+                f"{failure} follows {names}, but the design ({design.describe()}) aliases "
                 f"it: {aliases}; run `design: full` over these factors (the others held at "
                 f"one level) to tell them apart",
             )
-        return verdict(Status.CULPRIT, f"corruption follows {names} (design: "
+        return verdict(Status.CULPRIT, f"{failure} follows {names} (design: "
                                        f"{design.describe()}; {design.clear_effects()} are not "
                                        f"aliased with each other)", culprits)
     if culprits:
-        return verdict(Status.CULPRIT, f"corruption follows {names}", culprits)
+        return verdict(Status.CULPRIT, f"{failure} follows {names}", culprits)
     if corrupted == 0 and known_bad is not None:
-        return verdict(Status.NOT_REPRODUCED, "the known-bad variant showed no corruption")
+        return verdict(Status.NOT_REPRODUCED, f"the known-bad variant showed no {failure}")
     upper = wilson(corrupted, sessions)[1]
     if upper <= clean_rate:
         return verdict(
             Status.NO_CULPRIT,
-            f"{corrupted} of {sessions} sessions corrupt; upper 95% bound {upper:.2%} "
+            f"{corrupted} of {sessions} sessions {failing}; upper 95% bound {upper:.2%} "
             f"is within the clean rate {clean_rate:.2%}",
         )
     if corrupted == 0:
         return verdict(
             Status.INCONCLUSIVE,
-            f"no corruption in {sessions} sessions, too few to call the deployment clean (upper "
+            f"no {failure} in {sessions} sessions, too few to call the deployment clean (upper "
             f"95% bound {upper:.2%} above the clean rate {clean_rate:.2%}): run more trials",
         )
     return verdict(
         Status.INCONCLUSIVE,
-        f"{corrupted} of {sessions} sessions corrupt, but no factor or interaction explains it "
+        f"{corrupted} of {sessions} sessions {failing}, but no factor or interaction explains it "
         f"at alpha {alpha:g}",
     )

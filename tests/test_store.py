@@ -126,6 +126,7 @@ class TestStore:
         assert bad_trial.levels == BAD and bad_trial.variant_id == bad.id
         assert bad_trial.counts == {"ok": 66, "leak": 14} and bad_trial.sessions == 80
         assert good_trial.counts == {"ok": 80}
+        assert bad_trial.events == {"startup": 1, "abort": 1} and good_trial.events == {}
         assert (bad_trial.wall_s, bad_trial.restart_s, bad_trial.workload_s) == (12.5, 3.0, 9.0)
         assert bad_trial.restarts == 2 and good_trial.restarts == 0
         assert good_trial.workload_s is None

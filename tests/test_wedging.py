@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
+from typer.testing import CliRunner
 
 from db.store import Store
 from experiments.campaign import Campaign
+from orchestrator.cli import app
 from orchestrator.demo import twin_pool
 from orchestrator.runner import create_campaign, run_campaign
 
@@ -39,3 +42,47 @@ def test_the_switch_that_makes_the_server_fail_requests_is_named(ray_cluster: No
     assert verdict["target"] == "wedging" and verdict["status"] == "culprit"
     assert [c["factors"] for c in verdict["culprits"]] == [{"cuda_graph": "off"}]
     assert verdict["reason"].startswith("wedging follows")
+    failing = [v for v in verdict["variants"] if v["levels"]["cuda_graph"] == "off"]
+    assert failing and all(v["infra"] > 0 and v["corrupted"] == 0 for v in failing)
+
+
+def test_a_wedging_variant_shows_its_wedge_signs_in_the_logs(ray_cluster: None,
+                                                             tmp_path: Path) -> None:
+    # Requests hang under HiCache until the client gives up: the twin logs WaitingForInput and,
+    # once the client leaves, an abort, as SGLang does. Those log events are counted per trial
+    # and reported per variant beside the sessions' timeouts.
+    faults = tmp_path / "faults.yaml"
+    faults.write_text(yaml.safe_dump({"rules": [{
+        "name": "hicache-hang", "when": {"flags": {"enable-hierarchical-cache": True}},
+        "min_inflight": 1, "probability": 0.5, "effect": "wedge"}]}))
+    campaign = Campaign.model_validate({
+        "name": "wedge signs",
+        "nodes": [{"name": "here", "workdir": str(tmp_path / "services")}],
+        "pools": [twin_pool("p", "here", faults, latency_ms=2)],
+        "factors": [{"name": "hicache", "levels": {
+            "off": {}, "on": {"flags": ["--enable-hierarchical-cache"]}}}],
+        "workload": {"sessions": 12, "rounds": 1, "timeout_s": 1.5},
+        # 3 trials a variant: with 2 against 2, no per-trial comparison can reach p <= 0.05
+        "strategy": {"kind": "factorial", "target": "wedging", "repeats": 3},
+    })
+    db = tmp_path / "bisect.db"
+    with Store.open(str(db)) as store:
+        campaign_id = create_campaign(store, campaign, "test")
+        verdict = run_campaign(store, campaign_id).to_json()
+    assert [c["factors"] for c in verdict["culprits"]] == [{"hicache": "on"}]
+    assert verdict["reason"].startswith("wedging follows hicache=on")
+    variants = {v["levels"]["hicache"]: v for v in verdict["variants"]}
+    # the variants as they ran: hung sessions are timeouts, not corruption
+    assert variants["on"]["infra"] > 0 and variants["on"]["corrupted"] == 0
+    assert variants["off"]["log_events"] == {}
+    signs = variants["on"]["log_events"]
+    assert signs["wedge"] >= 1 and signs["abort"] >= 1
+    assert signs["abort"] <= variants["on"]["infra"]  # one abort per request the client left
+
+    shown = CliRunner().invoke(app, ["show", campaign_id, "--store", str(db), "--json"])
+    assert shown.exit_code == 0, shown.output
+    rows = json.loads(shown.output)
+    assert all(r["log_events"].get("abort", 0) >= 1 for r in rows if r["levels"]["hicache"] == "on")
+    assert all("abort" not in r["log_events"] for r in rows if r["levels"]["hicache"] == "off")
+    table = CliRunner().invoke(app, ["show", campaign_id, "--store", str(db)])
+    assert "abort" in table.output

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from db.store import Store
 from experiments.campaign import Campaign, load_campaign
-from experiments.outcomes import is_corrupt, is_infra
+from experiments.outcomes import WEDGE_LOG_KINDS, is_corrupt, is_infra
 from orchestrator.cli.common import (
     JsonOption,
     StoreOption,
@@ -233,20 +233,23 @@ def show(campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption
     rows = [
         {"seq": t.seq, "pool": t.pool, "status": t.status, "levels": t.levels,
          "counts": t.counts, "restarts": t.restarts, "wall_s": t.wall_s,
-         "stopped_early": t.stopped_early, "error": t.error,
+         "stopped_early": t.stopped_early, "error": t.error, "log_events": t.events,
          "skipped": t.status == "failed" and variant_key(t.levels) in skipped}
         for t in trials
     ]
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table("seq", "pool", "status", "variant", "sessions", "corrupt/infra", "wall s")
+    table = Table("seq", "pool", "status", "variant", "sessions", "corrupt/infra",
+                  "wedge signs in logs", "wall s")
     for t in trials:
         corrupt = sum(n for o, n in t.counts.items() if is_corrupt(o))
         infra = sum(n for o, n in t.counts.items() if is_infra(o))
+        signs = ", ".join(f"{kind} {t.events[kind]}" for kind in WEDGE_LOG_KINDS
+                          if t.events.get(kind))
         table.add_row(str(t.seq), t.pool, t.status + (" (early)" if t.stopped_early else ""),
                       ",".join(f"{f}={lvl}" for f, lvl in t.levels.items()),
-                      str(t.sessions), f"{corrupt}/{infra}",
+                      str(t.sessions), f"{corrupt}/{infra}", signs,
                       f"{t.wall_s:.1f}" if t.wall_s is not None else "")
     out.print(table)
     for u in skipped.values():
