@@ -108,5 +108,7 @@ CONTENDERS: dict[str, Contender] = {
     "fractional factorial x2": run_fractional,
     "factorial x2 (baseline)": run_factorial,
     "one-at-a-time x2 (baseline)": run_one_at_a_time,
+    # the same with 4 trials per variant: what one-at-a-time costs to get closer to right
+    "one-at-a-time x4": lambda s, pool: run_one_at_a_time(s, pool, trials=4),
     "oracle": run_oracle,
 }
