@@ -101,7 +101,8 @@ class _Run:
         return self.cells.get(variant_key(levels), _Counts())
 
     def test(self, levels: dict[str, str], phase: str) -> Answer:
-        """FAIL, PASS, or UNKNOWN once the variant's trial budget is spent (unresolved)."""
+        """FAIL or PASS; once the variant's trial budget is spent, PASS on the evidence at hand
+        when it is clearly better than known-bad and not worse than known-good, else UNKNOWN."""
         s = self.strategy
         cell = self.counts(levels)
         known = {variant_key(s.bad): Answer.FAIL, variant_key(s.good): Answer.PASS}
