@@ -41,18 +41,11 @@ def _run(strategy: Adaptive, s: Scenario, pool: Pool) -> list[Levels] | None:
     return [] if replay.outcome is Outcome.NOT_REPRODUCED else None
 
 
-def run_factorial(s: Scenario, pool: Pool, repeats: int = 2) -> list[Levels] | None:
-    trials = [pool.trial(levels) for levels in Factorial(s.factors, repeats).plan]
-    verdict = decide(_seen(s, trials), s.factors, alpha=ALPHA, clean_rate=0.02, cost=COST,
-                     known_bad=s.bad)
-    if verdict.status is Status.CULPRIT:
-        return [dict(c.factors) for c in verdict.culprits]
-    return [] if verdict.status in (Status.NO_CULPRIT, Status.NOT_REPRODUCED) else None
-
-
-def run_fractional(s: Scenario, pool: Pool, repeats: int = 2) -> list[Levels] | None:
-    """The factorial strategy on a resolution-V fraction (the full design up to 4 factors)."""
-    strategy = Factorial(s.factors, repeats, fraction(s.factors, 5, s.bad))
+def run_factorial(s: Scenario, pool: Pool, repeats: int = 2,
+                  fractional: bool = False) -> list[Levels] | None:
+    """The factorial strategy, on every variant or on a resolution-V fraction (which is the full
+    design up to 4 factors), ``repeats`` trials each, every trial in full."""
+    strategy = Factorial(s.factors, repeats, fraction(s.factors, 5, s.bad) if fractional else None)
     trials = [pool.trial(levels) for levels in strategy.plan]
     verdict = decide(_seen(s, trials), s.factors, alpha=ALPHA, clean_rate=0.02, cost=COST,
                      known_bad=s.bad, design=strategy.design)
@@ -105,7 +98,7 @@ def run_oracle(s: Scenario, pool: Pool) -> list[Levels] | None:
 
 CONTENDERS: dict[str, Contender] = {
     "adaptive": run_adaptive,
-    "fractional factorial x2": run_fractional,
+    "fractional factorial x2": lambda s, pool: run_factorial(s, pool, fractional=True),
     "factorial x2 (baseline)": run_factorial,
     "one-at-a-time x2 (baseline)": run_one_at_a_time,
     # the same with 4 trials per variant: what one-at-a-time costs to get closer to right
