@@ -80,7 +80,8 @@ class Pool:
             finished = [o for _, _, o in ended]
         self.gpu_s += (COST.restart_s + share * COST.workload_s) * COST.gpus
         return TrialEvidence(dict(levels), dict(Counter(o.value for o in finished)), restarts=1,
-                             workload_s=share * COST.workload_s, stopped_early=early)
+                             workload_s=share * COST.workload_s, stopped_early=early,
+                             planned=SESSIONS)
 
     def _end_time(self, outcome: Outcome) -> float:
         """When a session ends, as a share of the workload: a failing turn (a corrupt reply, or a

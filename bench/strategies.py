@@ -52,7 +52,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for scenario in dict.fromkeys(r["scenario"] for r in rows):
         by = {r["strategy"]: r for r in rows if r["scenario"] == scenario}
-        cells = [f"{by[n]['correct']:.0%} / {by[n]['false_accusation']:.0%} / "
+        cells = [f"{by[n]['correct']:.0%} / {by[n]['false_accusation']:.1%} / "
                  f"{by[n]['median_gpu_s'] / FULL_TRIAL_GPU_S:.1f} ({by[n]['median_trials']:g})"
                  for n in names]
         ratios = [by["adaptive"]["median_gpu_s"] / by[n]["median_gpu_s"] for n in against]
@@ -72,7 +72,7 @@ def main() -> None:
             row = measure(scenario, name, args.seeds)
             rows.append(row)
             print(f"{scenario.name:36} {name:28} correct {row['correct']:5.0%}  "
-                  f"false {row['false_accusation']:4.0%}  trials {row['median_trials']:5.1f}  "
+                  f"false {row['false_accusation']:5.1%}  trials {row['median_trials']:5.1f}  "
                   f"full-trial equivalents {row['median_gpu_s'] / FULL_TRIAL_GPU_S:5.2f}",
                   flush=True)
     print(f"({args.seeds} seeds per cell, {time.monotonic() - started:.0f} s)\n")

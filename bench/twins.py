@@ -15,6 +15,7 @@ import json
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,27 +28,48 @@ from orchestrator.runner import create_campaign, run_campaign
 from orchestrator.verdict import Status
 
 SEED_RULE = FAULT_MODEL["rules"][0]
-# (name, fault rules planted in every twin, the culprits a right verdict names)
-SCENARIOS: list[tuple[str, list[dict[str, Any]], list[dict[str, str]]]] = [
-    ("seed: bf16 x HiCache among 4", [SEED_RULE], [{"index_k": "bf16", "hicache": "on"}]),
-    ("single factor: bf16 alone, 10%",
-     [{**SEED_RULE, "name": "bf16", "when": {"env": {"BF16_INDEX_K": "1"}}, "probability": 0.1}],
-     [{"index_k": "bf16"}]),
-    ("no culprit (0.3% noise only)", [], []),
+# Known-good and known-bad differing in all four factors (the demo's differ in index_k only):
+# the flips back to known-good's levels get first looks and one sufficiency test.
+ALL_DIFFER = ({"index_k": "fp8", "hicache": "off", "topk_v2": "off", "cuda_graph": "on"},
+              {"index_k": "bf16", "hicache": "on", "topk_v2": "on", "cuda_graph": "off"})
+Ends = tuple[dict[str, str], dict[str, str]] | None  # known-good and known-bad, or the demo's
+
+
+@dataclass(frozen=True)
+class TwinScenario:
+    name: str
+    rules: list[dict[str, Any]]  # fault rules planted in every twin
+    culprits: list[dict[str, str]]  # what a right verdict names
+    ends: Ends = None
+
+
+SCENARIOS = [
+    TwinScenario("seed: bf16 x HiCache among 4", [SEED_RULE],
+                 [{"index_k": "bf16", "hicache": "on"}]),
+    TwinScenario("single factor: bf16 alone, 10%", [
+        {**SEED_RULE, "name": "bf16", "when": {"env": {"BF16_INDEX_K": "1"}},
+         "probability": 0.1}], [{"index_k": "bf16"}]),
+    TwinScenario("no culprit (0.3% noise only)", [], []),
+    TwinScenario("single factor, all 4 differ: topk_v2 alone, 10%", [
+        {**SEED_RULE, "name": "topk-v2", "when": {"env": {"SGLANG_OPT_USE_TOPK_V2": "1"}},
+         "probability": 0.1}], [{"topk_v2": "on"}], ALL_DIFFER),
 ]
 
 
-def campaign_for(workdir: Path, rules: list[dict[str, Any]], seed: int) -> Campaign:
+def campaign_for(workdir: Path, scenario: TwinScenario, seed: int) -> Campaign:
     workdir.mkdir(parents=True)
     fault_model = workdir / "fault-model.yaml"
-    fault_model.write_text(yaml.safe_dump({**FAULT_MODEL, "rules": rules}), encoding="utf-8")
+    fault_model.write_text(yaml.safe_dump({**FAULT_MODEL, "rules": scenario.rules}),
+                           encoding="utf-8")
     data = demo_campaign(workdir, fault_model).model_dump(mode="json")
     data["workload"]["seed"] = seed
+    if scenario.ends:
+        data["known_good"], data["known_bad"] = scenario.ends
     return Campaign.model_validate(data)
 
 
-def run_one(workdir: Path, rules: list[dict[str, Any]], seed: int) -> dict[str, Any]:
-    campaign = campaign_for(workdir, rules, seed)
+def run_one(workdir: Path, scenario: TwinScenario, seed: int) -> dict[str, Any]:
+    campaign = campaign_for(workdir, scenario, seed)
     started = time.monotonic()
     with Store.open(str(workdir / "bisect.db")) as store:
         verdict = run_campaign(store, create_campaign(store, campaign, "bench"))
@@ -71,18 +93,19 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bisect-bench-") as tmp:
-        for index, (name, rules, truth) in enumerate(SCENARIOS):
-            runs = [run_one(Path(tmp) / f"{index}-{seed}", rules, seed)
+        for index, scenario in enumerate(SCENARIOS):
+            runs = [run_one(Path(tmp) / f"{index}-{seed}", scenario, seed)
                     for seed in range(1, args.seeds + 1)]
-            want = sorted(map(str, truth))
-            row = {"scenario": name, "runs": runs,
+            want = sorted(map(str, scenario.culprits))
+            row = {"scenario": scenario.name, "runs": runs,
                    "correct": sum(r["found"] is not None and sorted(map(str, r["found"])) == want
                                   for r in runs) / len(runs),
                    "median_trials": statistics.median(r["trials"] for r in runs),
                    "median_gpu_s": statistics.median(r["gpu_s"] for r in runs),
                    "median_wall_s": statistics.median(r["wall_s"] for r in runs)}
             rows.append(row)
-            print(f"{name:34} correct {row['correct']:4.0%}  trials {row['median_trials']:4g}  "
+            print(f"{scenario.name:34} correct {row['correct']:4.0%}  "
+                  f"trials {row['median_trials']:4g}  "
                   f"full-trial equivalents {row['median_gpu_s'] / 9200:5.2f}  "
                   f"wall {row['median_wall_s']:5.1f} s  "
                   f"(stopped early: {[r['stopped_early'] for r in runs]})", flush=True)

@@ -28,6 +28,7 @@ class TrialEvidence:
     workload_s: float = 0.0
     stopped_early: bool = False
     events: Mapping[str, int] = field(default_factory=dict)  # service log events by kind
+    planned: int = 0  # sessions the workload planned (0: not known)
 
     @property
     def sessions(self) -> int:
@@ -45,6 +46,11 @@ class TrialEvidence:
     def judged(self) -> int:
         """Sessions that reached a verdict of their own: errors and timeouts excluded."""
         return self.sessions - self.infra
+
+    @property
+    def unfinished(self) -> int:
+        """Planned sessions a stop ended before they finished; they are not stored."""
+        return max(0, self.planned - self.sessions) if self.stopped_early else 0
 
     @property
     def rate(self) -> float:

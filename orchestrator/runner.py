@@ -55,13 +55,14 @@ def new_campaign_id(name: str) -> str:
     return f"{stamp}-{secrets.token_hex(2)}"
 
 
-def evidence(trials: list[TrialRecord], target: str = "corruption") -> list[TrialEvidence]:
+def evidence(trials: list[TrialRecord], target: str = "corruption",
+             planned: int = 0) -> list[TrialEvidence]:
     """Finished trials as the strategies see them; for a wedging campaign, errors and timeouts
-    are the failures (``TrialEvidence.as_wedging``)."""
+    are the failures (``TrialEvidence.as_wedging``). ``planned``: sessions per trial."""
     done = [
         TrialEvidence(levels=t.levels, counts=t.counts, restarts=t.restarts,
                       wall_s=t.wall_s or 0.0, workload_s=t.workload_s or 0.0,
-                      stopped_early=t.stopped_early, events=t.events)
+                      stopped_early=t.stopped_early, events=t.events, planned=planned)
         for t in trials
         if t.status == "done"
     ]
@@ -118,7 +119,7 @@ def verdict_of(store: Store, campaign_id: str) -> Verdict:
     campaign = campaign_of(store, campaign_id)
     trials = store.trials(campaign_id, status=None)
     target = campaign.strategy.target
-    done = evidence(trials, target)
+    done = evidence(trials, target, campaign.workload.sessions)
     skipped = unresolvable(trials)
     cost = CostModel(campaign.cost.restart_s, campaign.cost.workload_s, campaign.cost.gpus)
     strategy = skipping(strategy_for(campaign), skipped)
@@ -222,7 +223,7 @@ def run_campaign(
 def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progress) -> None:
     """Propose, dispatch, store, until the strategy is done; the actors stop their services."""
     base = strategy_for(campaign)
-    target = campaign.strategy.target
+    target, planned = campaign.strategy.target, campaign.workload.sessions
     infra_failures: dict[str, int] = {}  # this run's, per variant
     actors = PoolActors(campaign.model_dump(mode="json"), [p.name for p in campaign.pools])
     pending: dict[int, dict[str, str]] = {}
@@ -236,7 +237,8 @@ def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progres
             free = [p.name for p in campaign.pools if p.name not in actors.busy]
             proposals = [
                 levels
-                for levels in strategy.propose(evidence(trials, target), list(pending.values()))
+                for levels in strategy.propose(evidence(trials, target, planned),
+                                                list(pending.values()))
                 if variant_key(levels) not in blocked
             ]
             next_seq = max((t.seq for t in trials), default=0) + 1
@@ -245,7 +247,7 @@ def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progres
                 seed = campaign.workload.seed * 1_000_003 + next_seq
                 trial_id = store.start_trial(campaign_id, variant.id, next_seq, pool, seed)
                 pending[trial_id] = levels
-                rule = strategy.stop_rule(levels, evidence(trials, target))
+                rule = strategy.stop_rule(levels, evidence(trials, target, planned))
                 actors.submit(pool, TrialOrder(trial_id, levels, seed, rule, target))
                 progress(f"trial {next_seq} on {pool}: {variant.key}")
                 next_seq += 1

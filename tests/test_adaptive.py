@@ -7,7 +7,8 @@ from collections.abc import Callable, Mapping
 
 import pytest
 
-from orchestrator.evidence import TrialEvidence
+from orchestrator.evidence import TrialEvidence, variant_key
+from orchestrator.stats.compare import Answer, judge
 from orchestrator.strategies.adaptive import Adaptive, Outcome, Replay
 from orchestrator.verdict import CostModel, Status, from_replay
 
@@ -174,3 +175,89 @@ def test_a_trial_stops_early_only_when_failing_is_certain() -> None:
     before = [*good, TrialEvidence(flip, {"ok": 76, "leak": 4})]
     again = strategy.stop_rule(flip, before)
     assert again is not None and again.decided(3, 80) and not rule.decided(3, 80)
+
+
+def campaign_with_stops(strategy: Adaptive, rate: Rate, seed: int = 0, sessions: int = 80,
+                        ) -> tuple[list[TrialEvidence], Replay]:
+    """As ``campaign``, with each trial's stop rule applied as sessions finish (failing ones
+    first, as in a real trial): a stopped trial keeps only its finished sessions."""
+    rng = random.Random(seed)
+    evidence: list[TrialEvidence] = []
+    while proposals := strategy.propose(evidence, []):
+        for levels in proposals:
+            rule = strategy.stop_rule(levels, evidence)
+            outcomes = sorted(rng.random() < rate(levels) for _ in range(sessions))[::-1]
+            corrupt = finished = 0
+            for failed in outcomes:
+                finished += 1
+                corrupt += failed
+                if rule is not None and rule.decided(corrupt, sessions):
+                    break
+            early = finished < sessions
+            evidence.append(TrialEvidence(levels, {"ok": finished - corrupt, "leak": corrupt},
+                                          stopped_early=early, planned=sessions))
+    return evidence, strategy.replay(evidence)
+
+
+REPRODUCED8 = [_trial(BAD8, 12), _trial(BAD8, 12), _trial(GOOD8, 0), _trial(GOOD8, 0)]
+
+
+def test_a_first_look_stops_at_its_first_failing_session() -> None:
+    strategy = Adaptive(EIGHT, GOOD8, BAD8)
+    look = strategy.stop_rule({**BAD8, "f0": "a"}, REPRODUCED8)
+    assert look is not None and look.decided(1, 80) and not look.decided(0, 80)
+    # Known-good's reproduction showed a failing session: one failing session says little
+    # against background noise, so every flip is tested to the end from the start.
+    noisy = [*REPRODUCED8[:2], _trial(GOOD8, 1), _trial(GOOD8, 0)]
+    proof = strategy.stop_rule({**BAD8, "f0": "a"}, noisy)
+    assert proof is not None and not proof.decided(1, 80) and proof.decided(6, 80)
+    # A space where few factors differ gets no looks: the sufficiency test would cost more.
+    few = Adaptive(FOUR, GOOD4, BAD4)
+    reproduced4 = [_trial(BAD4, 12), _trial(BAD4, 12), _trial(GOOD4, 0), _trial(GOOD4, 0)]
+    rule = few.stop_rule({**BAD4, "topk_v2": "off"}, reproduced4)
+    assert rule is not None and not rule.decided(1, 80)
+
+
+def test_flips_let_go_are_proven_innocent_by_one_sufficiency_test() -> None:
+    evidence, replay = campaign_with_stops(
+        Adaptive(EIGHT, GOOD8, BAD8), lambda lv: 0.06 if lv["f3"] == "b" else 0.0, seed=1)
+    assert replay.outcome is Outcome.CULPRIT and replay.culprits == ({"f3": "b"},)
+    let_go = [s for s in replay.trail if s.answer == "looks failing"]
+    assert len(let_go) == 7  # every innocent flip: one stopped trial each, no proof
+    for step in let_go:
+        [trial] = [t for t in evidence if t.levels == step.levels]
+        assert trial.stopped_early and trial.sessions < 80
+    [sufficient] = [s for s in replay.trail if s.phase == "sufficient?"]
+    assert sufficient.answer == "fail" and sufficient.levels == {**GOOD8, "f3": "b"}
+
+
+def test_a_culprit_let_go_by_noise_is_caught_by_the_sufficiency_test() -> None:
+    # The look at f2's flip met a failing session although f2 is half of the culprit (noise):
+    # known-good with only f3's level does not fail, so every flip let go is tested to the end.
+    factors = {name: ["x", "y"] for name in FOUR}
+    strategy = Adaptive(factors, dict.fromkeys(factors, "x"), dict.fromkeys(factors, "y"))
+    good, bad = strategy.good, strategy.bad
+
+    def looked(factor: str) -> TrialEvidence:
+        return TrialEvidence({**bad, factor: "x"}, {"leak": 1}, stopped_early=True, planned=80)
+
+    evidence = [_trial(bad, 12), _trial(bad, 12), _trial(good, 0), _trial(good, 0),
+                *(looked(f) for f in ("index_k", "hicache", "topk_v2")),
+                _trial({**bad, "cuda_graph": "x"}, 0), _trial({**bad, "cuda_graph": "x"}, 0),
+                _trial({**good, "cuda_graph": "y"}, 0), _trial({**good, "cuda_graph": "y"}, 0)]
+    replay = strategy.replay(evidence)
+    [sufficient] = [s for s in replay.trail if s.phase == "sufficient?"]
+    assert sufficient.answer == "pass"
+    assert sorted(variant_key(v) for v in replay.needed) == sorted(
+        variant_key({**bad, f: "x"}) for f in ("index_k", "hicache", "topk_v2"))
+    assert replay.stop_at == {}  # now they seek a proof: stop only when failing is certain
+
+
+def test_a_trial_stopped_early_never_supports_a_pass_nor_a_fail_it_did_not_see() -> None:
+    # One failing session finished before the stop, 79 never did: as a rate, 1 of 1 would be
+    # "failing" (p = 0.006) — counted with the 79 unfinished as clean it is not (p = 1/3).
+    stopped = judge((0, 0), (0, 160), (24, 160), 0.01, curtailed=(1, 80))
+    assert stopped.answer is Answer.UNKNOWN and stopped.p_fail == pytest.approx(1 / 3)
+    assert judge((1, 1), (0, 160), (24, 160), 0.01).answer is Answer.FAIL
+    # Its finished sessions never count towards a PASS: only full trials do.
+    assert judge((0, 0), (0, 160), (24, 160), 0.01, curtailed=(0, 80)).p_pass == 1.0

@@ -34,14 +34,20 @@ class Judgement:
 
 
 def judge(variant: Counts, good: Counts, bad: Counts, alpha: float,
-          pass_alpha: float | None = None) -> Judgement:
+          pass_alpha: float | None = None, curtailed: Counts | None = None) -> Judgement:
     """``pass_alpha`` (default ``alpha``) is the stricter level a PASS may need: a PASS names a
-    level as necessary to the failure, so a scan of many variants shares one error budget."""
-    p_fail = fisher_greater(*variant, *good)
+    level as necessary to the failure, so a scan of many variants shares one error budget.
+
+    ``curtailed``: when trials of the variant were stopped early, ``variant`` counts its full
+    trials only and ``curtailed`` every trial, each stopped one with its unfinished sessions
+    counted clean. Failing sessions finish first, so a stopped trial leans failing: a FAIL may
+    rest on it (counting the unfinished clean can only weaken a FAIL), a PASS never does."""
+    p_fail = fisher_greater(*(curtailed or variant), *good)
     p_pass = fisher_greater(*bad, *variant)
+    suspicion = fisher_greater(*variant, *good) if curtailed else p_fail
     if p_fail <= alpha:
         answer = Answer.FAIL
-    elif p_pass <= (alpha if pass_alpha is None else pass_alpha) and p_fail > SUSPICION:
+    elif p_pass <= (alpha if pass_alpha is None else pass_alpha) and suspicion > SUSPICION:
         answer = Answer.PASS
     else:
         answer = Answer.UNKNOWN

@@ -11,7 +11,10 @@ exactly where it was, and the verdict and `bisect log` are recomputed from the s
    failure needs — among them those good and bad share (an interaction with the background,
    such as HiCache being on in both). One sequential test per factor, all proposed at once. An
    UNKNOWN test adds a trial where it helps most: to the variant, or to known-good or known-bad
-   when the variant already has more trials than that reference.
+   when the variant already has more trials than that reference. Where many factors differ,
+   a flip back to known-good's level gets a first look that stops at its first failing
+   session, and one sufficiency test (known-good plus only the found levels still fails)
+   proves all the flips let go innocent at once.
 3. If every flip still fails, several culprits are active at once: Zeller's ddmin over the
    factors where good and bad differ isolates one 1-minimal failing set, and its shared
    background is scanned as in step 2.
@@ -23,41 +26,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from orchestrator.evidence import Levels, TrialEvidence, variant_key
-from orchestrator.stats.compare import (
-    Answer,
-    Judgement,
-    StopWhenFailing,
-    judge,
-    reproduced,
-)
+from orchestrator.stats.compare import Answer, StopWhenFailing, reproduced
 from orchestrator.stats.proportions import wilson
 from orchestrator.strategies.base import not_yet_running
+from orchestrator.strategies.sequential import (
+    Concluded,
+    NeedTrials,
+    Outcome,
+    Step,
+    Tests,
+    VariantCounts,
+    cells_of,
+)
+
+__all__ = ["Adaptive", "Outcome", "Replay", "Step"]
 
 MAX_CULPRITS = 3
+# First looks pay when at least three flips can be let go: the sufficiency test costs about one
+# proof of failing, a look saves part of one (bench/strategies.py).
+LOOK_FROM_FACTORS = 4
 _WithLevels = Callable[[Sequence[str]], dict[str, str]]  # a subset of factors -> a variant
-
-
-class Outcome(StrEnum):
-    CULPRIT = "culprit"
-    NOT_REPRODUCED = "not_reproduced"
-    INCONCLUSIVE = "inconclusive"
-
-
-@dataclass(frozen=True)
-class Step:
-    """One line of the decision trail."""
-
-    phase: str
-    levels: Mapping[str, str]
-    answer: str
-    corrupted: int
-    judged: int
-    trials: int
-    p_fail: float
-    p_pass: float
 
 
 @dataclass(frozen=True)
@@ -67,97 +57,8 @@ class Replay:
     culprits: tuple[dict[str, str], ...]
     trail: tuple[Step, ...]
     reason: str = ""
-
-
-class _NeedTrials(Exception):
-    def __init__(self, *variants: dict[str, str]) -> None:
-        self.variants = variants
-
-
-class _Stop(Exception):
-    def __init__(self, outcome: Outcome, reason: str) -> None:
-        self.outcome, self.reason = outcome, reason
-
-
-@dataclass
-class _Counts:
-    corrupted: int = 0
-    judged: int = 0
-    trials: int = 0
-
-    @property
-    def pair(self) -> tuple[int, int]:
-        return (self.corrupted, self.judged)
-
-
-@dataclass
-class _Run:
-    strategy: Adaptive
-    cells: dict[str, _Counts]
-    total_trials: int
-    trail: list[Step] = field(default_factory=list)
-
-    def counts(self, levels: Mapping[str, str]) -> _Counts:
-        return self.cells.get(variant_key(levels), _Counts())
-
-    def test(self, levels: dict[str, str], phase: str) -> Answer:
-        """FAIL or PASS; once the variant's trial budget is spent, PASS on the evidence at hand
-        when it is clearly better than known-bad and not worse than known-good, else UNKNOWN."""
-        s = self.strategy
-        cell = self.counts(levels)
-        known = {variant_key(s.bad): Answer.FAIL, variant_key(s.good): Answer.PASS}
-        if variant_key(levels) in known:  # reproduced already: no trial of its own
-            answer = known[variant_key(levels)]
-            self.trail.append(Step(phase, levels, f"{answer.value} (known)", cell.corrupted,
-                                   cell.judged, cell.trials, float("nan"), float("nan")))
-            return answer
-        if cell.trials < s.min_trials:
-            self.need(levels)
-        good, bad = self.counts(s.good), self.counts(s.bad)
-        pass_alpha = s.pass_alpha(good)
-        j = judge(cell.pair, good.pair, bad.pair, s.alpha, pass_alpha)
-        answer, said = j.answer, j.answer.value
-        if answer is Answer.UNKNOWN:
-            more = self._next_for(levels, cell, good, bad, j)
-            if more:
-                self.need(*more)
-            if j.p_pass <= pass_alpha and j.p_fail > s.alpha:
-                # Budget spent on a variant that is clearly better than known-bad and not worse
-                # than known-good: under background noise the suspicion margin can stay unmet
-                # for ever by chance, so the evidence at hand decides.
-                answer, said = Answer.PASS, "pass (at budget)"
-        self.trail.append(Step(phase, levels, said, cell.corrupted, cell.judged, cell.trials,
-                               j.p_fail, j.p_pass))
-        return answer
-
-    def _next_for(self, levels: dict[str, str], cell: _Counts, good: _Counts, bad: _Counts,
-                  j: Judgement) -> list[dict[str, str]]:
-        """What would settle an UNKNOWN best: a reference with fewer trials than the variant is
-        the weak side of a comparison the variant already wins (a variant clearly better than
-        known-bad is held back only by known-good's small sample, and the other way round), so
-        it gets the trial; otherwise the variant does, up to its budget."""
-        s = self.strategy
-        most = min(cell.trials, s.max_trials_per_variant)
-        if j.p_pass <= s.pass_alpha(good) and good.trials < most:
-            return [dict(s.good)]
-        if j.p_fail > s.alpha and bad.trials < most:
-            return [dict(s.bad)]
-        return [levels] if cell.trials < s.max_trials_per_variant else []
-
-    def need(self, *variants: dict[str, str]) -> None:
-        if self.total_trials >= self.strategy.max_trials:
-            raise _Stop(Outcome.INCONCLUSIVE, f"trial budget of {self.strategy.max_trials} spent")
-        raise _NeedTrials(*variants)
-
-
-def _cells(evidence: Sequence[TrialEvidence]) -> dict[str, _Counts]:
-    cells: dict[str, _Counts] = {}
-    for trial in evidence:
-        cell = cells.setdefault(variant_key(trial.levels), _Counts())
-        cell.corrupted += trial.corrupted
-        cell.judged += trial.judged
-        cell.trials += 1
-    return cells
+    # a needed variant whose trial may stop at this p of failing instead of at alpha
+    stop_at: Mapping[str, float] = field(default_factory=dict)
 
 
 class Adaptive:
@@ -182,7 +83,7 @@ class Adaptive:
         self.max_trials_per_variant, self.max_trials = max_trials_per_variant, max_trials
         self.failure = failure  # what failing means here, for the reason given
 
-    def pass_alpha(self, good: _Counts) -> float:
+    def pass_alpha(self, good: VariantCounts) -> float:
         """The level a PASS needs against known-bad. A PASS accuses a level, and the scan gives
         every innocent factor several looks at passing by luck: half of alpha. When known-good
         fails too (background noise), "no worse than known-good" no longer holds a weaker
@@ -202,14 +103,16 @@ class Adaptive:
     ) -> StopWhenFailing | None:
         if variant_key(levels) in (variant_key(self.good), variant_key(self.bad)):
             return None
-        cells = _cells(done)
-        prior = cells.get(variant_key(levels), _Counts())
-        return StopWhenFailing(prior.pair, cells.get(variant_key(self.good), _Counts()).pair,
-                               self.alpha)
+        cells = cells_of(done)
+        prior = cells.get(variant_key(levels), VariantCounts())
+        good = cells.get(variant_key(self.good), VariantCounts())
+        level = self.replay(done).stop_at.get(variant_key(levels), self.alpha)
+        return StopWhenFailing(prior.curtailed, good.pair, level)
 
     def replay(self, evidence: Sequence[TrialEvidence]) -> Replay:
-        cells = _cells(evidence)
-        run = _Run(self, cells, len(evidence))
+        good = [t for t in evidence if variant_key(t.levels) == variant_key(self.good)]
+        run = Tests(self, cells_of(evidence), len(evidence),
+                    good_was_clean=not any(t.corrupted for t in good[:self.reproduce_trials]))
         culprits: list[dict[str, str]] = []
         try:
             self._reproduce(run)
@@ -221,9 +124,10 @@ class Adaptive:
                 if run.test(broken, "more culprits?") is not Answer.FAIL:
                     break
                 bad = broken
-        except _NeedTrials as need:
-            return Replay(need.variants, None, tuple(culprits), tuple(run.trail))
-        except _Stop as stop:
+        except NeedTrials as need:
+            return Replay(need.variants, None, tuple(culprits), tuple(run.trail),
+                          stop_at=need.stop_at)
+        except Concluded as stop:
             return Replay((), stop.outcome, tuple(culprits), tuple(run.trail), stop.reason)
         names = "; ".join(" AND ".join(f"{f}={v}" for f, v in c.items()) for c in culprits)
         return Replay((), Outcome.CULPRIT, tuple(culprits), tuple(run.trail),
@@ -231,7 +135,7 @@ class Adaptive:
 
     # -- the phases ---------------------------------------------------------------------------
 
-    def _reproduce(self, run: _Run) -> None:
+    def _reproduce(self, run: Tests) -> None:
         # Known-bad first: while it does not look failing, known-good is not needed (a clean
         # known-bad is `not_reproduced` after 3 trials, 0 of 240 sessions, below the 2% clean
         # rate; 1 of 320 takes 4).
@@ -239,7 +143,7 @@ class Adaptive:
         if bad.trials < self.reproduce_trials:
             run.need(*[self.bad] * (self.reproduce_trials - bad.trials))
         if self._clean(bad):
-            raise _Stop(Outcome.NOT_REPRODUCED,
+            raise Concluded(Outcome.NOT_REPRODUCED,
                         f"known-bad: {bad.corrupted} of {bad.judged} sessions corrupt")
         if bad.corrupted <= self.clean_rate * bad.judged and \
                 bad.trials < self.max_trials_per_variant:
@@ -252,15 +156,15 @@ class Adaptive:
         if answer is Answer.FAIL:
             return
         if bad.trials >= self.max_trials_per_variant:
-            raise _Stop(Outcome.NOT_REPRODUCED,
+            raise Concluded(Outcome.NOT_REPRODUCED,
                         f"known-bad ({bad.corrupted}/{bad.judged}) is not worse than known-good "
                         f"({good.corrupted}/{good.judged}) at alpha {self.alpha:g}")
         run.need(self.bad, self.good)
 
-    def _clean(self, cell: _Counts) -> bool:
+    def _clean(self, cell: VariantCounts) -> bool:
         return cell.judged > 0 and wilson(*cell.pair)[1] <= self.clean_rate
 
-    def _culprit_in(self, run: _Run, bad: dict[str, str]) -> dict[str, str]:
+    def _culprit_in(self, run: Tests, bad: dict[str, str]) -> dict[str, str]:
         # One conjunction behind the failure (the common case): exactly its levels are the ones
         # whose single flip makes the failing variant pass. One test per factor, no ddmin.
         necessary = self._necessary(run, bad, list(self.factors))
@@ -281,23 +185,54 @@ class Adaptive:
         return {f: culprit[f] for f in self.factors if f in culprit}
 
     def _necessary(
-        self, run: _Run, failing: dict[str, str], factors: Sequence[str]
+        self, run: Tests, failing: dict[str, str], factors: Sequence[str]
     ) -> dict[str, str]:
         """The levels of ``failing`` whose flip alone makes it pass.
 
         The flips are independent tests: all that still need trials are proposed at once, so
-        free pools run them side by side."""
-        found = {}
+        free pools run them side by side. With many factors, a flip back to known-good's level
+        first gets a look that ends at its first failing session, and a flip that looks
+        failing is let go unproven. One sufficiency test then proves all of those innocent at
+        once: when known-good with only the found levels of ``failing`` still fails, none of
+        the other levels is needed (putting back known-bad's levels does not cure a failure).
+        If it does not fail, the flips let go are tested to the end after all."""
+        differ = [f for f in factors if self.good[f] != failing[f]]
+        # A single failing session says "failing" only against a clean known-good; and it is
+        # known-good's reproduction that decides, so later trials of it do not switch looks off
+        # half-way.
+        look = run.good_was_clean and len(differ) >= LOOK_FROM_FACTORS
+        found, let_go = self._scan(run, failing, factors, look=look)
+        if let_go and found and \
+                run.test({**self.good, **found}, "sufficient?") is Answer.FAIL:
+            let_go = []
+        if let_go:
+            found |= self._scan(run, failing, let_go, look=False)[0]
+        return {f: found[f] for f in factors if f in found}
+
+    def _scan(self, run: Tests, failing: dict[str, str], factors: Sequence[str], *,
+              look: bool) -> tuple[dict[str, str], list[str]]:
+        """Flip each factor alone: the levels whose flip passes, and the flips let go."""
+        found: dict[str, str] = {}
+        let_go: list[str] = []
         waiting: list[dict[str, str]] = []
+        stop_at: dict[str, float] = {}
         for factor in factors:
+            # only a flip back to known-good's level can be proven innocent by sufficiency
+            first_look = look and self.good[factor] != failing[factor]
             try:
-                if run.test(self._flip(failing, factor), f"flip {factor}") is Answer.PASS:
-                    found[factor] = failing[factor]
-            except _NeedTrials as need:
+                answer = run.test(self._flip(failing, factor), f"flip {factor}",
+                                  look=first_look)
+            except NeedTrials as need:
                 waiting.extend(need.variants)
+                stop_at.update(need.stop_at)
+                continue
+            if answer is Answer.PASS:
+                found[factor] = failing[factor]
+            elif answer is Answer.UNKNOWN and first_look:
+                let_go.append(factor)
         if waiting:  # one trial each: two flips waiting on known-good need one more of it
-            raise _NeedTrials(*{variant_key(v): v for v in waiting}.values())
-        return found
+            raise NeedTrials(*{variant_key(v): v for v in waiting}.values(), stop_at=stop_at)
+        return found, let_go
 
     def _flip(self, levels: dict[str, str], factor: str) -> dict[str, str]:
         """Another level of one factor: known-good's where it differs, else the next one."""
@@ -306,7 +241,7 @@ class Adaptive:
         return {**levels, factor: next(lvl for lvl in self.factors[factor]
                                        if lvl != levels[factor])}
 
-    def _ddmin(self, run: _Run, delta: list[str], with_levels: _WithLevels) -> list[str]:
+    def _ddmin(self, run: Tests, delta: list[str], with_levels: _WithLevels) -> list[str]:
         n = 2
         while len(delta) >= 2:
             size = -(-len(delta) // n)

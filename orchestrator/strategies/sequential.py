@@ -1,0 +1,162 @@
+"""The tests an adaptive replay runs: counts per variant, a three-way sequential test, the trail.
+
+A replay runs the whole decision procedure again from the stored evidence. Each test either
+answers from the trials at hand or stops the replay with the trials it still needs
+(`NeedTrials`); a test that ends the campaign raises `Concluded`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from orchestrator.evidence import TrialEvidence, variant_key
+from orchestrator.stats.compare import Answer, Counts, Judgement, judge
+
+if TYPE_CHECKING:
+    from orchestrator.strategies.adaptive import Adaptive
+
+# A first look at a flip is let go once it looks failing at this level: one corrupt session
+# against known-good's clean 0 of 160 gives p = 1/3. It proves nothing; the caller proves it
+# later (the sufficiency test).
+LOOKS_FAILING = 0.35
+
+
+class Outcome(StrEnum):
+    CULPRIT = "culprit"
+    NOT_REPRODUCED = "not_reproduced"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One line of the decision trail."""
+
+    phase: str
+    levels: Mapping[str, str]
+    answer: str
+    corrupted: int
+    judged: int
+    trials: int
+    p_fail: float
+    p_pass: float
+
+
+class NeedTrials(Exception):
+    def __init__(self, *variants: dict[str, str], stop_at: Mapping[str, float] | None = None,
+                 ) -> None:
+        self.variants = variants
+        self.stop_at = dict(stop_at or {})  # variant key -> p of failing its trial may stop at
+
+
+class Concluded(Exception):
+    def __init__(self, outcome: Outcome, reason: str) -> None:
+        self.outcome, self.reason = outcome, reason
+
+
+@dataclass
+class VariantCounts:
+    corrupted: int = 0
+    judged: int = 0
+    trials: int = 0
+    unfinished: int = 0  # planned sessions of trials stopped early that never finished
+    stopped: Counts = (0, 0)  # what the trials stopped early had judged
+
+    @property
+    def pair(self) -> Counts:
+        """Full trials only: a trial stopped early ended with its failing sessions, which
+        finish first, so its share of failures is no rate."""
+        return (self.corrupted - self.stopped[0], self.judged - self.stopped[1])
+
+    @property
+    def curtailed(self) -> Counts:
+        """Every trial, each unfinished session counted clean: what a FAIL may rest on."""
+        return (self.corrupted, self.judged + self.unfinished)
+
+
+def cells_of(evidence: Sequence[TrialEvidence]) -> dict[str, VariantCounts]:
+    cells: dict[str, VariantCounts] = {}
+    for trial in evidence:
+        cell = cells.setdefault(variant_key(trial.levels), VariantCounts())
+        cell.corrupted += trial.corrupted
+        cell.judged += trial.judged
+        cell.trials += 1
+        if trial.stopped_early:
+            cell.unfinished += trial.unfinished
+            cell.stopped = (cell.stopped[0] + trial.corrupted, cell.stopped[1] + trial.judged)
+    return cells
+
+
+@dataclass
+class Tests:
+    """The tests of one replay, on the evidence's counts, with the trail they leave."""
+
+    strategy: Adaptive
+    cells: dict[str, VariantCounts]
+    total_trials: int
+    good_was_clean: bool = True  # known-good's reproduction trials had no failing session
+    trail: list[Step] = field(default_factory=list)
+
+    def counts(self, levels: Mapping[str, str]) -> VariantCounts:
+        return self.cells.get(variant_key(levels), VariantCounts())
+
+    def test(self, levels: dict[str, str], phase: str, *, look: bool = False) -> Answer:
+        """FAIL or PASS; once the variant's trial budget is spent, PASS on the evidence at hand
+        when it is clearly better than known-bad and not worse than known-good, else UNKNOWN.
+
+        ``look``: the variant's first trial may stop as soon as it looks failing, and a first
+        trial that does is let go as UNKNOWN ("looks failing") for the caller to prove."""
+        s = self.strategy
+        cell = self.counts(levels)
+        known = {variant_key(s.bad): Answer.FAIL, variant_key(s.good): Answer.PASS}
+        if variant_key(levels) in known:  # reproduced already: no trial of its own
+            answer = known[variant_key(levels)]
+            self.trail.append(Step(phase, levels, f"{answer.value} (known)", cell.corrupted,
+                                   cell.judged, cell.trials, float("nan"), float("nan")))
+            return answer
+        stop_at = {variant_key(levels): LOOKS_FAILING} if look and not cell.trials else {}
+        if cell.trials < s.min_trials:
+            self.need(levels, stop_at=stop_at)
+        good, bad = self.counts(s.good), self.counts(s.bad)
+        pass_alpha = s.pass_alpha(good)
+        j = judge(cell.pair, good.pair, bad.pair, s.alpha, pass_alpha,
+                  cell.curtailed if cell.unfinished else None)
+        answer, said = j.answer, j.answer.value
+        if answer is Answer.UNKNOWN and look and cell.trials == 1 and \
+                j.p_fail <= LOOKS_FAILING:
+            said = "looks failing"
+        elif answer is Answer.UNKNOWN:
+            more = self._next_for(levels, cell, good, bad, j)
+            if more:
+                self.need(*more)
+            if j.p_pass <= pass_alpha and j.p_fail > s.alpha:
+                # Budget spent on a variant that is clearly better than known-bad and not worse
+                # than known-good: under background noise the suspicion margin can stay unmet
+                # for ever by chance, so the evidence at hand decides.
+                answer, said = Answer.PASS, "pass (at budget)"
+        self.trail.append(Step(phase, levels, said, cell.corrupted, cell.judged, cell.trials,
+                               j.p_fail, j.p_pass))
+        return answer
+
+    def _next_for(self, levels: dict[str, str], cell: VariantCounts, good: VariantCounts,
+                  bad: VariantCounts, j: Judgement) -> list[dict[str, str]]:
+        """What would settle an UNKNOWN best: a reference with fewer trials than the variant is
+        the weak side of a comparison the variant already wins (a variant clearly better than
+        known-bad is held back only by known-good's small sample, and the other way round), so
+        it gets the trial; otherwise the variant does, up to its budget."""
+        s = self.strategy
+        most = min(cell.trials, s.max_trials_per_variant)
+        if j.p_pass <= s.pass_alpha(good) and good.trials < most:
+            return [dict(s.good)]
+        if j.p_fail > s.alpha and bad.trials < most:
+            return [dict(s.bad)]
+        return [levels] if cell.trials < s.max_trials_per_variant else []
+
+    def need(self, *variants: dict[str, str], stop_at: Mapping[str, float] | None = None,
+             ) -> None:
+        if self.total_trials >= self.strategy.max_trials:
+            raise Concluded(Outcome.INCONCLUSIVE,
+                            f"trial budget of {self.strategy.max_trials} spent")
+        raise NeedTrials(*variants, stop_at=stop_at)
