@@ -3,6 +3,8 @@
 from db.errors import NotFound, StoreError
 from db.records import (
     CampaignRecord,
+    GeneratorRecord,
+    GeneratorRow,
     LogRecord,
     LogRow,
     MetricRecord,
@@ -18,6 +20,8 @@ from db.store import Store
 
 __all__ = [
     "CampaignRecord",
+    "GeneratorRecord",
+    "GeneratorRow",
     "LogRecord",
     "LogRow",
     "MetricRecord",

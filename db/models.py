@@ -165,6 +165,22 @@ class LogEvent(Base):
     text: Mapped[str] = mapped_column(ServerText)
 
 
+class TrialGenerator(Base):
+    """One load generator of a trial: the machine it ran on and its share of the sessions."""
+
+    __tablename__ = "trial_generator"
+    __table_args__ = (UniqueConstraint("trial_id", "position"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trial.id"), index=True)
+    position: Mapped[int]
+    node_id: Mapped[str]
+    address: Mapped[str]
+    sessions: Mapped[int]
+    finished: Mapped[int]
+    stopped: Mapped[bool]
+
+
 class NodeLock(Base):
     """A node a campaign held (its lock file is on the node); ``released_at`` None: still held,
     or its driver died holding it."""

@@ -103,6 +103,18 @@ class LogRecord:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class GeneratorRecord:
+    id: int
+    trial_id: int
+    position: int  # the generator's place in the trial: it ran sessions position, position+n, …
+    node_id: str
+    address: str
+    sessions: int
+    finished: int
+    stopped: bool
+
+
 # --- given to the store ----------------------------------------------------------------------
 
 
@@ -132,6 +144,17 @@ class LogRow:
     line_no: int
     kind: str
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratorRow:
+    """Where one load generator ran and what it did; its position is its place in the list."""
+
+    node_id: str  # the Ray node
+    address: str  # that node's IP address
+    sessions: int  # given
+    finished: int  # reported
+    stopped: bool  # told to stop with sessions still to run
 
 
 @dataclass(frozen=True, slots=True)

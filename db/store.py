@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from sqlalchemy import Engine, func, insert, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
@@ -26,6 +26,7 @@ from db.models import (
     MetricSample,
     NodeLock,
     Trial,
+    TrialGenerator,
     TrialSession,
     Variant,
     utcnow,
@@ -33,6 +34,8 @@ from db.models import (
 from db.records import (
     CAMPAIGN_STATUSES,
     CampaignRecord,
+    GeneratorRecord,
+    GeneratorRow,
     LogRecord,
     LogRow,
     MetricRecord,
@@ -45,6 +48,8 @@ from db.records import (
     variant_key,
 )
 
+R = TypeVar("R")
+
 
 def _reason(exc: SQLAlchemyError) -> str:
     orig = getattr(exc, "orig", None)
@@ -52,28 +57,23 @@ def _reason(exc: SQLAlchemyError) -> str:
 
 
 def _campaign(row: Campaign) -> CampaignRecord:
-    return CampaignRecord(
-        id=row.id, name=row.name, created_at=row.created_at, status=row.status,
-        spec=json.loads(row.spec_json), source=row.source, finished_at=row.finished_at,
-    )
+    return _record(CampaignRecord, row, spec=json.loads(row.spec_json))
 
 
 def _variant(row: Variant) -> VariantRecord:
-    return VariantRecord(
-        id=row.id, campaign_id=row.campaign_id, key=row.key, levels=json.loads(row.levels_json)
-    )
+    return _record(VariantRecord, row, levels=json.loads(row.levels_json))
 
 
 def _trial(row: Trial, levels_json: str, counts: dict[str, int],
            events: dict[str, int]) -> TrialRecord:
-    return TrialRecord(
-        id=row.id, campaign_id=row.campaign_id, variant_id=row.variant_id,
-        levels=json.loads(levels_json), seq=row.seq, pool=row.pool, status=row.status,
-        started_at=row.started_at, finished_at=row.finished_at, wall_s=row.wall_s,
-        restart_s=row.restart_s, workload_s=row.workload_s, restarts=row.restarts,
-        error=row.error, seed=row.seed, counts=counts, stopped_early=row.stopped_early,
-        events=events,
-    )
+    return _record(TrialRecord, row, levels=json.loads(levels_json), counts=counts,
+                   events=events)
+
+
+def _record(cls: type[R], row: Any, **computed: Any) -> R:
+    """The frozen record of an ORM row whose columns bear the record's field names."""
+    names = [f.name for f in fields(cls) if f.name not in computed]  # type: ignore[arg-type]
+    return cls(**{name: getattr(row, name) for name in names}, **computed)
 
 
 def _apply_timing(trial: Trial, timing: TrialTiming) -> None:
@@ -261,8 +261,11 @@ class Store:
         sessions: Sequence[SessionRow],
         metrics: Sequence[MetricRow],
         logs: Sequence[LogRow],
+        generators: Sequence[GeneratorRow] = (),
     ) -> None:
         """Store everything the trial observed and mark it done, all in one transaction.
+        ``generators``: the load generators that ran its sessions, in order (none: the pool's
+        actor ran them).
 
         Metric samples whose value is NaN are left out (a gap, as a missed scrape)."""
         with self._session(f"finish trial {trial_id}") as s:
@@ -283,6 +286,11 @@ class Store:
             if logs:
                 s.execute(insert(LogEvent), [
                     {**asdict(one), "trial_id": trial_id} for one in logs
+                ])
+            if generators:
+                s.execute(insert(TrialGenerator), [
+                    {**asdict(one), "trial_id": trial_id, "position": position}
+                    for position, one in enumerate(generators)
                 ])
             _apply_timing(row, timing)
             row.status = "done"
@@ -368,35 +376,26 @@ class Store:
     # --- what a trial observed ------------------------------------------------------------
 
     def sessions(self, trial_id: int) -> list[SessionRecord]:
-        with self._session(f"read the sessions of trial {trial_id}") as s:
-            query = select(TrialSession).where(TrialSession.trial_id == trial_id)
-            return [
-                SessionRecord(
-                    id=r.id, trial_id=r.trial_id, idx=r.idx, key=r.key, outcome=r.outcome,
-                    turns=r.turns, first_bad_turn=r.first_bad_turn, evidence=r.evidence,
-                    latency_s=r.latency_s,
-                )
-                for r in s.scalars(query.order_by(TrialSession.idx, TrialSession.id))
-            ]
+        return self._of_trial(trial_id, "sessions", TrialSession,
+                              (TrialSession.idx, TrialSession.id),
+                              lambda r: _record(SessionRecord, r))
 
     def metrics(self, trial_id: int) -> list[MetricRecord]:
-        with self._session(f"read the metrics of trial {trial_id}") as s:
-            query = select(MetricSample).where(MetricSample.trial_id == trial_id)
-            return [
-                MetricRecord(
-                    id=r.id, trial_id=r.trial_id, service=r.service, t=r.t, name=r.name,
-                    labels=json.loads(r.labels_json), value=r.value,
-                )
-                for r in s.scalars(query.order_by(MetricSample.t, MetricSample.id))
-            ]
+        return self._of_trial(trial_id, "metrics", MetricSample, (MetricSample.t, MetricSample.id),
+                              lambda r: _record(MetricRecord, r, labels=json.loads(r.labels_json)))
 
     def log_events(self, trial_id: int) -> list[LogRecord]:
-        with self._session(f"read the log events of trial {trial_id}") as s:
-            query = select(LogEvent).where(LogEvent.trial_id == trial_id)
-            return [
-                LogRecord(
-                    id=r.id, trial_id=r.trial_id, service=r.service, line_no=r.line_no,
-                    kind=r.kind, text=r.text,
-                )
-                for r in s.scalars(query.order_by(LogEvent.id))
-            ]
+        return self._of_trial(trial_id, "log events", LogEvent, (LogEvent.id,),
+                              lambda r: _record(LogRecord, r))
+
+    def generators(self, trial_id: int) -> list[GeneratorRecord]:
+        """The load generators that ran the trial's sessions, in order; none if its pool's actor
+        ran them itself."""
+        return self._of_trial(trial_id, "load generators", TrialGenerator,
+                              (TrialGenerator.position,), lambda r: _record(GeneratorRecord, r))
+
+    def _of_trial(self, trial_id: int, what: str, model: Any, order: Sequence[Any],
+                  record: Callable[[Any], R]) -> list[R]:
+        with self._session(f"read the {what} of trial {trial_id}") as s:
+            query = select(model).where(model.trial_id == trial_id).order_by(*order)
+            return [record(row) for row in s.scalars(query)]

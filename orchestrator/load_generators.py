@@ -36,10 +36,19 @@ class GeneratorFailed(RuntimeError):
 
 
 @dataclass(frozen=True)
+class GeneratorNode:
+    """Where a generator runs, as it sees itself."""
+
+    node_id: str  # its Ray node
+    address: str  # that node's IP address: the machine a user can find
+
+
+@dataclass(frozen=True)
 class GeneratorRun:
     """What one generator did in one trial."""
 
     node_id: str  # the Ray node it ran on
+    address: str  # the IP address of that node
     sessions: int  # sessions it was given
     finished: int  # sessions it reported
     stopped: bool  # told to stop while some of its sessions were still to run
@@ -103,8 +112,9 @@ class LoadGenerator:
         # The leak triage imports sglang (seconds): done while the pool deploys, not in a run.
         threading.Thread(target=triage.warm_up, name="triage-warm-up", daemon=True).start()
 
-    async def start(self, url: str, spec: WorkloadSpec, seed: int, indices: tuple[int, ...]) -> str:
-        """Begin a run in the background; returns the id of the Ray node this generator is on."""
+    async def start(self, url: str, spec: WorkloadSpec, seed: int,
+                    indices: tuple[int, ...]) -> GeneratorNode:
+        """Begin a run in the background; returns where this generator is."""
         await self.stop()
         finished: list[SessionResult] = []
         news = asyncio.Event()
@@ -117,7 +127,8 @@ class LoadGenerator:
         self._run = asyncio.create_task(
             run_stress(url, spec, seed=seed, on_session=report, indices=frozenset(indices)))
         self._run.add_done_callback(lambda _: news.set())
-        return str(ray.get_runtime_context().get_node_id())
+        return GeneratorNode(str(ray.get_runtime_context().get_node_id()),
+                             ray.util.get_node_ip_address())
 
     async def take(self) -> tuple[list[SessionResult], bool]:
         """The sessions finished since the last take (waiting for at least one, or for the end
@@ -194,15 +205,16 @@ class LoadGenerators:
         except (RayError, TimeoutError) as exc:
             self.shutdown()  # the next trial gets fresh generators
             raise GeneratorFailed(f"load generator failed: {_reason(exc)}") from None
-        self.runs = tuple(GeneratorRun(*run) for run in zip(
-            nodes, (len(s.indices) for s in shares), finished, stopped, strict=True))
+        self.runs = tuple(
+            GeneratorRun(node.node_id, node.address, len(share.indices), done, stop)
+            for node, share, done, stop in zip(nodes, shares, finished, stopped, strict=True))
         kept.sort(key=lambda s: s.index)
         return StressResult(tuple(kept), time.monotonic() - began,
                             decided and len(kept) < spec.sessions, spec.slo)
 
     async def _start(self, actors: list[Any], shares: list[Share], url: str,
-                     seed: int) -> list[str]:
-        """Start every share; the generators' node ids."""
+                     seed: int) -> list[GeneratorNode]:
+        """Start every share; where each generator is."""
         starts = [_future(a.start.remote(url, s.spec, seed, s.indices))
                   for a, s in zip(actors, shares, strict=True)]
         try:

@@ -23,6 +23,7 @@ from orchestrator.commit_range import COMMIT, commit_levels
 from orchestrator.evidence import TrialEvidence, variant_key
 from orchestrator.load_generators import unplaceable
 from orchestrator.nodes import check_nodes, locked
+from orchestrator.placement import place
 from orchestrator.ray_pool import PoolActors, PoolCrashed, ensure_ray
 from orchestrator.source_variants import recover_nodes
 from orchestrator.strategies.adaptive import Adaptive
@@ -30,7 +31,7 @@ from orchestrator.strategies.base import Strategy
 from orchestrator.strategies.commits import Commits
 from orchestrator.strategies.design import Design
 from orchestrator.strategies.factorial import Factorial, fraction
-from orchestrator.trial import INFRA_ERROR, TrialOrder, service_manager
+from orchestrator.trial import INFRA_ERROR, TrialOrder, generator_rows, service_manager
 from orchestrator.verdict import (
     CostModel,
     Unresolvable,
@@ -227,6 +228,7 @@ def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progres
     infra_failures: dict[str, int] = {}  # this run's, per variant
     actors = PoolActors(campaign.model_dump(mode="json"), [p.name for p in campaign.pools])
     pending: dict[int, dict[str, str]] = {}
+    running: dict[str, dict[str, str]] = {}  # what each pool ran last (restart economy)
     status = "failed"
     try:
         while True:
@@ -242,13 +244,14 @@ def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progres
                 if variant_key(levels) not in blocked
             ]
             next_seq = max((t.seq for t in trials), default=0) + 1
-            for pool, levels in zip(free, proposals, strict=False):
+            for pool, levels in place(campaign, free, proposals, running):
                 variant = store.variant(campaign_id, levels)
                 seed = campaign.workload.seed * 1_000_003 + next_seq
                 trial_id = store.start_trial(campaign_id, variant.id, next_seq, pool, seed)
                 pending[trial_id] = levels
                 rule = strategy.stop_rule(levels, evidence(trials, target, planned))
                 actors.submit(pool, TrialOrder(trial_id, levels, seed, rule, target))
+                running[pool] = levels
                 progress(f"trial {next_seq} on {pool}: {variant.key}")
                 next_seq += 1
             if not pending:
@@ -260,12 +263,13 @@ def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progres
             report_levels = pending.pop(report.trial_id)
             if report.error is None:
                 store.finish_trial(report.trial_id, report.timing, report.sessions,
-                                   report.metrics, report.logs)
+                                   report.metrics, report.logs, generator_rows(report.generators))
                 corrupt = sum(is_corrupt(s.outcome) for s in report.sessions)
                 early = " (stopped early: decided)" if report.timing.stopped_early else ""
                 progress(f"  done on {pool}: {corrupt}/{len(report.sessions)} corrupt{early}")
             else:
                 store.fail_trial(report.trial_id, report.error, report.timing)
+                running.pop(pool, None)  # half-deployed: assume nothing of it runs
                 progress(f"  FAILED on {pool}: {report.error.splitlines()[0]}")
                 if report.error.startswith(INFRA_ERROR):
                     key = variant_key(report_levels)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
 
-from db.records import LogRow, MetricRow, SessionRow, TrialTiming
+from db.records import GeneratorRow, LogRow, MetricRow, SessionRow, TrialTiming
 from deploy.health import HealthTimeout, wait_healthy
 from deploy.proof import node_clock, prove_loaded
 from deploy.render import LevelSettings, render_service
@@ -54,6 +55,11 @@ class TrialReport:
     metrics: list[MetricRow] = field(default_factory=list)
     logs: list[LogRow] = field(default_factory=list)
     generators: tuple[GeneratorRun, ...] = ()  # the load generators that ran the workload
+
+
+def generator_rows(runs: Iterable[GeneratorRun]) -> list[GeneratorRow]:
+    """A report's load generators as the store takes them, in order."""
+    return [GeneratorRow(r.node_id, r.address, r.sessions, r.finished, r.stopped) for r in runs]
 
 
 class DeployFailed(RuntimeError):

@@ -192,8 +192,8 @@ def from_replay(
     judged, grouped = _judged_cells(evidence, factors)
     log = tuple(
         {"phase": s.phase, "levels": dict(s.levels), "answer": s.answer,
-         "corrupted": s.corrupted, "sessions": s.judged, "trials": s.trials,
-         "p_fail": s.p_fail, "p_pass": s.p_pass}
+         "corrupted": s.corrupted, "sessions": s.judged, "unfinished": s.unfinished,
+         "trials": s.trials, "p_fail": s.p_fail, "p_pass": s.p_pass}
         for s in replay.trail
     )
     blocked = {variant_key(u.levels): u for u in unresolvable}

@@ -19,7 +19,7 @@ from orchestrator.demo import twin_pool
 from orchestrator.runner import create_campaign, run_campaign
 from orchestrator.verdict import Status
 
-HOSTILE_NAME = '<script>alert("x")</script> & co'
+HOSTILE_NAME = '<script>alert("x")</script> & [bold]co[/bold]'
 FAULTS = {
     "seed": 3,
     "rules": [{
@@ -134,6 +134,9 @@ def test_ls_lists_the_campaign(finished: tuple[Path, str, Campaign]) -> None:
     assert result.exit_code == 0
     [row] = json.loads(result.stdout)
     assert row["id"] == campaign_id and row["status"] == "done" and row["trials"] == "8"
+    # A name from the campaign file is shown as written, never read as rich markup.
+    table = CliRunner().invoke(app, ["ls", "--store", str(db_path)], terminal_width=200)
+    assert "[bold]co[/bold]" in table.stdout
 
 
 def test_resume_discards_an_unfinished_trial_and_repeats_nothing(

@@ -4,6 +4,7 @@ machine advertises the `loadgen` resource (and a node label), as a load machine 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -17,11 +18,13 @@ import pytest
 import ray
 import yaml
 from ray.cluster_utils import Cluster
+from typer.testing import CliRunner
 
 from db.store import Store
 from experiments.campaign import Campaign, CampaignError, parse_campaign
 from experiments.workload.spec import WorkloadSpec
 from experiments.yaml_lines import load_yaml
+from orchestrator.cli import app
 from orchestrator.demo import twin_pool
 from orchestrator.load_generators import split, unplaceable
 from orchestrator.ray_pool import PoolActors
@@ -79,6 +82,11 @@ def load_machine(ray_cluster: Cluster) -> Iterator[str]:
     ray_cluster.wait_for_nodes()
     yield str(node.node_id)
     ray_cluster.remove_node(node)
+
+
+def address(node_id: str) -> str:
+    """The IP address Ray knows the node by."""
+    return str(next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id))
 
 
 def trials(data: dict[str, Any], *orders: TrialOrder,
@@ -157,9 +165,18 @@ def _sessions(store: Store, campaign_id: str) -> dict[int, tuple[Any, ...]]:
     }
 
 
+def _shown(db: Path, campaign_id: str) -> tuple[list[dict[str, Any]], str]:
+    """`bisect show`: its JSON rows and its table, one line a trial."""
+    runner = CliRunner()
+    rows = runner.invoke(app, ["show", campaign_id, "--store", str(db), "--json"]).stdout
+    table = runner.invoke(app, ["show", campaign_id, "--store", str(db)],
+                          env={"COLUMNS": "250"}).stdout
+    return json.loads(rows), table
+
+
 def test_a_campaign_with_two_generators_runs_the_same_sessions(
         load_machine: str, tmp_path: Path) -> None:
-    results = []
+    results, shown = [], []
     # One pool: each generator imports torch and sglang for the leak triage (~500 MiB each).
     for generators in (None, {"count": 2, "resources": {"loadgen": 1}}):
         workdir = tmp_path / ("spread" if generators else "alone")
@@ -169,6 +186,8 @@ def test_a_campaign_with_two_generators_runs_the_same_sessions(
             run_campaign(store, campaign_id)
             results.append((_sessions(store, campaign_id),
                             verdict_of(store, campaign_id).to_json()))
+            stored = [store.generators(t.id) for t in store.trials(campaign_id)]
+        shown.append((stored, *_shown(workdir / "bisect.db", campaign_id)))
     (alone, alone_verdict), (spread, spread_verdict) = results
     assert len(alone) == 8 and spread == alone  # the same keys (so canaries), outcomes, evidence
     assert all(len(sessions) == 20 for _, _, sessions in spread.values())
@@ -176,6 +195,20 @@ def test_a_campaign_with_two_generators_runs_the_same_sessions(
     assert [c["factors"] for c in spread_verdict["culprits"]] == [BAD]
     assert spread_verdict["culprits"] == alone_verdict["culprits"]
     assert spread_verdict["variants"] == alone_verdict["variants"]
+
+    # Where the load ran is stored with every trial, and `bisect show` lists it.
+    (alone_stored, alone_rows, alone_table), (stored, rows, table) = shown
+    assert alone_stored == [[]] * 8 and all(r["generators"] == [] for r in alone_rows)
+    assert alone_table.count(" driver ") == 8
+    there = address(load_machine)
+    for ran in stored:  # each generator ran its 10 of the 20 sessions on the load machine
+        assert [(g.position, g.node_id, g.address, g.sessions, g.finished, g.stopped)
+                for g in ran] == [(0, load_machine, there, 10, 10, False),
+                                  (1, load_machine, there, 10, 10, False)]
+    assert len(rows) == 8 and all(r["generators"] == [
+        {"node_id": load_machine, "address": there, "sessions": 10, "finished": 10,
+         "stopped": False}] * 2 for r in rows)
+    assert table.count(f" {there} 10/10, {there} 10/10 ") == 8
 
 
 def test_early_stop_stops_every_generator(load_machine: str, tmp_path: Path) -> None:
@@ -187,6 +220,7 @@ def test_early_stop_stops_every_generator(load_machine: str, tmp_path: Path) -> 
     [first], pool_node = trials(data, TrialOrder(1, BAD, seed=5, stop_rule=STOP))
     assert pool_node == ray.get_runtime_context().get_node_id() != load_machine  # the driver's
     assert [g.node_id for g in first.generators] == [load_machine, load_machine]
+    assert [g.address for g in first.generators] == [address(load_machine)] * 2
     assert first.error is None and first.timing.stopped_early
     assert len(first.sessions) == 7  # 7 leaks of 40 decide it; nothing after is kept
     assert all(s.outcome == "leak" for s in first.sessions)

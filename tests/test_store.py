@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, inspect, text
 from typer.testing import CliRunner
 
 from db import (
+    GeneratorRow,
     LogRow,
     MetricRow,
     NotFound,
@@ -33,7 +34,8 @@ from experiments.campaign import Campaign
 from orchestrator.cli import app
 from orchestrator.runner import create_campaign
 
-TABLES = {"campaign", "variant", "trial", "session", "metric_sample", "log_event", "node_lock"}
+TABLES = {"campaign", "variant", "trial", "session", "metric_sample", "log_event", "node_lock",
+          "trial_generator"}
 OUTCOMES = ["ok", "leak", "no_tool", "lost_plot", "bad_args", "error", "timeout"]
 BAD = {"index_k": "bf16", "hicache": "on"}
 GOOD = {"index_k": "fp8", "hicache": "on"}
@@ -58,6 +60,9 @@ LOGS = [
     LogRow(service="decode", line_no=412, kind="abort", text="Abort request <b>rid=7</b>"),
 ]
 TIMING = TrialTiming(wall_s=12.5, restart_s=3.0, workload_s=9.0, restarts=2)
+NODE_A, NODE_B = "a" * 56, "b" * 56  # Ray node ids are 56 hex digits
+GENERATORS = [GeneratorRow(NODE_A, "10.0.0.2", sessions=40, finished=12, stopped=True),
+              GeneratorRow(NODE_B, "10.0.0.3", sessions=40, finished=40, stopped=False)]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -80,7 +85,7 @@ class TestStore:
         try:
             inspector = inspect(engine)
             assert set(inspector.get_table_names()) == TABLES | {"alembic_version"}
-            for table in ("session", "metric_sample", "log_event"):
+            for table in ("session", "metric_sample", "log_event", "trial_generator"):
                 indexed = {tuple(ix["column_names"]) for ix in inspector.get_indexes(table)}
                 assert ("trial_id",) in indexed
             assert current_revision(url) == head_revision()
@@ -103,6 +108,24 @@ class TestStore:
         upgrade(url)
         assert current_revision(url) == head_revision()
 
+    def test_0005_adds_trial_generator_and_takes_it_away(self, store: Store, url: str) -> None:
+        store.create_campaign("c", "c", {}, "demo")
+        trial = store.start_trial("c", store.variant("c", BAD).id, seq=0, pool="p", seed=0)
+        store.finish_trial(trial, TIMING, sessions(3), [], [], GENERATORS)
+        store.close()
+        downgrade(url, "0004")  # the trials stay; where their load ran goes with the table
+        engine = create_engine(url)
+        try:
+            assert "trial_generator" not in inspect(engine).get_table_names()
+        finally:
+            engine.dispose()
+        with Store.open(url) as again:  # back to head
+            assert again.trials("c")[0].counts == {"ok": 3}
+            assert again.generators(trial) == []
+            later = again.start_trial("c", again.variant("c", BAD).id, seq=1, pool="p", seed=1)
+            again.finish_trial(later, TIMING, sessions(3), [], [], GENERATORS)
+            assert [g.address for g in again.generators(later)] == ["10.0.0.2", "10.0.0.3"]
+
     def test_round_trip(self, store: Store) -> None:
         campaign = store.create_campaign("c1", "index-k leak", {"factors": {"index_k": ["fp8"]}},
                                          "campaign.yaml")
@@ -118,7 +141,8 @@ class TestStore:
         t_good = store.start_trial("c1", good.id, seq=0, pool="pool-b", seed=12)
         assert store.trials("c1") == []
         assert [t.status for t in store.trials("c1", status=None)] == ["running", "running"]
-        store.finish_trial(t_bad, TIMING, sessions(80, leaks=14), metrics(3000), LOGS)
+        store.finish_trial(t_bad, TIMING, sessions(80, leaks=14), metrics(3000), LOGS,
+                           GENERATORS)
         store.finish_trial(t_good, TrialTiming(wall_s=10.0), sessions(80), metrics(5), [])
 
         good_trial, bad_trial = store.trials("c1")
@@ -143,6 +167,12 @@ class TestStore:
         assert samples[3].t == 1.5 and samples[3].name == "sglang:num_running_reqs"
         assert [e.text for e in store.log_events(t_bad)] == [row.text for row in LOGS]
         assert store.log_events(t_good) == []
+        ran = store.generators(t_bad)
+        assert [(g.position, g.node_id, g.address, g.sessions, g.finished, g.stopped)
+                for g in ran] == [(0, NODE_A, "10.0.0.2", 40, 12, True),
+                                  (1, NODE_B, "10.0.0.3", 40, 40, False)]
+        assert all(g.trial_id == t_bad for g in ran)
+        assert store.generators(t_good) == []  # its pool's actor ran the sessions itself
 
     def test_counts_every_outcome(self, store: Store) -> None:
         store.create_campaign("c", "c", {}, "demo")
@@ -163,6 +193,10 @@ class TestStore:
         broken_log = [*LOGS, LogRow("decode", 9, "error", None)]  # type: ignore[arg-type]
         with pytest.raises(StoreError):
             store.finish_trial(trial, TIMING, sessions(80), metrics(10), broken_log)
+        # and this one later still, after the logs
+        broken_generator = [*GENERATORS, GeneratorRow(NODE_A, None, 1, 1, False)]  # type: ignore[arg-type]
+        with pytest.raises(StoreError):
+            store.finish_trial(trial, TIMING, sessions(80), metrics(10), LOGS, broken_generator)
         duplicate = [*sessions(3), sessions(3)[0]]
         with pytest.raises(StoreError):
             store.finish_trial(trial, TIMING, duplicate, [], [])
@@ -170,7 +204,7 @@ class TestStore:
         (still,) = store.trials("c", status=None)
         assert still.status == "running" and still.counts == {} and still.wall_s is None
         assert store.sessions(trial) == [] and store.metrics(trial) == []
-        assert store.log_events(trial) == []
+        assert store.log_events(trial) == [] and store.generators(trial) == []
         store.finish_trial(trial, TIMING, sessions(80), metrics(10), LOGS)
         assert store.trials("c")[0].counts == {"ok": 80}
 
@@ -227,6 +261,7 @@ class TestStore:
         with pytest.raises(NotFound):
             store.get_trial(42)
         assert store.trials("nope") == [] and store.sessions(42) == []
+        assert store.generators(42) == []
 
     def test_campaigns(self, store: Store) -> None:
         store.create_campaign("first", "one", {}, "demo")
@@ -257,9 +292,10 @@ class TestStore:
         campaign = store.create_campaign("c", "c", {}, "demo")
         variant = store.variant("c", BAD)
         trial = store.start_trial("c", variant.id, seq=0, pool="p", seed=0)
-        store.finish_trial(trial, TIMING, sessions(1), metrics(1), LOGS[:1])
+        store.finish_trial(trial, TIMING, sessions(1), metrics(1), LOGS[:1], GENERATORS[:1])
         values = [campaign, variant, store.trials("c")[0], store.sessions(trial)[0],
-                  store.metrics(trial)[0], store.log_events(trial)[0]]
+                  store.metrics(trial)[0], store.log_events(trial)[0],
+                  store.generators(trial)[0]]
         for value in values:
             with pytest.raises(dataclasses.FrozenInstanceError):
                 setattr(value, "id", 5)  # noqa: B010 - the assignment must raise
@@ -420,6 +456,36 @@ def test_the_cli_reads_a_postgresql_store(postgres_url: str, tmp_path: Path) -> 
     result = runner.invoke(app, ["report", campaign_id, "--store", bare, "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "index_k=bf16" in out.read_text()
+
+
+def test_show_says_where_each_trial_s_load_ran(url: str) -> None:
+    spec = {**campaign_spec("spread"), "generators": {"count": 2, "resources": {"loadgen": 1}}}
+    spread = [dataclasses.replace(GENERATORS[0], address="[fe80::1]"), GENERATORS[1]]  # markup?
+    with Store.open(url) as store:
+        driven = culprit_campaign(store)  # no generators: every pool's actor ran its own load
+        campaign_id = create_campaign(store, Campaign.model_validate(spec), "test")
+        variant = store.variant(campaign_id, CULPRIT)
+        for seq, generators in ((1, spread), (2, [])):  # 2: as stored before generators were
+            trial = store.start_trial(campaign_id, variant.id, seq, "pool-1", seed=seq)
+            store.finish_trial(trial, TIMING, sessions(80), [], [], generators)
+        failed = store.start_trial(campaign_id, variant.id, 3, "pool-1", seed=3)
+        store.fail_trial(failed, "infrastructure error: load generator failed")
+    runner = CliRunner()
+    shown = runner.invoke(app, ["show", campaign_id, "--store", url, "--json"])
+    assert shown.exit_code == 0, shown.output
+    rows = json.loads(shown.stdout)
+    assert rows[0]["generators"] == [
+        {"node_id": NODE_A, "address": "[fe80::1]", "sessions": 40, "finished": 12,
+         "stopped": True},
+        {"node_id": NODE_B, "address": "10.0.0.3", "sessions": 40, "finished": 40,
+         "stopped": False}]
+    assert rows[1]["generators"] == rows[2]["generators"] == []
+    wide = {"COLUMNS": "200"}  # one line a trial
+    table = runner.invoke(app, ["show", campaign_id, "--store", url], env=wide).stdout
+    assert "[fe80::1] 12/40 stopped, 10.0.0.3 40/40 │" in table  # an address is never markup
+    assert table.count("not recorded") == 1 and "driver" not in table
+    table = runner.invoke(app, ["show", driven, "--store", url], env=wide).stdout
+    assert table.count("driver") == 12
 
 
 def test_a_missing_driver_is_a_store_error() -> None:

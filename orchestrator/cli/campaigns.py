@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
+from rich.table import Column, Table
+from rich.text import Text
 
+from db.records import GeneratorRecord, TrialRecord
 from db.store import Store
 from experiments.campaign import Campaign, load_campaign
 from experiments.outcomes import WEDGE_LOG_KINDS, is_corrupt, is_infra
@@ -36,14 +38,16 @@ def _print_verdict(verdict: Verdict, campaign_id: str, as_json: bool) -> None:
     if as_json:
         print(json.dumps({"campaign": campaign_id, **document}, indent=2))
         return
-    out.print(f"[bold]verdict[/bold] {document['status']}: {document['reason']}", highlight=False)
+    # Level names come from the campaign file and reasons from servers: never rich markup.
+    out.print(Text("verdict", style="bold") + Text(f" {document['status']}: {document['reason']}"),
+              highlight=False)
     for culprit in document["culprits"]:
         levels = " AND ".join(f"{f}={lvl}" for f, lvl in culprit["factors"].items())
         out.print(
             f"  culprit {levels}: {culprit['rate_with']:.1%} vs {culprit['rate_without']:.1%} "
             f"(effect {culprit['effect']:+.1%}, 95% CI {culprit['ci95'][0]:+.1%}…"
             f"{culprit['ci95'][1]:+.1%}, p={culprit['p_value']:.2g})",
-            highlight=False,
+            highlight=False, markup=False,
         )
     cost = document["cost"]
     out.print(
@@ -61,7 +65,7 @@ def _finish_run(store: Store, campaign_id: str, verdict: Verdict, report: Path |
         write_report(store, campaign_id, report)
     _print_verdict(verdict, campaign_id, as_json)
     if report is not None and not as_json:
-        out.print(f"report: {report}", highlight=False)
+        out.print(f"report: {report}", highlight=False, markup=False)
     raise typer.Exit(exit_code(verdict))
 
 
@@ -176,7 +180,7 @@ def report(
 
     with user_errors(), Store.open(store) as db:
         path = write_report(db, campaign_id, output)
-    out.print(f"report: {path}", highlight=False)
+    out.print(f"report: {path}", highlight=False, markup=False)
 
 
 @app.command("ls")
@@ -193,7 +197,8 @@ def list_campaigns(store: StoreOption = "bisect.db", as_json: JsonOption = False
         return
     table = Table("id", "name", "status", "trials", "created")
     for row in rows:
-        table.add_row(row["id"], row["name"], row["status"], row["trials"], row["created_at"])
+        table.add_row(*(Text(str(row[k])) for k in ("id", "name", "status", "trials",
+                                                     "created_at")))
     out.print(table)
 
 
@@ -212,50 +217,75 @@ def decision_log(campaign_id: str, store: StoreOption = "bisect.db",
         out.print("no decision trail: this strategy runs a fixed design (see `bisect show`)")
     for index, step in enumerate(trail, start=1):  # one line a step: readable at any width
         variant = ",".join(f"{f}={lvl}" for f, lvl in step["levels"].items())
-        out.print(f"{index:3} {step['phase']:<22} {step['answer']:<12} "
-                  f"{step['corrupted']}/{step['sessions']} in {step['trials']} trial(s)  "
+        unfinished = f" (+{step['unfinished']} unfinished)" if step.get("unfinished") else ""
+        out.print(f"{index:3} {step['phase']:<22} {step['answer']:<13} "
+                  f"{step['corrupted']}/{step['sessions']}{unfinished} in {step['trials']} "
+                  "trial(s)  "
                   f"p(worse than good)={step['p_fail']:.2g} "
                   f"p(better than bad)={step['p_pass']:.2g}  {variant}"
                   + (f"  cannot be deployed: {step['reason']}" if "reason" in step else ""),
-                  highlight=False)
+                  highlight=False, markup=False)
+
+
+def _load(trial: TrialRecord, generators: list[GeneratorRecord], spread: bool) -> str:
+    """Where a trial's sessions ran: each load generator's address with its sessions finished
+    of given, or ``driver`` (the pool's actor, on the driver's machine, ran them)."""
+    if generators:
+        shares = []
+        for g in generators:
+            stopped = " stopped" if g.stopped else ""
+            shares.append(f"{g.address} {g.finished}/{g.sessions}{stopped}")
+        return ", ".join(shares)
+    if trial.status != "done":
+        return ""  # nothing was stored of it
+    # A campaign with generators whose trial has none stored: stored before they were recorded.
+    return "not recorded" if spread else "driver"
 
 
 @app.command()
 def show(campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption = False) -> None:
-    """Every trial of a campaign: variant, pool, status, counts, timings; and the variants
-    skipped because they cannot be deployed (`git bisect skip`), with their reasons."""
+    """Every trial of a campaign: variant, pool, status, counts, timings, where its load ran;
+    and the variants skipped because they cannot be deployed (`git bisect skip`), with their
+    reasons."""
     from orchestrator.runner import unresolvable
 
     with user_errors(), Store.open(store) as db:
-        db.get_campaign(campaign_id)
+        spread = bool(db.get_campaign(campaign_id).spec.get("generators"))
         trials = db.trials(campaign_id, status=None)
+        generators = {t.id: db.generators(t.id) for t in trials}
     skipped = {variant_key(u.levels): u for u in unresolvable(trials)}
     rows = [
         {"seq": t.seq, "pool": t.pool, "status": t.status, "levels": t.levels,
          "counts": t.counts, "restarts": t.restarts, "wall_s": t.wall_s,
          "stopped_early": t.stopped_early, "error": t.error, "log_events": t.events,
-         "skipped": t.status == "failed" and variant_key(t.levels) in skipped}
+         "skipped": t.status == "failed" and variant_key(t.levels) in skipped,
+         "generators": [{"node_id": g.node_id, "address": g.address, "sessions": g.sessions,
+                         "finished": g.finished, "stopped": g.stopped}
+                        for g in generators[t.id]]}
         for t in trials
     ]
     if as_json:
         print(json.dumps(rows, indent=2))
         return
     table = Table("seq", "pool", "status", "variant", "sessions", "corrupt/infra",
-                  "wedge signs in logs", "wall s")
+                  "wedge signs in logs", "wall s",
+                  Column("load", overflow="fold"))  # an address folds, never cut short
     for t in trials:
         corrupt = sum(n for o, n in t.counts.items() if is_corrupt(o))
         infra = sum(n for o, n in t.counts.items() if is_infra(o))
         signs = ", ".join(f"{kind} {t.events[kind]}" for kind in WEDGE_LOG_KINDS
                           if t.events.get(kind))
-        table.add_row(str(t.seq), t.pool, t.status + (" (early)" if t.stopped_early else ""),
-                      ",".join(f"{f}={lvl}" for f, lvl in t.levels.items()),
-                      str(t.sessions), f"{corrupt}/{infra}", signs,
-                      f"{t.wall_s:.1f}" if t.wall_s is not None else "")
+        cells = [str(t.seq), t.pool, t.status + (" (early)" if t.stopped_early else ""),
+                 ",".join(f"{f}={lvl}" for f, lvl in t.levels.items()),
+                 str(t.sessions), f"{corrupt}/{infra}", signs,
+                 f"{t.wall_s:.1f}" if t.wall_s is not None else "",
+                 _load(t, generators[t.id], spread)]
+        table.add_row(*map(Text, cells))  # names, levels, addresses: never markup
     out.print(table)
     for u in skipped.values():
         variant = ",".join(f"{f}={lvl}" for f, lvl in u.levels.items())
         out.print(f"skipped {variant} ({u.attempts} attempts): {u.error.splitlines()[0]}",
-                  highlight=False)
+                  highlight=False, markup=False)
 
 
 @app.command()
@@ -287,7 +317,7 @@ def unlock(
         finally:
             transport.close()
     out.print(f"{node}: " + ("lock of " + removed.describe() + " removed" if removed
-                             else "was not locked"), highlight=False)
+                             else "was not locked"), highlight=False, markup=False)
     if store is not None:
         with Store.open(store) as db:
             db.lock_released(holder, node)

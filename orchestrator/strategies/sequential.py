@@ -42,6 +42,7 @@ class Step:
     trials: int
     p_fail: float
     p_pass: float
+    unfinished: int = 0  # sessions that trials stopped early never finished (not in judged)
 
 
 class NeedTrials(Exception):
@@ -137,7 +138,7 @@ class Tests:
                 # for ever by chance, so the evidence at hand decides.
                 answer, said = Answer.PASS, "pass (at budget)"
         self.trail.append(Step(phase, levels, said, cell.corrupted, cell.judged, cell.trials,
-                               j.p_fail, j.p_pass))
+                               j.p_fail, j.p_pass, cell.unfinished))
         return answer
 
     def _next_for(self, levels: dict[str, str], cell: VariantCounts, good: VariantCounts,
