@@ -85,11 +85,11 @@ class _Oracle(Adaptive):
         super().__init__(s.factors, s.good, s.bad, alpha=ALPHA, failure=s.target)
         self.truth = s.culprits
 
-    def _culprit_in(self, run: Any, bad: dict[str, str]) -> dict[str, str]:
+    def _culprit_in(self, run: Any, bad: dict[str, str]) -> tuple[dict[str, str], list[str]]:
         for culprit in self.truth:
             if all(bad[f] == level for f, level in culprit.items()):
                 return self._necessary(run, bad, list(culprit))
-        return {}
+        return {}, []
 
 
 def run_oracle(s: Scenario, pool: Pool) -> list[Levels] | None:

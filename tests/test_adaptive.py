@@ -261,3 +261,17 @@ def test_a_trial_stopped_early_never_supports_a_pass_nor_a_fail_it_did_not_see()
     assert judge((1, 1), (0, 160), (24, 160), 0.01).answer is Answer.FAIL
     # Its finished sessions never count towards a PASS: only full trials do.
     assert judge((0, 0), (0, 160), (24, 160), 0.01, curtailed=(0, 80)).p_pass == 1.0
+
+
+def test_culprits_that_share_a_level_are_both_named() -> None:
+    # f2 AND (f3 OR f6): only f2's flip cures known-bad, yet known-good with f2 alone is clean.
+    # The sufficiency test shows f2 is not enough; ddmin completes it with f3; breaking f3 (not
+    # f2, which would cure the other culprit too) leaves f2 AND f6 to be found next.
+    def rate(lv: Mapping[str, str]) -> float:
+        return 0.15 if lv["f2"] == "b" and "b" in (lv["f3"], lv["f6"]) else 0.0
+
+    _, replay = campaign_with_stops(Adaptive(EIGHT, GOOD8, BAD8), rate, seed=0)
+    assert replay.outcome is Outcome.CULPRIT
+    assert replay.culprits == ({"f2": "b", "f3": "b"}, {"f2": "b", "f6": "b"})
+    sufficiency = [s.answer for s in replay.trail if s.phase == "sufficient?"]
+    assert sufficiency == ["pass", "fail"]  # f2 alone is not enough; f2 and f6 are

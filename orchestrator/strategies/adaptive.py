@@ -14,12 +14,14 @@ exactly where it was, and the verdict and `bisect log` are recomputed from the s
    when the variant already has more trials than that reference. Where many factors differ,
    a flip back to known-good's level gets a first look that stops at its first failing
    session, and one sufficiency test (known-good plus only the found levels still fails)
-   proves all the flips let go innocent at once.
+   proves all the flips let go innocent at once. When it does not fail and no flip passes,
+   the found levels need one of several others (f2 AND (f3 OR f6)): ddmin completes them.
 3. If every flip still fails, several culprits are active at once: Zeller's ddmin over the
    factors where good and bad differ isolates one 1-minimal failing set, and its shared
    background is scanned as in step 2.
-4. More culprits (Go's bisect): break the culprit in known-bad; if that still fails, another
-   culprit is there, and steps 2-4 run again from it.
+4. More culprits (Go's bisect): break the culprit in known-bad — by a level another culprit
+   may not share, if it has one — and if that still fails, another culprit is there, and
+   steps 2-4 run again from it.
 """
 
 from __future__ import annotations
@@ -118,9 +120,9 @@ class Adaptive:
             self._reproduce(run)
             bad = dict(self.bad)
             while len(culprits) < MAX_CULPRITS:
-                culprit = self._culprit_in(run, bad)
+                culprit, spare = self._culprit_in(run, bad)
                 culprits.append(culprit)
-                broken = self._break(bad, culprit)
+                broken = self._break(bad, culprit, spare)
                 if run.test(broken, "more culprits?") is not Answer.FAIL:
                     break
                 bad = broken
@@ -164,12 +166,14 @@ class Adaptive:
     def _clean(self, cell: VariantCounts) -> bool:
         return cell.judged > 0 and wilson(*cell.pair)[1] <= self.clean_rate
 
-    def _culprit_in(self, run: Tests, bad: dict[str, str]) -> dict[str, str]:
+    def _culprit_in(self, run: Tests, bad: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+        """One culprit behind ``bad``'s failure, and those of its factors whose flip alone does
+        not cure ``bad`` (another culprit shares the rest: breaking one of them keeps it)."""
         # One conjunction behind the failure (the common case): exactly its levels are the ones
         # whose single flip makes the failing variant pass. One test per factor, no ddmin.
-        necessary = self._necessary(run, bad, list(self.factors))
+        necessary, completion = self._necessary(run, bad, list(self.factors))
         if necessary:
-            return necessary
+            return necessary, completion
         # Every single flip still fails: several culprits are active at once. Delta debugging
         # isolates one minimal failing set; its shared background is then scanned the same way.
         delta = [f for f in self.factors if bad[f] != self.good[f]]
@@ -181,13 +185,14 @@ class Adaptive:
         failing = with_levels(minimal)
         background = [f for f in self.factors if f not in delta]
         culprit = {**{f: failing[f] for f in minimal},
-                   **self._necessary(run, failing, background)}
-        return {f: culprit[f] for f in self.factors if f in culprit}
+                   **self._necessary(run, failing, background)[0]}
+        return {f: culprit[f] for f in self.factors if f in culprit}, []
 
     def _necessary(
         self, run: Tests, failing: dict[str, str], factors: Sequence[str]
-    ) -> dict[str, str]:
-        """The levels of ``failing`` whose flip alone makes it pass.
+    ) -> tuple[dict[str, str], list[str]]:
+        """The levels of ``failing`` whose flip alone makes it pass, and the factors whose
+        levels complete them (see below; most often none).
 
         The flips are independent tests: all that still need trials are proposed at once, so
         free pools run them side by side. With many factors, a flip back to known-good's level
@@ -195,19 +200,30 @@ class Adaptive:
         failing is let go unproven. One sufficiency test then proves all of those innocent at
         once: when known-good with only the found levels of ``failing`` still fails, none of
         the other levels is needed (putting back known-bad's levels does not cure a failure).
-        If it does not fail, the flips let go are tested to the end after all."""
+        If it does not fail, the flips let go are tested to the end after all; and if none of
+        them passes either, the found levels are needed but not enough: the failure also needs
+        one of several other levels (f2 AND (f3 OR f6)). Delta debugging over the other
+        differing factors then finds a minimal set that completes them on known-good's
+        background, and the culprit is both."""
         differ = [f for f in factors if self.good[f] != failing[f]]
         # A single failing session says "failing" only against a clean known-good; and it is
         # known-good's reproduction that decides, so later trials of it do not switch looks off
         # half-way.
         look = run.good_was_clean and len(differ) >= LOOK_FROM_FACTORS
         found, let_go = self._scan(run, failing, factors, look=look)
-        if let_go and found and \
-                run.test({**self.good, **found}, "sufficient?") is Answer.FAIL:
-            let_go = []
-        if let_go:
-            found |= self._scan(run, failing, let_go, look=False)[0]
-        return {f: found[f] for f in factors if f in found}
+        completion: list[str] = []
+        if let_go and found:
+            sufficient = {**self.good, **found}
+            if run.test(sufficient, "sufficient?") is not Answer.FAIL:
+                more = self._scan(run, failing, let_go, look=False)[0]
+                if not more:
+                    rest = [f for f in differ if f not in found]
+                    completion = self._ddmin(run, rest, lambda subset: {
+                        **sufficient, **{f: failing[f] for f in subset}})
+                found |= more | {f: failing[f] for f in completion}
+        elif let_go:
+            found = self._scan(run, failing, let_go, look=False)[0]
+        return {f: found[f] for f in factors if f in found}, completion
 
     def _scan(self, run: Tests, failing: dict[str, str], factors: Sequence[str], *,
               look: bool) -> tuple[dict[str, str], list[str]]:
@@ -262,7 +278,11 @@ class Adaptive:
                     n = min(len(delta), 2 * n)
         return delta
 
-    def _break(self, bad: dict[str, str], culprit: Mapping[str, str]) -> dict[str, str]:
-        """Known-bad with the culprit broken by one flip, preferring known-good's level."""
-        factor = next((f for f in culprit if self.good[f] != culprit[f]), next(iter(culprit)))
+    def _break(self, bad: dict[str, str], culprit: Mapping[str, str],
+               spare: Sequence[str]) -> dict[str, str]:
+        """Known-bad with the culprit broken by one flip: of a ``spare`` factor if there is one
+        (the other culprits that share the rest stay whole), else preferring known-good's
+        level."""
+        factor = next(iter(spare), None) or next(
+            (f for f in culprit if self.good[f] != culprit[f]), next(iter(culprit)))
         return self._flip(bad, factor)

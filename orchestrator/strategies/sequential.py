@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.evidence import TrialEvidence, variant_key
 from orchestrator.stats.compare import Answer, Counts, Judgement, judge
+from orchestrator.stats.exact import fisher_greater
 
 if TYPE_CHECKING:
     from orchestrator.strategies.adaptive import Adaptive
@@ -64,6 +65,8 @@ class VariantCounts:
     trials: int = 0
     unfinished: int = 0  # planned sessions of trials stopped early that never finished
     stopped: Counts = (0, 0)  # what the trials stopped early had judged
+    first: tuple[int, int, int] = (0, 0, 0)  # the first trial alone (what a look saw):
+    # corrupted, judged, unfinished
 
     @property
     def pair(self) -> Counts:
@@ -81,6 +84,8 @@ def cells_of(evidence: Sequence[TrialEvidence]) -> dict[str, VariantCounts]:
     cells: dict[str, VariantCounts] = {}
     for trial in evidence:
         cell = cells.setdefault(variant_key(trial.levels), VariantCounts())
+        if not cell.trials:
+            cell.first = (trial.corrupted, trial.judged, trial.unfinished)
         cell.corrupted += trial.corrupted
         cell.judged += trial.judged
         cell.trials += 1
@@ -107,8 +112,9 @@ class Tests:
         """FAIL or PASS; once the variant's trial budget is spent, PASS on the evidence at hand
         when it is clearly better than known-bad and not worse than known-good, else UNKNOWN.
 
-        ``look``: the variant's first trial may stop as soon as it looks failing, and a first
-        trial that does is let go as UNKNOWN ("looks failing") for the caller to prove."""
+        ``look``: the variant's first trial may stop as soon as it looks failing, and a variant
+        whose first trial does is let go as UNKNOWN ("looks failing") for the caller to prove,
+        whatever trials it had since (a replay makes the same decisions every time)."""
         s = self.strategy
         cell = self.counts(levels)
         known = {variant_key(s.bad): Answer.FAIL, variant_key(s.good): Answer.PASS}
@@ -121,14 +127,17 @@ class Tests:
         if cell.trials < s.min_trials:
             self.need(levels, stop_at=stop_at)
         good, bad = self.counts(s.good), self.counts(s.bad)
+        corrupted, judged, unfinished = cell.first
+        p_look = fisher_greater(corrupted, judged + unfinished, *good.pair)
+        if look and p_look <= LOOKS_FAILING:
+            self.trail.append(Step(phase, levels, "looks failing", corrupted, judged, 1, p_look,
+                                   float("nan"), unfinished))
+            return Answer.UNKNOWN
         pass_alpha = s.pass_alpha(good)
         j = judge(cell.pair, good.pair, bad.pair, s.alpha, pass_alpha,
                   cell.curtailed if cell.unfinished else None)
         answer, said = j.answer, j.answer.value
-        if answer is Answer.UNKNOWN and look and cell.trials == 1 and \
-                j.p_fail <= LOOKS_FAILING:
-            said = "looks failing"
-        elif answer is Answer.UNKNOWN:
+        if answer is Answer.UNKNOWN:
             more = self._next_for(levels, cell, good, bad, j)
             if more:
                 self.need(*more)
