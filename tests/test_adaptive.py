@@ -275,3 +275,13 @@ def test_culprits_that_share_a_level_are_both_named() -> None:
     assert replay.culprits == ({"f2": "b", "f3": "b"}, {"f2": "b", "f6": "b"})
     sufficiency = [s.answer for s in replay.trail if s.phase == "sufficient?"]
     assert sufficiency == ["pass", "fail"]  # f2 alone is not enough; f2 and f6 are
+
+
+def test_a_first_look_that_proves_the_failure_is_a_fail_not_let_go() -> None:
+    # The look at f0's flip ran to its end with 12 of 80 failing: proven, nothing to let go.
+    strategy = Adaptive(EIGHT, GOOD8, BAD8)
+    replay = strategy.replay([*REPRODUCED8, _trial({**BAD8, "f0": "a"}, 12),
+                              TrialEvidence({**BAD8, "f1": "a"}, {"leak": 1}, stopped_early=True,
+                                            planned=80)])
+    answers = {s.phase: s.answer for s in replay.trail}
+    assert answers["flip f0"] == "fail (first look)" and answers["flip f1"] == "looks failing"

@@ -127,12 +127,8 @@ class Tests:
         if cell.trials < s.min_trials:
             self.need(levels, stop_at=stop_at)
         good, bad = self.counts(s.good), self.counts(s.bad)
-        corrupted, judged, unfinished = cell.first
-        p_look = fisher_greater(corrupted, judged + unfinished, *good.pair)
-        if look and p_look <= LOOKS_FAILING:
-            self.trail.append(Step(phase, levels, "looks failing", corrupted, judged, 1, p_look,
-                                   float("nan"), unfinished))
-            return Answer.UNKNOWN
+        if look and (seen := self._look(levels, phase, cell, good)) is not None:
+            return seen
         pass_alpha = s.pass_alpha(good)
         j = judge(cell.pair, good.pair, bad.pair, s.alpha, pass_alpha,
                   cell.curtailed if cell.unfinished else None)
@@ -148,6 +144,20 @@ class Tests:
                 answer, said = Answer.PASS, "pass (at budget)"
         self.trail.append(Step(phase, levels, said, cell.corrupted, cell.judged, cell.trials,
                                j.p_fail, j.p_pass, cell.unfinished))
+        return answer
+
+    def _look(self, levels: dict[str, str], phase: str, cell: VariantCounts,
+              good: VariantCounts) -> Answer | None:
+        """What the first trial alone says: FAIL if it proves it, UNKNOWN ("looks failing") if
+        it looks failing, None if the variant may pass (it is then tested as any other)."""
+        corrupted, judged, unfinished = cell.first
+        p = fisher_greater(corrupted, judged + unfinished, *good.pair)
+        if p > LOOKS_FAILING:
+            return None
+        answer = Answer.FAIL if p <= self.strategy.alpha else Answer.UNKNOWN
+        said = "fail (first look)" if answer is Answer.FAIL else "looks failing"
+        self.trail.append(Step(phase, levels, said, corrupted, judged, 1, p, float("nan"),
+                               unfinished))
         return answer
 
     def _next_for(self, levels: dict[str, str], cell: VariantCounts, good: VariantCounts,
