@@ -218,7 +218,7 @@ def decision_log(campaign_id: str, store: StoreOption = "bisect.db",
     for index, step in enumerate(trail, start=1):  # one line a step: readable at any width
         variant = ",".join(f"{f}={lvl}" for f, lvl in step["levels"].items())
         unfinished = f" (+{step['unfinished']} unfinished)" if step.get("unfinished") else ""
-        out.print(f"{index:3} {step['phase']:<22} {step['answer']:<13} "
+        out.print(f"{index:3} {step['phase']:<22} {step['answer']:<17} "
                   f"{step['corrupted']}/{step['sessions']}{unfinished} in {step['trials']} "
                   "trial(s)  "
                   f"p(worse than good)={step['p_fail']:.2g} "
