@@ -237,10 +237,10 @@ def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progres
             blocked = {variant_key(u.levels) for u in skipped}
             strategy: Strategy = skipping(base, skipped)
             free = [p.name for p in campaign.pools if p.name not in actors.busy]
+            seen = evidence(trials, target, planned)
             proposals = [
                 levels
-                for levels in strategy.propose(evidence(trials, target, planned),
-                                                list(pending.values()))
+                for levels in strategy.propose(seen, list(pending.values()))
                 if variant_key(levels) not in blocked
             ]
             next_seq = max((t.seq for t in trials), default=0) + 1
@@ -249,7 +249,7 @@ def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progres
                 seed = campaign.workload.seed * 1_000_003 + next_seq
                 trial_id = store.start_trial(campaign_id, variant.id, next_seq, pool, seed)
                 pending[trial_id] = levels
-                rule = strategy.stop_rule(levels, evidence(trials, target, planned))
+                rule = strategy.stop_rule(levels, seen)
                 actors.submit(pool, TrialOrder(trial_id, levels, seed, rule, target))
                 running[pool] = levels
                 progress(f"trial {next_seq} on {pool}: {variant.key}")

@@ -18,19 +18,10 @@ from orchestrator.cli import app
 from orchestrator.demo import twin_pool
 from orchestrator.runner import create_campaign, run_campaign
 from orchestrator.verdict import Status
+from tests.test_twin_support import race_faults
 
 HOSTILE_NAME = '<script>alert("x")</script> & [bold]co[/bold]'
-FAULTS = {
-    "seed": 3,
-    "rules": [{
-        "name": "race",
-        "when": {"env": {"BF16_INDEX_K": "1"}, "flags": {"enable-hierarchical-cache": True}},
-        "min_inflight": 1,
-        "probability": 0.5,
-        "effect": "leak",
-        "markup": "dsml",
-    }],
-}
+FAULTS = race_faults(seed=3)
 
 
 def small_campaign(workdir: Path) -> dict[str, Any]:

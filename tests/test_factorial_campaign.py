@@ -18,18 +18,9 @@ from orchestrator.cli import app
 from orchestrator.demo import twin_pool
 from orchestrator.runner import create_campaign, run_campaign
 from orchestrator.verdict import Status
+from tests.test_twin_support import race_faults
 
-FAULTS = {
-    "seed": 11,
-    "rules": [{
-        "name": "race",
-        "when": {"env": {"BF16_INDEX_K": "1"}, "flags": {"enable-hierarchical-cache": True}},
-        "min_inflight": 1,
-        "probability": 0.5,
-        "effect": "leak",
-        "markup": "dsml",
-    }],
-}
+FAULTS = race_faults(seed=11)
 
 
 def env_factor(name: str, variable: str, first: str, second: str) -> dict[str, Any]:

@@ -35,6 +35,20 @@ from experiments.twin.pool import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def race_faults(seed: int) -> dict[str, Any]:
+    """The seed investigation's race as a twin fault model: bf16 index keys with HiCache leak
+    DSML markup in half the replies, with any load."""
+    return {"seed": seed, "rules": [{
+        "name": "race",
+        "when": {"env": {"BF16_INDEX_K": "1"}, "flags": {"enable-hierarchical-cache": True}},
+        "min_inflight": 1,
+        "probability": 0.5,
+        "effect": "leak",
+        "markup": "dsml",
+    }]}
+
 # No per-token cost: for tests that count outcomes, not time.
 FAST = ("--twin-latency-ms", "1", "--twin-prefill-us-per-token", "0",
         "--twin-decode-ms-per-token", "0")
