@@ -17,10 +17,22 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.support import network
+
 if TYPE_CHECKING:
     from ray.cluster_utils import Cluster
 
 REPO = Path(__file__).resolve().parent.parent
+network.install()  # from here on, a connect that would leave the machine is refused
+
+
+@pytest.fixture(autouse=True)
+def no_traffic_off_the_machine() -> Iterator[None]:
+    """Fail the test that tried to connect off the machine (the guard refused the packet)."""
+    network.take_refused()
+    yield
+    refused = network.take_refused()
+    assert not refused, f"the test tried to send traffic off the machine: {refused}"
 
 
 def free_port() -> int:

@@ -11,13 +11,12 @@ import getpass
 import os
 import re
 import shutil
-import socket
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from deploy.lab import net, registry, systemd_host
+from deploy.lab import net, probe, registry, systemd_host
 from deploy.lab.model import Lab, LabError, LabHost, load_lab
 from deploy.lab.sshd import (
     SSHD,
@@ -83,7 +82,7 @@ def _wait_reachable(lab: Lab, timeout_s: float = 10.0) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                socket.create_connection((host.address, 22), timeout=1.0).close()
+                probe.connect_over_bridge(lab, host, 22, timeout_s=1.0).close()
                 break
             except OSError as exc:
                 if time.monotonic() > deadline:
@@ -222,7 +221,7 @@ class HostStatus:
     address: str
     namespace: bool  # its namespace exists
     sshd: bool  # the sshd we started is alive
-    reachable: bool  # port 22 answers from this machine
+    reachable: bool  # port 22 answers over the lab bridge (never probed once the host is gone)
     systemd: bool | None = None  # systemd labs: its container's systemd is PID 1 and alive
 
 
@@ -245,11 +244,9 @@ def lab_status(directory: str | os.PathLike[str]) -> LabStatus:
     present = set(net.namespaces())
     hosts = []
     for host in lab.hosts:
-        try:
-            socket.create_connection((host.address, 22), timeout=0.5).close()
-            reachable = True
-        except OSError:
-            reachable = False
+        # Only over the bridge, and only while the host is there: a lab address whose bridge is
+        # gone would take the default route off the machine.
+        reachable = host.namespace in present and probe.ssh_port_open(lab, host)
         init = is_ours(host.init_pid, host.init_start) if lab.systemd else None
         hosts.append(HostStatus(host.name, host.address, host.namespace in present,
                                 is_ours(host.sshd_pid, host.sshd_start), reachable, init))

@@ -1,0 +1,1 @@
+"""Helpers shared by tests: fixtures' building blocks, fault tools, guards."""
