@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from deploy.proof import SECTIONS_SH, new_boundary, parse_sections
+from deploy.safe_words import check_argv, check_environment, program_error
 from deploy.services.process import ProcessServiceManager
 from deploy.transports.base import Transport, TransportError
 
@@ -27,12 +28,17 @@ DEFAULT_MIN_FREE_BYTES = 1 << 30  # logs of a long campaign at debug level reach
 MAX_SNAPSHOT_BYTES = 1 << 20  # files a campaign touches are configs; more cannot be restored
 _FLAG = re.compile(r"(?<![\w-])--[A-Za-z0-9][A-Za-z0-9_-]*")
 
+
+def help_flags(text: str) -> frozenset[str]:
+    """The ``--flags`` a ``--help`` output names (argparse's usage and option lines alike)."""
+    return frozenset(_FLAG.findall(text))
+
 # The survey: every value is a positional argument, grouped as COUNT VALUE...; each answer is a
 # section delimited by a per-call random boundary (see deploy/proof.py).
 _SURVEY = SECTIONS_SH + r"""
 B=$1; shift
-_exe() { case $1 in */*) [ -f "$1" ] && [ -x "$1" ] && echo "$1" ;; *) command -v "$1" ;; esac; }
-_df() { _d=$1; while [ ! -e "$_d" ]; do _d=$(dirname "$_d"); done; df -Pk -- "$_d"; }
+_exe() { case $1 in */*) [ -f "$1" ] && [ -x "$1" ] && echo "$1" ;; *) command -v -- "$1" ;; esac; }
+_df() { _d=$1; while [ ! -e "$_d" ]; do _d=$(dirname -- "$_d"); done; df -Pk -- "$_d"; }
 _pid() {
   [ -f "$1" ] || { echo none; return 0; }
   _p=$(cat -- "$1") || return 1
@@ -75,6 +81,17 @@ class ServiceCheck:
     levels: tuple[LevelFlags, ...] = ()  # every level that adds flags to this service
     env: tuple[tuple[str, str], ...] = ()  # the service's base env, also given to --help
     help_argv: tuple[str, ...] | None = None  # default: argv up to its first --flag
+
+    def __post_init__(self) -> None:
+        # `env -- NAME=VALUE... PROGRAM --help` runs on the node: the same rules as a start.
+        what = f"service {self.name}"
+        check_environment(self.env, what)
+        check_argv((*self.argv, *(self.help_argv or ())), what)
+        for level in self.levels:
+            check_argv(level.flags, f"{what}, factor {level.factor}, level {level.level}")
+        error = program_error((self.help_argv or self.argv or ("",))[0])
+        if error:
+            raise ValueError(f"{what}: {error}")
 
 
 @dataclass(frozen=True)
@@ -251,9 +268,10 @@ def _help_flags(node: NodeCheck, service: ServiceCheck, cache: HelpCache,
             return cache.flags[key]
     env = [f"{k}={v}" for k, v in service.env]
     shown = shlex.join([*command, "--help"])
-    # Through `env` so the base environment applies (PYTHONPATH, a venv), as at start.
-    result = node.transport.run(["env", *env, *command, "--help"], timeout_s=180)
-    flags = frozenset(_FLAG.findall(result.stdout + "\n" + result.stderr))
+    # Through `env` so the base environment applies (PYTHONPATH, a venv), as at start; after
+    # `--` no word is an option of env's (`-S...` would be a command line it runs).
+    result = node.transport.run(["env", "--", *env, *command, "--help"], timeout_s=180)
+    flags = help_flags(result.stdout + "\n" + result.stderr)
     if not result.ok or not flags:
         why = f"exited {result.returncode}" if not result.ok else "lists no --flags"
         problems.append(Problem(node.name, service.name, "help",

@@ -4,8 +4,20 @@ of the field it concerns, so the loader can name its line."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+# The one rule for each word bisect turns into a command or an environment on a node, shared
+# with the deploy layer (which refuses the same words again): a leaf module of plain functions.
+from deploy.safe_words import (
+    env_name_error,
+    host_error,
+    program_error,
+    ref_error,
+    unit_error,
+    word_error,
+)
 from experiments.yaml_lines import Path_
 
 if TYPE_CHECKING:
@@ -14,6 +26,9 @@ if TYPE_CHECKING:
 # The fractional designs bisect knows are tabulated for up to this many two-level factors
 # (orchestrator/strategies/design.py; a test keeps the two equal).
 FRACTIONAL_MAX_FACTORS = 11
+# A full factorial runs every variant: beyond this a campaign never ends (1,000 two-level factors
+# would be 2^1000), and a fraction or the adaptive strategy is the way.
+FULL_MAX_VARIANTS = 4096
 
 
 def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
@@ -78,6 +93,7 @@ def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
         if campaign.known_good is not None and campaign.known_good == campaign.known_bad:
             problems.append((("known_bad",), "known_bad is the same variant as known_good"))
     problems += _design_problems(campaign, levels)
+    problems += command_problems(campaign)
     for field in ("known_good", "known_bad"):
         for factor_name, level in (getattr(campaign, field) or {}).items():
             if factor_name not in levels:
@@ -98,6 +114,12 @@ def _design_problems(campaign: Campaign, levels: dict[str, list[str]]) -> list[t
     if plan.design == "full":
         if plan.resolution != type(plan).model_fields["resolution"].default:
             return [(("strategy", "resolution"), "applies to `design: fractional` only")]
+        variants = math.prod(len(names) for names in levels.values())
+        if campaign.strategy_kind == "factorial" and variants > FULL_MAX_VARIANTS:
+            return [(("factors",), f"a full factorial of these {len(levels)} factors has "
+                                   f"{variants:,} variants (at most {FULL_MAX_VARIANTS:,}): "
+                                   f"use `design: fractional`, or the adaptive strategy "
+                                   f"(known_good and known_bad)")]
         return []
     if campaign.strategy_kind != "factorial":
         return [(("strategy", "design"), f"only the factorial strategy has a design (this "
@@ -108,3 +130,70 @@ def _design_problems(campaign: Campaign, levels: dict[str, list[str]]) -> list[t
                                          f"designs are tabulated for up to "
                                          f"{FRACTIONAL_MAX_FACTORS}")]
     return []
+
+
+def command_problems(campaign: Campaign) -> list[tuple[Path_, str]]:
+    """Nothing in a campaign file may run as a command or be read as an option: environment
+    variable names, the program of a start command, git refs and unit names follow the rules
+    of deploy/safe_words.py, and no word holds a byte no process can receive. (Secret values
+    are not in the file: the deploy layer checks them when they are read.)"""
+    problems: list[tuple[Path_, str]] = []
+
+    def words(path: Path_, values: Sequence[object]) -> None:
+        for index, value in enumerate(values):
+            error = word_error(value) if isinstance(value, str) else None
+            if error:
+                problems.append(((*path, index), error))
+
+    def env(path: Path_, values: Mapping[str, object]) -> None:
+        for name, value in values.items():
+            # A name that cannot be shown on one line is reported at its mapping.
+            where = (*path, name) if name.isprintable() else path
+            error = env_name_error(name) or (word_error(value) if isinstance(value, str)
+                                             else None)
+            if error:
+                problems.append((where, error))
+
+    def single(path: Path_, error: str | None) -> None:
+        if error:
+            problems.append((path, error))
+
+    for n, node in enumerate(campaign.nodes):
+        single(("nodes", n, "workdir"), word_error(node.workdir))
+        if node.host is not None:
+            single(("nodes", n, "host"), host_error(node.host))
+        if node.user is not None:
+            single(("nodes", n, "user"), host_error(node.user, "user"))
+    for p, pool in enumerate(campaign.pools):
+        for s, service in enumerate(pool.services):
+            at: Path_ = ("pools", p, "services", s)
+            program = service.start[0] if service.start else ""
+            if isinstance(program, str):
+                single((*at, "start", 0), program_error(program))
+            words((*at, "start"), service.start[1:])
+            env((*at, "env"), service.env)
+            if service.unit is not None:
+                single((*at, "unit"), unit_error(service.unit))
+    for f, factor in enumerate(campaign.factors):
+        for name, level in factor.levels.items():
+            if level is None:
+                continue
+            at = ("factors", f, "levels", name)
+            env((*at, "env"), level.env)
+            words((*at, "flags"), level.flags)
+            for phase in ("pre", "post"):
+                for index, hook in enumerate(getattr(level, phase)):
+                    single((*at, phase, index), None if hook else "a hook needs a command")
+                    words((*at, phase, index), hook)
+            for index, patch in enumerate(level.patch):
+                single((*at, "patch", index, "root"), word_error(patch.root))
+            if level.git is not None:
+                single((*at, "git", "ref"), ref_error(level.git.ref))
+                single((*at, "git", "tree"), word_error(level.git.tree))
+                words((*at, "git", "build"), level.git.build)
+    if campaign.commits is not None:
+        for field in ("good", "bad"):
+            single(("commits", field), ref_error(getattr(campaign.commits, field)))
+        single(("commits", "tree"), word_error(campaign.commits.tree))
+        words(("commits", "build"), campaign.commits.build)
+    return problems

@@ -138,7 +138,7 @@ def test_help_runs_once_per_node_and_build_and_failures_are_named(tmp_path: Path
     for _ in range(2):
         assert preflight([NodeCheck("gpu-a", transport, services)], cache=cache).ok
     helps = [c for c in transport.commands if c[-1] == "--help"]
-    assert helps == [("env", sys.executable, "-m", "experiments.twin", "--help")]
+    assert helps == [("env", "--", sys.executable, "-m", "experiments.twin", "--help")]
     preflight([NodeCheck("gpu-a", transport, services, build="abc123")], cache=cache)
     assert len([c for c in transport.commands if c[-1] == "--help"]) == 2  # a new build
 

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from deploy.safe_words import check_argv, check_environment
+
 
 @dataclass(frozen=True)
 class ServiceConfig:
@@ -14,6 +16,12 @@ class ServiceConfig:
     name: str
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        # Every manager builds its command from these values: a bad one is refused here,
+        # before anything runs, whichever manager (or caller) gets it.
+        check_environment(self.env, f"service {self.name}")
+        check_argv(self.argv, f"service {self.name}")
 
     @classmethod
     def of(cls, name: str, argv: Sequence[str], env: Mapping[str, str]) -> ServiceConfig:

@@ -1,13 +1,17 @@
 """Plain processes as services: each in its own session, with a pid file and a log file.
 
 Every action is one ``sh -c`` script sent through the transport, with every value quoted, so the
-same code drives this machine and (later) a node over SSH in one round trip per action.
+same code drives this machine and a node over SSH in one round trip per action. No value is ever
+read as an option: ``env --`` before the variables (a name was checked by ``ServiceConfig``; GNU
+``env`` would run a ``-S...`` word as a command line), ``--`` before every path. The pid and log
+files (and a workdir bisect creates) are owner-only; the service itself keeps the node's umask.
 """
 
 from __future__ import annotations
 
 import shlex
 
+from deploy.safe_words import file_name_error, program_error
 from deploy.services.base import ServiceConfig, Started
 from deploy.transports.base import Transport, TransportError
 
@@ -28,26 +32,37 @@ class ProcessServiceManager:
         self.transport = transport
         self.workdir = workdir.rstrip("/") or "/"
 
+    def _file(self, name: str, suffix: str) -> str:
+        error = file_name_error(name)  # any other name is safe: every path is quoted
+        if error:
+            raise ValueError(f"service name {error}")
+        return f"{self.workdir}/{name}{suffix}"
+
     def pid_file(self, name: str) -> str:
-        return f"{self.workdir}/{name}.pid"
+        return self._file(name, ".pid")
 
     def log_file(self, name: str) -> str:
-        return f"{self.workdir}/{name}.log"
+        return self._file(name, ".log")
 
     def _sh(self, script: str, timeout_s: float = 60.0) -> str:
         return self.transport.run(["sh", "-c", script], timeout_s=timeout_s).check().stdout
 
     def start(self, config: ServiceConfig) -> Started:
         """Start the service (stopping a previous instance first); return its pid and log offset."""
-        self.stop(config.name)
+        error = program_error(config.argv[0]) if config.argv else "no command to run"
+        if error:
+            raise ValueError(f"service {config.name}: {error}")
         q = shlex.quote
+        log, pid = q(self.log_file(config.name)), q(self.pid_file(config.name))
+        self.stop(config.name)
         env = " ".join(q(f"{key}={value}") for key, value in config.env)
         command = " ".join(q(arg) for arg in config.argv)
-        log, pid = q(self.log_file(config.name)), q(self.pid_file(config.name))
         # setsid: the service leads its own process group, so stop() reaches its children too.
+        # `env --`: nothing after it is an option, the first word without '=' is the program.
         script = (
-            f"set -e; mkdir -p {q(self.workdir)}; touch {log}; offset=$(wc -c < {log}); "
-            f"setsid env {env} {command} >> {log} 2>&1 < /dev/null & "
+            f"set -e; m=$(umask); umask 077; mkdir -p -- {q(self.workdir)}; touch -- {log} {pid}; "
+            f"chmod 600 -- {log} {pid}; offset=$(wc -c < {log}); umask \"$m\"; "
+            f"setsid env -- {env} {command} >> {log} 2>&1 < /dev/null & "
             f'echo $! > {pid}; echo "$offset $!"'
         )
         out = self._sh(script).split()
@@ -59,17 +74,17 @@ class ProcessServiceManager:
         """Stop the service's whole process group: TERM, then KILL after a grace period."""
         pid = shlex.quote(self.pid_file(name))
         script = (
-            f"{_LIVE}[ -f {pid} ] || exit 0; p=$(cat {pid}); "
+            f"{_LIVE}[ -f {pid} ] || exit 0; p=$(cat -- {pid}); "
             f'if [ "$p" -gt 1 ] 2>/dev/null && live "$p"; then '
             f'kill -TERM "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true; '
             f'i=0; while live "$p" && [ $i -lt {_STOP_GRACE_S * 10} ]; '
             f"do sleep 0.1; i=$((i+1)); done; "
-            f'kill -KILL "-$p" 2>/dev/null || true; fi; rm -f {pid}'
+            f'kill -KILL "-$p" 2>/dev/null || true; fi; rm -f -- {pid}'
         )
         self._sh(script, timeout_s=_STOP_GRACE_S + 30)
 
     def pid(self, name: str) -> int | None:
-        out = self._sh(f"cat {shlex.quote(self.pid_file(name))} 2>/dev/null || true").strip()
+        out = self._sh(f"cat -- {shlex.quote(self.pid_file(name))} 2>/dev/null || true").strip()
         return int(out) if out.isdigit() else None
 
     def is_running(self, name: str) -> bool:
@@ -84,4 +99,4 @@ class ProcessServiceManager:
 
     def read_log(self, name: str, offset: int = 0) -> str:
         log = shlex.quote(self.log_file(name))
-        return self._sh(f"[ -f {log} ] && tail -c +{int(offset) + 1} {log} || true")
+        return self._sh(f"[ -f {log} ] && tail -c +{int(offset) + 1} -- {log} || true")

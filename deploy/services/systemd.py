@@ -17,17 +17,15 @@ length of what it read (as it does with a plain log file's offset) moves past it
 from __future__ import annotations
 
 import base64
-import re
 from collections.abc import Mapping
 
+from deploy.safe_words import SYSTEMD_UNIT, env_name_error
 from deploy.services.base import ServiceConfig, Started
 from deploy.transports.base import Transport, TransportError
 
 UNIT_DIR = "/etc/systemd/system"
 DROPIN = "zz-bisect.conf"  # sorts after `systemctl edit`'s override.conf: the variant wins
 _SHIFT = 32  # low bits of log_offset: bytes of this start's journal text already read
-_UNIT = re.compile(r"[A-Za-z0-9:_.\\@][A-Za-z0-9:_.\\@-]{0,247}\.service")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "%": "%%", "\n": "\\n", "\t": "\\t"}
 
 
@@ -63,9 +61,9 @@ def render_dropin(config: ServiceConfig) -> str:
              "# `systemctl daemon-reload` to restore the unit as the operator installed it.",
              "[Service]"]
     for key, value in config.env:
-        if not _ENV_NAME.fullmatch(key):
-            raise ValueError(f"{config.name}: {key!r} is not an environment variable name "
-                             f"systemd accepts (letters, digits, underscore)")
+        error = env_name_error(key)  # ServiceConfig checked it too: the one rule, said again here
+        if error:
+            raise ValueError(f"{config.name}: {error}")
         if any(ord(ch) < 32 and ch not in "\t\n" for ch in value) or "\x7f" in value:
             raise ValueError(f"{config.name}: the value of {key} has control characters, "
                              f"which systemd refuses in an environment")
@@ -91,7 +89,7 @@ u=$1 d=$2 f=$2/{DROPIN}
 mkdir -p "$d"
 t=$(mktemp "$d/.bisect.XXXXXX")  # not *.conf: systemd ignores it until the mv
 trap 'rm -f "$t"' EXIT
-printf '%s' "$3" > "$t"; chmod 644 "$t"
+printf '%s' "$3" > "$t"; chmod 600 "$t"  # root's alone: it may hold a secret
 if ! cmp -s "$t" "$f" || [ "$(systemctl show -p NeedDaemonReload --value -- "$u")" = yes ]
 then mv -f "$t" "$f"; systemctl daemon-reload; fi
 systemctl stop -- "$u"
@@ -138,7 +136,7 @@ class SystemdServiceManager:
     def unit(self, name: str) -> str:
         unit = self.units.get(name) or f"{self.unit_prefix}{name}"
         unit = unit if unit.endswith(".service") else f"{unit}.service"
-        if not _UNIT.fullmatch(unit):
+        if not SYSTEMD_UNIT.fullmatch(unit):
             raise ValueError(f"{unit!r} is not a systemd service name")  # nor a path to write
         return unit
 

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from deploy.safe_words import word_error
+
 
 class TransportError(RuntimeError):
     """The node could not be reached or the command could not be run: infrastructure, not data."""
@@ -27,6 +29,15 @@ class CommandResult:
             detail = (self.stderr or self.stdout).strip()[-500:]
             raise TransportError(f"{self.argv[0]} exited {self.returncode}: {detail}")
         return self
+
+
+def refuse_unsendable(node: str, argv: Sequence[str]) -> None:
+    """A NUL byte would end an argument early (on SSH: silently, on the node), and a lone
+    surrogate cannot be encoded: refused before anything runs, naming the node and the word."""
+    for arg in argv:
+        error = word_error(arg)
+        if error:
+            raise ValueError(f"{node}: cannot run {argv[0]!r}: an argument {error}")
 
 
 class Transport(Protocol):

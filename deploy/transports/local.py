@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 
-from deploy.transports.base import CommandResult, TransportError
+from deploy.transports.base import CommandResult, TransportError, refuse_unsendable
 
 
 class LocalTransport:
@@ -14,6 +14,7 @@ class LocalTransport:
 
     def run(self, argv: Sequence[str], *, timeout_s: float = 60.0) -> CommandResult:
         args = tuple(argv)
+        refuse_unsendable(self.node, args)
         try:
             done = subprocess.run(
                 args, capture_output=True, text=True, errors="replace", timeout=timeout_s,

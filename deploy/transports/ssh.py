@@ -1,9 +1,10 @@
 """The SSH transport: commands on a remote node over one reused paramiko connection.
 
 ``run(argv)`` sends ``shlex.join(argv)``: the remote login shell sees every value quoted, so no
-value is ever interpreted by it. Host keys are checked against a known_hosts file like OpenSSH
-does (unknown: refused unless the node accepts new keys; changed: always refused). Every failure
-is a ``TransportError`` whose message names the node and the cause, never a paramiko traceback.
+value is ever interpreted by it (a POSIX login shell: sh, dash, bash, ksh, zsh; fish and csh
+quote otherwise). Host keys are checked against a known_hosts file like OpenSSH does (unknown:
+refused unless the node accepts new keys; changed: always refused). Every failure is a
+``TransportError`` whose message names the node and the cause, never a paramiko traceback.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 
 import paramiko
 
-from deploy.transports.base import CommandResult, TransportError
+from deploy.transports.base import CommandResult, TransportError, refuse_unsendable
 from deploy.transports.ssh_config import Hop, Route, SSHTarget, resolve
 
 # paramiko logs its own tracebacks from its reader thread; we report every failure ourselves.
@@ -209,6 +210,10 @@ class SSHTransport:
         for attempt in range(tries):
             if attempt:
                 time.sleep(max(0.0, min(self.backoff_s[attempt - 1], deadline - time.monotonic())))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:  # the command's own deadline bounds the retries too
+                raise TransportError(f"{cause} (gave up at the command's deadline)" if cause
+                                     else f"{self.node}: no time left to start the command")
             try:
                 transport = self._transport()
             except _Transient as exc:
@@ -216,7 +221,8 @@ class SSHTransport:
                 continue
             channel: paramiko.Channel | None = None
             try:
-                channel = transport.open_session(timeout=self.target.connect_timeout_s)
+                channel = transport.open_session(
+                    timeout=min(self.target.connect_timeout_s, max(remaining, 0.001)))
                 channel.exec_command(command)
                 return channel
             except paramiko.ChannelException as exc:
@@ -237,6 +243,7 @@ class SSHTransport:
         args = tuple(argv)
         if not args:
             raise ValueError("empty argv")
+        refuse_unsendable(self.node, args)
         deadline = time.monotonic() + timeout_s
         channel = self._start(shlex.join(args), deadline)
         try:

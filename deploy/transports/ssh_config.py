@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import paramiko
 
+from deploy.safe_words import host_error
 from deploy.transports.base import TransportError
 
 HostKeyPolicy = Literal["strict", "accept_new"]
@@ -117,6 +118,10 @@ def _parse_jump(node: str, spec: str) -> tuple[str | None, str, int | None]:
 
 def resolve(target: SSHTarget) -> Route:
     """The hops to connect through and the known_hosts file to check them against."""
+    for value, what in ((target.host, "host"), (target.user, "user")):
+        error = host_error(value, what) if value is not None else None
+        if error:
+            raise TransportError(f"{target.node}: {error}; refused before connecting")
     config = _load_config(target)
     final, options = _hop(
         target.node, config, target.host,

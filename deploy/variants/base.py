@@ -94,7 +94,8 @@ def upload(transport: Transport, path: str, data: bytes, timeout_s: float = 60.0
         mode = "new" if index == 0 else "append"
         result = run_sh(
             transport,
-            'if [ "$3" = new ]; then mkdir -p -- "$(dirname -- "$1")" && : > "$1" || exit 1; fi; '
+            'if [ "$3" = new ]; then (umask 077 && mkdir -p -- "$(dirname -- "$1")" && : > "$1")'
+            ' || exit 1; fi; '
             'printf %s "$2" | base64 -d >> "$1"',
             [path, base64.b64encode(chunk).decode(), mode], timeout_s)
         if not result.ok:

@@ -4,7 +4,8 @@ original HEAD (branch or detached commit).
 There is no network on the nodes: the ref must already exist in the tree (no ``git fetch``). The
 ref is resolved with ``rev-parse --end-of-options REF^{commit}`` and the checkout is of the
 resolved sha, so a ref is only ever a name: one that looks like an option or like shell is simply
-a ref that does not exist. Stale ``__pycache__`` is purged on every move because a health check
+a ref that does not exist. (Campaign validation refuses such refs before that: ``ref_error`` in
+deploy/safe_words.py.) Stale ``__pycache__`` is purged on every move because a health check
 cannot tell old bytecode from new code (the real investigation lost time to exactly that).
 
 The original HEAD is recorded on the node (``WORKDIR/bisect-variants/git-*``) before the first
@@ -19,6 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from deploy.safe_words import check_argv
 from deploy.transports.base import Transport
 from deploy.variants.base import Applied, VariantError, digest, run_sh, state_path, tail
 
@@ -42,7 +44,7 @@ rev() { git -C "$top" rev-parse --verify --quiet --end-of-options "$1^{commit}";
 # The build runs under `timeout` on the node, so a hung build is killed there, not abandoned.
 build() {
   [ $# -gt 0 ] || return 0
-  out=$(cd -- "$tree" && timeout -k 10 "$limit" "$@" 2>&1); rc=$?
+  out=$(cd -- "$tree" && timeout -k 10 -- "$limit" "$@" 2>&1); rc=$?
   echo "BUILD $rc"; printf "%s\n" "$out" | tail -c 4000; return $rc
 }
 """
@@ -58,8 +60,8 @@ refuse_dirty
 if [ ! -f "$record" ]; then
   orig=$(git -C "$top" rev-parse --verify --quiet HEAD) || { echo "E has no HEAD commit"; exit 3; }
   branch=$(git -C "$top" symbolic-ref -q HEAD) || branch=
-  { mkdir -p -- "$(dirname -- "$record")" \
-    && printf "%s\n%s\n" "$orig" "$branch" > "$record.tmp" && mv -f -- "$record.tmp" "$record"
+  { (umask 077 && mkdir -p -- "$(dirname -- "$record")" \
+    && printf "%s\n%s\n" "$orig" "$branch" > "$record.tmp") && mv -f -- "$record.tmp" "$record"
   } || { echo "E cannot write $record"; exit 3; }
 fi
 { read -r orig; read -r branch; } < "$record"
@@ -156,6 +158,7 @@ class GitRef:
         if not self.tree.startswith("/"):
             raise ValueError(f"git tree must be an absolute path, not {self.tree!r}")
         object.__setattr__(self, "build", tuple(self.build))
+        check_argv((self.tree, self.ref, self.workdir, *self.build), f"git tree {self.tree!r}")
 
     @property
     def fingerprint(self) -> str:
@@ -244,6 +247,7 @@ def resolve_range(transport: Transport, tree: str, good: str, bad: str, *,
     """The commits from ``good`` to ``bad``, oldest first, ``good`` itself first: the ordered
     list the ``commits`` strategy bisects. ``first_parent`` follows only the mainline through
     merges, which keeps the list a chain when side branches were merged in."""
+    check_argv((tree, good, bad), f"git tree {tree!r}")
     node = transport.node
     flags = "--first-parent" if first_parent else ""
     result = run_sh(transport, _RANGE, [tree, good, bad, flags])
@@ -267,6 +271,7 @@ def resolve_range(transport: Transport, tree: str, good: str, bad: str, *,
 
 def check_refs(transport: Transport, tree: str, refs: Sequence[str]) -> dict[str, str | None]:
     """Each ref resolved to its commit, or None: for validating a campaign before it starts."""
+    check_argv((tree, *refs), f"git tree {tree!r}")
     result = run_sh(transport, _CHECK, [tree, *refs])
     lines = result.stdout.splitlines()
     if not result.ok or len(lines) != len(refs):

@@ -3,21 +3,20 @@ are healthy (post), e.g. drop a cache directory, warm a model, record ``nvidia-s
 
 A hook is an argv, never a shell string: ``["sh", "-c", "..."]`` is there for who needs a shell.
 It runs under ``timeout`` on the node itself, so a hook that hangs is killed there and not merely
-abandoned by the transport.
+abandoned by the transport. ``timeout -- LIMIT ARGV``: no word of the hook is ever an option of
+``timeout``'s, so the argv reaches the node exactly as written.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from deploy.safe_words import check_argv, check_environment, env_name_error
 from deploy.transports.base import Transport
 from deploy.variants.base import VariantError, run_sh, tail
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 # "$1" the directory ("" for the login directory), "$2" the timeout, "$3" how many NAME=VALUE
 # words follow, then the argv. `export "$1"` assigns the word verbatim: no expansion of the value.
@@ -25,7 +24,7 @@ _RUN = r"""
 dir=$1; limit=$2; n=$3; shift 3
 if [ -n "$dir" ]; then cd -- "$dir" || exit 125; fi
 while [ "$n" -gt 0 ]; do export "$1"; shift; n=$((n-1)); done
-exec timeout -k 5 "$limit" "$@"
+exec timeout -k 5 -- "$limit" "$@"
 """
 
 
@@ -40,9 +39,11 @@ class Hook:
         object.__setattr__(self, "argv", tuple(self.argv))
         if not self.argv:
             raise ValueError("a hook needs a command")
-        bad = [name for name in self.env if not _ENV_NAME.match(name)]
+        bad = [name for name in self.env if env_name_error(name)]
         if bad:
             raise ValueError(f"hook {self.name}: invalid environment variable names {bad}")
+        check_environment(self.env.items(), f"hook {self.name}")
+        check_argv((*self.argv, self.cwd or ""), f"hook {self.name}")
 
     @property
     def name(self) -> str:

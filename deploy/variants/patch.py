@@ -35,7 +35,7 @@ _APPLY = r"""
 st=$1; root=$2; strip=$3; diff=$4; mode=$5; shift 5
 case $st in /*) ;; *) st=$PWD/$st;; esac
 [ ! -f "$st/sums" ] || { echo APPLIED; exit 7; }
-rm -rf -- "$st"; mkdir -p -- "$st/orig" "$st/stage" || exit 1
+rm -rf -- "$st"; (umask 077 && mkdir -p -- "$st/orig" "$st/stage") || exit 1  # backups: ours
 if [ "$diff" = - ]; then mv -f -- "$st.diff" "$st/patch.diff"
 else printf %s "$diff" | base64 -d > "$st/patch.diff"; fi || { rm -rf -- "$st"; exit 1; }
 fail() { clean "$@"; rm -rf -- "$st"; exit "$code"; }
