@@ -11,7 +11,7 @@ class Outcome(StrEnum):
     NO_TOOL = "no_tool"  # a call was required and none came
     LOST_PLOT = "lost_plot"  # a well-formed call carrying the wrong canary: context corruption
     BAD_ARGS = "bad_args"  # arguments not valid JSON or not matching the tool schema
-    ERROR = "error"  # HTTP error or disconnect
+    ERROR = "error"  # HTTP error, disconnect, a broken reply (workload/reply.py), over the cap
     TIMEOUT = "timeout"
 
 

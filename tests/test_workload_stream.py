@@ -118,7 +118,8 @@ CHUNK = json.dumps({"id": "c", "model": "m", "choices": [
 
 @pytest.mark.parametrize(("events", "close", "evidence"), [
     ((f"data: {CHUNK}\n\n".encode(), b"data: {not json\n\n", b"data: [DONE]\n\n"), False,
-     "malformed SSE event 2: {not json"),
+     "SSE event 2: its data is not valid JSON (unexpected character, expected a string key at "
+     "character 1: '{not json')"),
     ((f"data: {CHUNK}\n\n".encode(), b"data: [1, 2]\n\n"), False, "not an object"),
     ((f"data: {CHUNK}\n\n".encode(),), False, "before [DONE] after 1 events"),
     ((f"data: {CHUNK}\n\n".encode(),), True, "after 1 events; content so far: partial answer"),

@@ -1,14 +1,20 @@
-"""Judge one assistant turn by the agent contract (experiments/agent.py). Pure: no I/O."""
+"""Judge one assistant turn by the agent contract (experiments/agent.py). Pure: no I/O.
+
+A reply that breaks the protocol (``reply.completion_problem``: the types the server's code
+builds) is ``error``; only a well-formed reply is judged for corruption. ``reply.py`` says where
+the line between the two runs, and why."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from experiments.agent import tool_by_name
 from experiments.markup import find_markup
 from experiments.outcomes import Outcome
+from experiments.workload.reply import completion_problem, shown
 from experiments.workload.triage import triage_leak
 
 EVIDENCE_LIMIT = 2000
@@ -36,40 +42,30 @@ def clip(text: str, limit: int = EVIDENCE_LIMIT, at: int = 0) -> str:
     return text[start : start + limit]
 
 
-def _text(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
-
-
 def _check_call(
-    call: Any, tools: list[dict[str, Any]]
+    call: dict[str, Any], tools: list[dict[str, Any]]
 ) -> tuple[TurnVerdict | None, dict[str, Any]]:
-    """A BAD_ARGS verdict for a malformed call, else (None, parsed call)."""
-    raw = clip(json.dumps(call, ensure_ascii=False, default=str))
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict) or not isinstance(call.get("id"), str):
-        return TurnVerdict(Outcome.BAD_ARGS, f"malformed tool call: {raw}"), {}
-    name = function.get("name")
-    tool = tool_by_name(tools, name) if isinstance(name, str) else None
+    """A BAD_ARGS verdict for a call the model got wrong, else (None, parsed call). The call's
+    shape (string id, name and arguments) was checked by ``completion_problem``."""
+    raw = clip(shown(call))
+    function = call["function"]
+    name, arguments = function["name"], function["arguments"]
+    tool = tool_by_name(tools, name)
     if tool is None:
-        return TurnVerdict(Outcome.BAD_ARGS, f"unknown function {name!r}: {raw}"), {}
-    arguments = function.get("arguments")
-    if not isinstance(arguments, str):
-        return TurnVerdict(Outcome.BAD_ARGS, f"arguments are not a JSON string: {raw}"), {}
+        return TurnVerdict(Outcome.BAD_ARGS, clip(f"unknown function {name!r}: {raw}")), {}
     try:
-        parsed = json.loads(arguments)
-    except ValueError:
-        return TurnVerdict(Outcome.BAD_ARGS, f"arguments are not valid JSON: {raw}"), {}
+        parsed = orjson.loads(arguments)  # as strict as the reply's own JSON (reply.decode_json)
+    except orjson.JSONDecodeError:
+        return TurnVerdict(Outcome.BAD_ARGS, clip(f"arguments are not valid JSON: {raw}")), {}
     if not isinstance(parsed, dict):
-        return TurnVerdict(Outcome.BAD_ARGS, f"arguments are not a JSON object: {raw}"), {}
+        return TurnVerdict(Outcome.BAD_ARGS, clip(f"arguments are not a JSON object: {raw}")), {}
     schema = tool["function"].get("parameters", {})
     missing = [key for key in schema.get("required", []) if key not in parsed]
     if missing:
-        return TurnVerdict(Outcome.BAD_ARGS, f"missing {missing} in {name}: {raw}"), {}
+        return TurnVerdict(Outcome.BAD_ARGS, clip(f"missing {missing} in {name}: {raw}")), {}
     for key, prop in schema.get("properties", {}).items():
         if prop.get("type") == "string" and key in parsed and not isinstance(parsed[key], str):
-            return TurnVerdict(Outcome.BAD_ARGS, f"{name}.{key} is not a string: {raw}"), {}
+            return TurnVerdict(Outcome.BAD_ARGS, clip(f"{name}.{key} is not a string: {raw}")), {}
     return None, {"id": call["id"], "name": name, "arguments": parsed}
 
 
@@ -78,14 +74,13 @@ def classify_turn(
 ) -> TurnVerdict:
     """One non-streaming chat completion judged: leak, no_tool, bad_args, lost_plot, ok, error.
     ``expected_canary`` None skips the canary check (a saved response judged on its own)."""
-    choices = response.get("choices") if isinstance(response, dict) else None
-    choice = choices[0] if isinstance(choices, list) and choices else None
-    message = choice.get("message") if isinstance(choice, dict) else None
-    if not isinstance(message, dict):
-        raw = json.dumps(response, ensure_ascii=False, default=str)
-        return TurnVerdict(Outcome.ERROR, clip(f"malformed response: {raw}"))
+    problem = completion_problem(response)
+    if problem is not None:
+        raw = shown(response)
+        return TurnVerdict(Outcome.ERROR, clip(f"broken reply: {problem}: {raw}"))
+    message = response["choices"][0]["message"]
     for field in ("content", "reasoning_content"):
-        text = _text(message.get(field))
+        text = message.get(field)
         fragment = find_markup(text)
         if text and fragment:
             triage = triage_leak(text, tools)
@@ -99,11 +94,8 @@ def classify_turn(
             )
     calls = message.get("tool_calls")
     if not calls:
-        content = _text(message.get("content")) or ""
+        content = message.get("content") or ""
         return TurnVerdict(Outcome.NO_TOOL, clip(f"no tool call; content: {content}"))
-    if not isinstance(calls, list):
-        raw = json.dumps(calls, ensure_ascii=False, default=str)
-        return TurnVerdict(Outcome.ERROR, clip(f"tool_calls is not a list: {raw}"))
     parsed_calls = []
     for call in calls:
         bad, parsed = _check_call(call, tools)
@@ -114,6 +106,6 @@ def classify_turn(
         canary = parsed["arguments"].get("canary")
         if expected_canary is not None and canary != expected_canary:
             evidence = f"expected canary {expected_canary!r}, got {canary!r} in {parsed['name']}"
-            args = json.dumps(parsed["arguments"], ensure_ascii=False)
+            args = shown(parsed["arguments"])
             return TurnVerdict(Outcome.LOST_PLOT, clip(f"{evidence}: {args}"), parsed)
     return TurnVerdict(Outcome.OK, None, parsed_calls[0])

@@ -4,27 +4,38 @@
 folded back by ``sse.StreamAccumulator``), so one classifier judges both modes, or an ERROR /
 TIMEOUT verdict with evidence. Either way it returns the request's metrics. Requests go through
 ``http_client.HttpClient`` (its docstring says why not aiohttp); JSON both ways through orjson.
+
+A reply that breaks the protocol (not UTF-8, not standard JSON, the schema's types wrong:
+``reply.py``) is an ERROR verdict with evidence, never a completion to judge. The timeout is one
+deadline on the whole request (connect, head, body); the client bounds the response's size
+(``max_response_bytes``) and the work of each read, so a flood ends at the deadline or the cap.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from itertools import pairwise
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from experiments.outcomes import Outcome
-from experiments.workload.classify import TurnVerdict, clip
+from experiments.workload.classify import EVIDENCE_LIMIT, TurnVerdict, clip
 from experiments.workload.http_client import HttpClient, HttpError, Response
 from experiments.workload.metrics import RequestMetrics
+from experiments.workload.reply import BrokenReply, decode_json
 from experiments.workload.sse import StreamAccumulator
 
 BODY_PREVIEW = 500
 DRAIN_S = 1.0
 Answer = dict[str, Any] | TurnVerdict
+
+
+class BodyReader(Protocol):
+    """What the SSE reader needs of a response (``http_client.Response`` has it)."""
+
+    async def read_some(self) -> bytes: ...
 
 
 def _usage(data: dict[str, Any]) -> tuple[int | None, int | None]:
@@ -39,16 +50,8 @@ def _usage(data: dict[str, Any]) -> tuple[int | None, int | None]:
     return count("prompt_tokens"), count("completion_tokens")
 
 
-def _loads(data: bytes) -> Any:
-    """orjson, or the standard library for what orjson refuses but Python reads (invalid UTF-8
-    is replaced, NaN, huge integers): the verdicts stay what they were with ``json.loads``."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(_text(data))
-
-
 def _text(data: bytes) -> str:
+    """Bytes shown as evidence (never judged: judged text is decoded strictly)."""
     return data.decode("utf-8", "replace")
 
 
@@ -59,9 +62,10 @@ def _preview(body: bytes) -> str:
 
 def _decode(body: bytes) -> Answer:
     try:
-        data = _loads(body)
-    except ValueError:
-        return TurnVerdict(Outcome.ERROR, f"invalid JSON (HTTP 200): {_preview(body)}")
+        data = decode_json(body, "the body")
+    except BrokenReply as exc:
+        return TurnVerdict(Outcome.ERROR,
+                           clip(f"broken reply (HTTP 200): {exc}; body: {_preview(body)}"))
     if not isinstance(data, dict):
         return TurnVerdict(Outcome.ERROR, f"response is not a JSON object: {_preview(body)}")
     return data
@@ -85,13 +89,9 @@ class _Stream:
             self.done, self.done_at = True, time.perf_counter()
             return None
         try:
-            chunk = orjson.loads(data)  # _loads without its call: this runs for every event
-        except orjson.JSONDecodeError:
-            try:
-                chunk = json.loads(_text(data))
-            except ValueError:
-                return TurnVerdict(Outcome.ERROR,
-                                   clip(f"malformed SSE event {self.events}: {_text(data)}"))
+            chunk = decode_json(data, "its data")
+        except BrokenReply as exc:
+            return TurnVerdict(Outcome.ERROR, clip(f"broken reply: SSE event {self.events}: {exc}"))
         if not isinstance(chunk, dict):
             return TurnVerdict(Outcome.ERROR, clip(f"SSE event {self.events} is not an object: "
                                                    f"{_text(data)}"))
@@ -100,27 +100,35 @@ class _Stream:
         try:
             if self.accumulator.feed(chunk):  # output: TTFT and ITL are timed on these
                 self.output_at.append(time.perf_counter())
-        except Exception as exc:  # any shape the accumulator cannot fold is a broken stream
-            return TurnVerdict(Outcome.ERROR,
-                               clip(f"unreadable SSE chunk ({exc!r}): {_text(data)}"))
+        except BrokenReply as exc:
+            return TurnVerdict(Outcome.ERROR, clip(f"broken reply: SSE event {self.events}, "
+                                                   f"{exc}: {_text(data)}"))
         return None
 
-    async def read(self, response: Response) -> TurnVerdict | None:
+    async def read(self, response: BodyReader) -> TurnVerdict | None:
         """Feed the body's SSE events as they arrive, up to ``[DONE]``; ERROR if it never came.
 
         Events are cut at blank lines; the common one (a single ``data: `` line, no CR) goes
         straight to ``event``, any other block through the line rules of ``_line``. A CR
-        anywhere sends the rest of the stream line by line (CRLF blank lines are not b"\\n\\n")."""
-        buffer = b""
+        anywhere sends the rest of the stream line by line (CRLF blank lines are not b"\\n\\n").
+        Linear in the stream: a piece without a cut is kept aside, not copied into a growing
+        buffer (one endless line would cost its length squared)."""
+        partial: list[bytes] = []  # the tail after the last cut, in pieces
         pending: list[bytes] = []
         by_line = False
         while piece := await response.read_some():
-            buffer += piece
-            by_line = by_line or b"\r" in piece
+            switched = not by_line and b"\r" in piece
+            by_line = by_line or switched
+            edge = partial[-1][-1:] if partial else b""  # a blank line may straddle pieces
+            if not (switched or (b"\n" if by_line else b"\n\n") in piece
+                    or (edge == b"\n" and piece.startswith(b"\n"))):
+                partial.append(piece)
+                continue
+            buffer = b"".join([*partial, piece]) if partial else piece
             if by_line:
-                *lines, buffer = buffer.split(b"\n")
+                *lines, rest = buffer.split(b"\n")
             else:
-                *blocks, buffer = buffer.split(b"\n\n")
+                *blocks, rest = buffer.split(b"\n\n")
                 lines = []
                 for block in blocks:
                     if block.startswith(b"data: ") and b"\n" not in block:
@@ -129,11 +137,12 @@ class _Stream:
                         bad = self._lines([*block.split(b"\n"), b""], pending)
                     if bad is not None or self.done:
                         return bad
+            partial[:] = [rest] if rest else []
             bad = self._lines(lines, pending)
             if bad is not None or self.done:
                 return bad
         # at EOF: a last line without its newline ends its event
-        bad = self._lines([*buffer.split(b"\n"), b""], pending)
+        bad = self._lines([*b"".join(partial).split(b"\n"), b""], pending)
         if bad is not None or self.done:
             return bad
         return TurnVerdict(Outcome.ERROR, clip(f"stream ended before [DONE]{self.so_far()}"))
@@ -146,8 +155,15 @@ class _Stream:
         return None
 
     def so_far(self) -> str:
-        """Where a broken stream stood: evidence of what the server had sent."""
-        return f" after {self.events} events; content so far: {''.join(self.accumulator.content)}"
+        """Where a broken stream stood: evidence of what the server had sent (the start of its
+        content: evidence is clipped to its start anyway, and a flood's whole would be MBs)."""
+        shown, size = [], 0
+        for piece in self.accumulator.content:
+            if size >= EVIDENCE_LIMIT:
+                break
+            shown.append(piece)
+            size += len(piece)
+        return f" after {self.events} events; content so far: {''.join(shown)}"
 
     def _line(self, line: bytes, pending: list[bytes]) -> TurnVerdict | None:
         """One line: ``data:`` lines gather, a blank line dispatches the event (the SSE rule)."""
@@ -175,6 +191,14 @@ class _Stream:
             itl_s=tuple(b - a for a, b in pairwise(at)),
             prompt_tokens=prompt, completion_tokens=completion, streamed=True,
         )
+
+
+async def read_sse(body: BodyReader) -> Answer:
+    """A whole SSE body read as ``post_turn`` reads a stream: the folded completion, or the
+    ERROR verdict of a broken stream (for tools and the parsers' fuzzing)."""
+    stream = _Stream(time.perf_counter())
+    bad = await stream.read(body)
+    return bad if bad is not None else stream.accumulator.result()
 
 
 async def _drain(response: Response) -> None:

@@ -16,6 +16,13 @@ request); ``Connection: close``,
 HTTP/1.0 and read-to-EOF bodies, Content-Length and chunked bodies; http and https (the default
 SSL context unless one is given). Timeouts and cancellation belong to the caller: a response not
 read to its end is closed, never pooled. Transport failures raise ``HttpError`` with a sentence.
+
+Bounded under floods: a response head over ``HEAD_LIMIT`` bytes, or a response over
+``max_response_bytes`` (head, framing and body as received; a Content-Length that announces more
+fails at once) ends as ``HttpError`` and the connection is dropped. A connection whose unread body
+passes ``HIGH_WATER`` stops reading from its socket until the caller catches up (backpressure), and
+``read_some`` hands out at most ``READ_MAX`` bytes per call, yielding to the loop between slices:
+no flood makes one step of a reader long enough to hold back everyone else's timeouts.
 """
 
 from __future__ import annotations
@@ -23,16 +30,40 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
+from collections.abc import Mapping
 from typing import NamedTuple, cast
 from urllib.parse import urlsplit
 
 import httptools
 
 IDLE_S = 4.0  # below uvicorn's 5 s keep-alive timeout: its idle close never meets our request
+MAX_RESPONSE_BYTES = 8 << 20  # a 512-token answer streamed is ~150 KB; an 8 MiB one is no answer
+HEAD_LIMIT = 64 << 10  # a status line and headers; llhttp itself sets no bound
+HIGH_WATER = 256 << 10  # unread body bytes at which the socket is paused
+READ_MAX = 16 << 10  # bytes per read_some: about 0.3 ms of SSE parsing
 
 
 class HttpError(Exception):
     """The exchange failed below HTTP: refused, reset, closed early, or not an HTTP response."""
+
+
+def bearer(api_key: str | None) -> dict[str, str]:
+    """The ``Authorization`` header of an endpoint's API key (none without a key)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def header_lines(headers: Mapping[str, str]) -> bytes:
+    """Request header lines; a name or value that would split the request is refused (the
+    value is not shown: it may be a key)."""
+    lines = b""
+    for name, value in headers.items():
+        if not name.isascii() or not name.replace("-", "").isalnum():
+            raise ValueError(f"{name!r} is not an HTTP header name")
+        if not value.isascii() or not value.isprintable():  # CR, LF, NUL: a split request
+            raise ValueError(f"the value of the {name} header has characters HTTP does not "
+                             "allow in a header")
+        lines += f"{name}: {value}\r\n".encode()
+    return lines
 
 
 class _Origin(NamedTuple):
@@ -47,9 +78,12 @@ class _Origin(NamedTuple):
 class _Connection(asyncio.Protocol):
     """One connection and the response being received on it (one at a time: no pipelining)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, registry: set[_Connection]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, registry: set[_Connection],
+                 limit: int = MAX_RESPONSE_BYTES) -> None:
         self.loop = loop
         self.open = registry  # the client's open connections: this one is in it while open
+        self.limit = limit  # bytes one response may take, head and framing included
+        self.paused = False  # reading from the socket paused: the caller is behind
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.waiter: asyncio.Future[None] | None = None
@@ -63,6 +97,8 @@ class _Connection(asyncio.Protocol):
         self.status = 0
         self.headers: dict[bytes, bytes] = {}
         self.body: list[bytes] = []
+        self.buffered = 0  # bytes in body, not read yet
+        self.received = 0  # bytes of this response so far (head, framing, body)
         self.started = self.head_done = self.complete = self.to_eof = self.keep_alive = False
         self.error: HttpError | None = None
 
@@ -77,12 +113,29 @@ class _Connection(asyncio.Protocol):
             self.close()
             return
         self.started = True
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self.error = HttpError(f"malformed HTTP response: {exc}")
-            self.close()
+        self.received += len(data)
+        if self.received > self.limit:
+            self._refuse(f"the response is over {self.limit} bytes (max_response_bytes)")
+        else:
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserError as exc:
+                self.error = HttpError(f"malformed HTTP response: {exc}")
+                self.close()
+            if not self.head_done and self.received > HEAD_LIMIT:  # after the parse: a whole
+                self._refuse(f"the response head is over {HEAD_LIMIT} bytes")  # reply may fit
+            elif self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
+                self.paused = True
+                self.transport.pause_reading()
         self._wake()
+
+    def _refuse(self, why: str) -> None:
+        """End the response as an error: what it sent so far is dropped with the connection."""
+        if self.error is None:
+            self.error = HttpError(why)
+        self.body.clear()
+        self.buffered = 0
+        self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -106,16 +159,25 @@ class _Connection(asyncio.Protocol):
         if self.status < 200:  # 100 Continue, 103 Early Hints: the real response follows
             return
         headers = self.headers
+        announced = headers.get(b"content-length", b"")
+        # (llhttp refuses a length past 64 bits; 19 digits are checked before int() reads them)
+        if announced.isdigit() and (len(announced) > 19 or int(announced) > self.limit):
+            self._refuse(f"the response announces {announced.decode()} bytes, over the "
+                         f"{self.limit} of max_response_bytes")
+            return
         self.to_eof = (b"content-length" not in headers
                        and b"chunked" not in headers.get(b"transfer-encoding", b"").lower()
                        and self.status >= 200 and self.status not in (204, 304))
         self.head_done = True
 
     def on_body(self, body: bytes) -> None:
-        if body:
+        if body and self.error is None:
             self.body.append(body)
+            self.buffered += len(body)
 
     def on_message_complete(self) -> None:
+        if self.error is not None:  # refused mid-parse: the message is not delivered
+            return
         if self.status < 200:
             self.headers = {}
             return
@@ -151,6 +213,31 @@ class _Connection(asyncio.Protocol):
                 raise self.error
             await self.wait()
 
+    def take(self) -> bytes:
+        """At most READ_MAX bytes of the unread body; reading resumes once the rest is low."""
+        body = self.body
+        if len(body) == 1 and len(body[0]) <= READ_MAX:
+            data = body.pop()
+        else:
+            pieces, size = [], 0
+            while body and size < READ_MAX:
+                piece = body[0]
+                room = READ_MAX - size
+                if len(piece) > room:
+                    pieces.append(piece[:room])
+                    body[0] = piece[room:]
+                    size = READ_MAX
+                else:
+                    pieces.append(body.pop(0))
+                    size += len(piece)
+            data = b"".join(pieces)
+        self.buffered -= len(data)
+        if self.paused and self.buffered <= HIGH_WATER // 2 and self.transport is not None:
+            self.paused = False
+            if not self.transport.is_closing():
+                self.transport.resume_reading()
+        return data
+
     def close(self) -> None:
         self.busy = False
         if self.transport is not None:
@@ -173,11 +260,23 @@ class Response:
         """The body was read to its end (the connection is back in the pool, or closed)."""
         return self._conn is None
 
+    @property
+    def unread(self) -> int:
+        """Body bytes received and not read yet: at most HIGH_WATER plus one socket read."""
+        return self._conn.buffered if self._conn is not None else 0
+
+    @property
+    def reading(self) -> bool:
+        """The socket is being read (False while the caller is behind: backpressure)."""
+        return self._conn is not None and not self._conn.paused
+
     def header(self, name: str) -> str:
         return self.headers.get(name.lower().encode(), b"").decode("latin-1")
 
     async def read_some(self) -> bytes:
-        """The body bytes received since the last call, waiting for some; b"" at the end."""
+        """Body bytes received since the last call (at most READ_MAX), waiting for some; b""
+        at the end. With more already waiting, it lets the loop run first (a flood's reader
+        must not hold the loop, nor every other request's timeout, for a whole buffer)."""
         conn = self._conn
         if conn is None:
             return b""
@@ -185,10 +284,12 @@ class Response:
             if conn.error is not None:
                 raise conn.error
             await conn.wait()
-        body = conn.body
-        data = body[0] if len(body) == 1 else b"".join(body)
-        body.clear()
-        if conn.complete:
+        if conn.error is not None and not conn.body:
+            raise conn.error
+        data = conn.take()
+        if conn.body:
+            await asyncio.sleep(0)
+        elif conn.complete:
             self._conn = None
             self._client._release(self._key, conn)
         return data
@@ -212,10 +313,13 @@ class HttpClient:
     body the caller reads (or ``close()``s)."""
 
     def __init__(self, *, ssl_context: ssl.SSLContext | None = None, idle_s: float = IDLE_S,
-                 user_agent: str = "bisect") -> None:
+                 user_agent: str = "bisect", headers: Mapping[str, str] | None = None,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
         self.ssl_context = ssl_context
         self.idle_s = idle_s
+        self.max_response_bytes = max_response_bytes
         self.user_agent = user_agent.encode()
+        self.extra_headers = header_lines(headers or {})  # sent with every request
         self.connections = 0  # opened so far
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._open: set[_Connection] = set()
@@ -224,8 +328,9 @@ class HttpClient:
     async def request(self, method: str, url: str, body: bytes = b"",
                       content_type: bytes = b"application/json") -> Response:
         origin = self._origins.get(url) or self._origin(url)
-        head = b"%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: %s\r\n" % (
-            method.encode(), origin.target, origin.host_header, self.user_agent)
+        head = b"%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: %s\r\n%s" % (
+            method.encode(), origin.target, origin.host_header, self.user_agent,
+            self.extra_headers)
         if body or method in ("POST", "PUT", "PATCH"):
             head += b"Content-Type: %s\r\nContent-Length: %d\r\n" % (content_type, len(body))
         request = head + b"\r\n" + body
@@ -299,7 +404,8 @@ class HttpClient:
             self.ssl_context = context
         try:
             _, conn = await loop.create_connection(
-                lambda: _Connection(loop, self._open), origin.host, origin.port, ssl=context,
+                lambda: _Connection(loop, self._open, self.max_response_bytes),
+                origin.host, origin.port, ssl=context,
                 server_hostname=origin.host if context else None)
         except OSError as exc:  # refused, unreachable, unknown host, TLS handshake
             why = ("connection refused" if isinstance(exc, ConnectionRefusedError)

@@ -6,13 +6,13 @@ person can paste one suspicious response and see what the harness would have cal
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from experiments.agent import TOOLS
 from experiments.markup import find_markup
 from experiments.outcomes import is_corrupt
 from experiments.workload.classify import classify_turn
+from experiments.workload.reply import BrokenReply, decode_json
 from experiments.workload.sse import SSEError, StreamAccumulator, parse_sse_text
 from experiments.workload.triage import triage_leak
 
@@ -35,17 +35,20 @@ def load_response(text: str) -> tuple[dict[str, Any], Format]:
         except SSEError as exc:
             raise SavedResponseError(f"not a chat-completions SSE stream: {exc}") from None
     try:
-        document = json.loads(stripped)
-    except ValueError as exc:
-        raise SavedResponseError(
-            f"neither JSON nor an SSE stream (no 'data:' lines): {exc}"
-        ) from None
+        # As strict as the workload reads a live body: NaN or a lone surrogate is no JSON.
+        document = decode_json(stripped.encode("utf-8", "surrogatepass"), "the input")
+    except BrokenReply as exc:
+        raise SavedResponseError(f"neither JSON nor an SSE stream (no 'data:' lines): {exc}"
+                                 ) from None
     if not isinstance(document, dict):
         raise SavedResponseError(f"JSON is a {type(document).__name__}, not a chat completion")
     if document.get("object") == "chat.completion.chunk":
         # One streamed chunk saved on its own: fold it like a stream of one.
         accumulator = StreamAccumulator()
-        accumulator.feed(document)
+        try:
+            accumulator.feed(document)
+        except BrokenReply as exc:
+            raise SavedResponseError(f"not a chat-completions chunk: {exc}") from None
         return accumulator.result(), "sse"
     return document, "json"
 

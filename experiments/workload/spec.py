@@ -6,6 +6,11 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# Upper bounds, far above any real run, so that `sessions: 1e30` or `timeout_s: .inf` is named
+# when the campaign is validated instead of hanging a run.
+MAX_TOKENS = 10_000_000
+DAY_MS = 86_400_000
+
 
 class Arrival(StrEnum):
     BURST = "burst"  # every session starts at once (the seed investigation's harness)
@@ -22,8 +27,9 @@ class ContextGrowth(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    start_tokens: int = Field(default=0, ge=0, description="Context of the first request.")
-    end_tokens: int = Field(ge=0, description="Context of the last request.")
+    start_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS,
+                              description="Context of the first request.")
+    end_tokens: int = Field(ge=0, le=MAX_TOKENS, description="Context of the last request.")
 
     @model_validator(mode="after")
     def _grows(self) -> ContextGrowth:
@@ -38,11 +44,14 @@ class SLO(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ttft_ms: float | None = Field(default=None, gt=0, description="Time to first token, ms.")
+    ttft_ms: float | None = Field(default=None, gt=0, le=DAY_MS, allow_inf_nan=False,
+                                  description="Time to first token, ms.")
     itl_ms: float | None = Field(
-        default=None, gt=0, description="Longest gap between two output chunks, ms (streaming)."
+        default=None, gt=0, le=DAY_MS, allow_inf_nan=False,
+        description="Longest gap between two output chunks, ms (streaming).",
     )
-    e2e_ms: float | None = Field(default=None, gt=0, description="End-to-end latency, ms.")
+    e2e_ms: float | None = Field(default=None, gt=0, le=DAY_MS, allow_inf_nan=False,
+                                  description="End-to-end latency, ms.")
 
     @model_validator(mode="after")
     def _some(self) -> SLO:
@@ -56,32 +65,43 @@ class WorkloadSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sessions: int = Field(default=80, ge=1, description="Sessions per run (see arrival).")
-    rounds: int = Field(default=4, ge=1, description="Assistant turns per session.")
-    timeout_s: float = Field(default=60, gt=0, description="Timeout of one request, seconds.")
-    seed: int = Field(default=0, description="Seeds session keys, canaries, filler, arrivals.")
+    sessions: int = Field(default=80, ge=1, le=100_000,
+                          description="Sessions per run (see arrival).")
+    rounds: int = Field(default=4, ge=1, le=1000, description="Assistant turns per session.")
+    timeout_s: float = Field(default=60, gt=0, le=86_400, allow_inf_nan=False,
+                             description="Timeout of one request, seconds.")
+    seed: int = Field(default=0, ge=-(2**63), lt=2**63,
+                      description="Seeds session keys, canaries, filler, arrivals.")
     model: str | None = Field(
         default=None,
         description="Model name; None asks the server's /v1/models (fallback 'default').",
     )
-    max_tokens: int = Field(default=512, ge=1, description="max_tokens of every request.")
+    max_tokens: int = Field(default=512, ge=1, le=MAX_TOKENS,
+                            description="max_tokens of every request.")
     filler_tokens: int = Field(
-        default=0, ge=0, description="Approximate words of seeded filler in each tool result."
+        default=0, ge=0, le=MAX_TOKENS,
+        description="Approximate words of seeded filler in each tool result.",
     )
     stream: bool = Field(default=False, description="Request SSE streams (stream: true).")
     arrival: Arrival = Field(
         default=Arrival.BURST, description="burst: all sessions at once; poisson: request_rate."
     )
     request_rate: float | None = Field(
-        default=None, gt=0, description="Sessions started per second (arrival: poisson)."
+        default=None, gt=0, le=100_000, allow_inf_nan=False,
+        description="Sessions started per second (arrival: poisson)."
     )
     max_concurrency: int | None = Field(
-        default=None, ge=1, description="At most this many sessions in flight; None: no bound."
+        default=None, ge=1, le=100_000,
+        description="At most this many sessions in flight; None: no bound.",
     )
     context: ContextGrowth | None = Field(
         default=None, description="Grow each session's context (instead of filler_tokens)."
     )
     slo: SLO | None = Field(default=None, description="Latency objectives for goodput.")
+    max_response_bytes: int = Field(
+        default=8 << 20, ge=4096, le=1 << 30,
+        description="Bytes one response may take (head, framing, body); more is an error.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkloadSpec:

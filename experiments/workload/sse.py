@@ -2,13 +2,17 @@
 
 The classifier judges whole messages; streaming only changes how the message arrives. Folding the
 deltas back into the non-streaming shape lets one classifier serve both modes (FACTS.md: "in
-streaming, accumulate ``delta.tool_calls`` by index and parse at the end"). Pure: no I/O.
+streaming, accumulate ``delta.tool_calls`` by index and parse at the end"). A chunk whose judged
+fields have the wrong types is a broken reply (``reply.py`` draws the line): ``feed`` raises
+BrokenReply as it meets one, checking while it folds (no second walk over every chunk). Pure: no
+I/O.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from experiments.workload.reply import BrokenReply, decode_json, wrong
 
 
 class SSEError(ValueError):
@@ -24,20 +28,25 @@ class _Call:
         self.name: str | None = None
         self.arguments: list[str] = []
 
-    def feed(self, delta: dict[str, Any]) -> None:
+    def feed(self, delta: dict[str, Any], where: str) -> None:
         # id/type/name arrive once (usually in the first delta); keep the first non-empty one
         # so a server repeating "" or null in later deltas does not erase it.
         if self.id is None:
-            self.id = _str(delta.get("id"))
+            self.id = _str(delta.get("id"), f"{where}.id")
         if self.type is None:
-            self.type = _str(delta.get("type"))
+            self.type = _str(delta.get("type"), f"{where}.type")
         function = delta.get("function")
-        if isinstance(function, dict):
-            if self.name is None:
-                self.name = _str(function.get("name"))
-            arguments = function.get("arguments")
-            if isinstance(arguments, str):
-                self.arguments.append(arguments)
+        if function is None:
+            return
+        if not isinstance(function, dict):
+            raise BrokenReply(wrong(f"{where}.function", function, "an object or null"))
+        if self.name is None:
+            self.name = _str(function.get("name"), f"{where}.function.name")
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            self.arguments.append(arguments)
+        elif arguments is not None:
+            raise BrokenReply(wrong(f"{where}.function.arguments", arguments, "a string or null"))
 
     def result(self) -> dict[str, Any]:
         return {
@@ -47,8 +56,14 @@ class _Call:
         }
 
 
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
+def _str(value: Any, where: str | None = None) -> str | None:
+    """A non-empty string, else None; with ``where``, a value neither string nor null is a
+    broken reply (id, model: fields nobody judges, are taken only when they are strings)."""
+    if isinstance(value, str):
+        return value or None
+    if value is not None and where is not None:
+        raise BrokenReply(wrong(where, value, "a string or null"))
+    return None
 
 
 class StreamAccumulator:
@@ -67,7 +82,9 @@ class StreamAccumulator:
 
     def feed(self, chunk: dict[str, Any]) -> bool:
         """Fold one chunk; True when it carried output (content, reasoning or tool-call
-        pieces): what TTFT and inter-token latency are timed on."""
+        pieces): what TTFT and inter-token latency are timed on. BrokenReply when a judged field
+        (choices, the first choice's delta, its content, reasoning and tool calls) has the wrong
+        type; the stream is broken then, and what was folded of it is not judged."""
         self.chunks += 1
         if self.id is None:
             self.id = _str(chunk.get("id"))
@@ -81,29 +98,45 @@ class StreamAccumulator:
         if isinstance(usage, dict):
             self.usage = usage
         choices = chunk.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        if choices is None or choices == []:  # absent, null, or the usage chunk's []
             return False
+        if not isinstance(choices, list):
+            raise BrokenReply(wrong("choices", choices, "a list or null"))
         choice = choices[0]
+        if not isinstance(choice, dict):
+            raise BrokenReply(wrong("choices[0]", choice, "an object"))
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
         delta = choice.get("delta")
-        if not isinstance(delta, dict):
+        if delta is None:
             return False
+        if not isinstance(delta, dict):
+            raise BrokenReply(wrong("choices[0].delta", delta, "an object or null"))
         content, reasoning, calls = (delta.get("content"), delta.get("reasoning_content"),
                                      delta.get("tool_calls"))
         if isinstance(content, str):
             self.content.append(content)
+        elif content is not None:
+            raise BrokenReply(wrong("delta.content", content, "a string or null"))
         if isinstance(reasoning, str):
             self.reasoning.append(reasoning)
+        elif reasoning is not None:
+            raise BrokenReply(wrong("delta.reasoning_content", reasoning, "a string or null"))
+        if calls is not None and not isinstance(calls, list):
+            raise BrokenReply(wrong("delta.tool_calls", calls, "a list or null"))
         for position, call in enumerate(calls or ()):
+            where = f"delta.tool_calls[{position}]"
             if not isinstance(call, dict):
-                continue
+                raise BrokenReply(wrong(where, call, "an object"))
             # "index" is required by the protocol; fall back to the position for lax servers.
             index = call.get("index")
-            key = index if isinstance(index, int) else position
-            if key not in self.calls:
-                self.calls[key] = _Call()
-            self.calls[key].feed(call)
+            if index is None:
+                index = position
+            elif type(index) is not int:  # not bool either
+                raise BrokenReply(wrong(f"{where}.index", index, "an integer"))
+            if index not in self.calls:
+                self.calls[index] = _Call()
+            self.calls[index].feed(call, where)
         return bool(content or reasoning or calls)
 
     def result(self) -> dict[str, Any]:
@@ -162,14 +195,12 @@ def parse_sse_text(text: str) -> dict[str, Any]:
     accumulator = StreamAccumulator()
     for number, payload in iter_sse_data(text):
         try:
-            chunk = json.loads(payload)
-        except ValueError as exc:
-            raise SSEError(
-                f"line {number}: data is not valid JSON ({exc}): {payload[:200]!r}"
-            ) from exc
-        if not isinstance(chunk, dict):
-            raise SSEError(f"line {number}: data is not a JSON object: {payload[:200]!r}")
-        accumulator.feed(chunk)
+            chunk = decode_json(payload.encode("utf-8", "surrogatepass"), "data")
+            if not isinstance(chunk, dict):
+                raise BrokenReply(f"data is not a JSON object: {payload[:200]!r}")
+            accumulator.feed(chunk)
+        except BrokenReply as exc:
+            raise SSEError(f"line {number}: {exc}") from None
     if accumulator.chunks == 0:
         raise SSEError("no 'data:' events with a JSON chunk in the stream")
     return accumulator.result()

@@ -41,7 +41,7 @@ from experiments.workload.context import (
     filler_chars,
     target_chars,
 )
-from experiments.workload.http_client import HttpClient, HttpError
+from experiments.workload.http_client import HttpClient, HttpError, bearer
 from experiments.workload.metrics import RequestMetrics
 from experiments.workload.output import summary_table, write_jsonl
 from experiments.workload.results import Progress, SessionResult, StressResult
@@ -190,6 +190,7 @@ async def _run_stress(
     on_session: Callable[[SessionResult], bool | None] | None = None,
     progress: Callable[[Progress], None] | None = None,
     indices: Collection[int] | None = None,
+    api_key: str | None = None,
 ) -> StressResult:
     """The body of ``run_stress``."""
     seed = spec.seed if seed is None else seed
@@ -199,7 +200,8 @@ async def _run_stress(
     tracker = _Tracker(spec, progress)
     limiter = asyncio.Semaphore(spec.max_concurrency) if spec.max_concurrency else None
     stop = False
-    async with HttpClient() as http:
+    async with HttpClient(headers=bearer(api_key),
+                          max_response_bytes=spec.max_response_bytes) as http:
         model = spec.model or await _resolve_model(http, base, spec.timeout_s)
         begin = time.monotonic()
 
@@ -240,6 +242,7 @@ async def run_stress(
     on_session: Callable[[SessionResult], bool | None] | None = None,
     progress: Callable[[Progress], None] | None = None,
     indices: Collection[int] | None = None,
+    api_key: str | None = None,
 ) -> StressResult:
     """Run ``spec.sessions`` sessions against ``url`` (no trailing /v1) as the spec schedules.
 
@@ -247,6 +250,7 @@ async def run_stress(
     ones and in-flight requests and streams alike), which are not reported. ``seed`` overrides
     ``spec.seed``. ``progress`` is called after every turn and every session. ``indices``: run
     only these sessions (a load generator's share), keyed and timed as in the whole run.
+    ``api_key``: sent as ``Authorization: Bearer`` with every request (never printed).
     """
     # What the process holds before the run (imports, the caller's state) is not the run's
     # garbage: frozen, every full collection during the load skips it (against the harness's
@@ -258,7 +262,7 @@ async def run_stress(
     warming = asyncio.create_task(asyncio.to_thread(triage.warm_up))
     try:
         return await _run_stress(url, spec, seed=seed, on_session=on_session, progress=progress,
-                                 indices=indices)
+                                 indices=indices, api_key=api_key)
     finally:
         await warming
         # warm_up froze the long-lived objects for the run; given back, the interpreter's exit
