@@ -20,8 +20,21 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from experiments.secrets import ENV_NAME, PlainUrl, SecretRef
 from experiments.workload.spec import WorkloadSpec
-from experiments.yaml_lines import LoadedYaml, Path_, YamlInputError, dotted, load_yaml
+from experiments.yaml_lines import (
+    LoadedYaml,
+    Path_,
+    YamlInputError,
+    dotted,
+    load_yaml,
+    read_yaml_text,
+    shown,
+)
+
+# Upper bounds of numeric fields: far above what a real campaign needs, so that a typo such as
+# `timeout_s: 1e30` or `.inf` is named by `bisect validate` instead of running (or hanging).
+DAY_S = 86_400.0
 
 
 class CampaignError(ValueError):
@@ -41,6 +54,8 @@ def _split_shell_words(value: Any) -> Any:
 
 
 EnvValue = Annotated[str, BeforeValidator(_scalar_to_str)]
+# A value that may be a secret: `{secret: ENV_NAME}` / `{secret_file: PATH}` (experiments/secrets).
+EnvOrSecret = EnvValue | SecretRef
 # An argv; a string is split as a shell would split it (it never reaches a shell).
 Argv = Annotated[list[str], BeforeValidator(_split_shell_words)]
 Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
@@ -58,7 +73,7 @@ class PatchSpec(_Strict):
 
     root: str = Field(pattern=r"^/")
     diff: str = Field(min_length=1)
-    strip: int = Field(default=1, ge=0)
+    strip: int = Field(default=1, ge=0, le=64)
 
 
 class GitSpec(_Strict):
@@ -67,7 +82,7 @@ class GitSpec(_Strict):
     tree: str = Field(pattern=r"^/")
     ref: str = Field(min_length=1)
     build: Argv = []
-    build_timeout_s: float = Field(default=1800.0, gt=0)
+    build_timeout_s: float = Field(default=1800.0, gt=0, le=DAY_S, allow_inf_nan=False)
 
 
 class CommitRange(_Strict):
@@ -81,7 +96,7 @@ class CommitRange(_Strict):
     good: str = Field(min_length=1)
     bad: str = Field(min_length=1)
     build: Argv = []
-    build_timeout_s: float = Field(default=1800.0, gt=0)
+    build_timeout_s: float = Field(default=1800.0, gt=0, le=DAY_S, allow_inf_nan=False)
     services: list[str] | None = None  # the services running from the tree (default: all)
     first_parent: bool = False
     levels: dict[str, LevelName] = {}
@@ -96,7 +111,7 @@ class Level(_Strict):
     ``log_markers`` must appear in a restarted service's log for the level to count as loaded
     (e.g. the HiCache host allocation line); ``absent_log_markers`` must not."""
 
-    env: dict[str, EnvValue] = {}
+    env: dict[str, EnvOrSecret] = {}
     flags: Argv = []
     log_markers: list[str] = []
     absent_log_markers: list[str] = []
@@ -133,7 +148,7 @@ class Node(_Strict):
     # strict: an unknown host key is refused; accept_new: trusted on first use and recorded in
     # known_hosts (OpenSSH's StrictHostKeyChecking=accept-new). A changed key is always refused.
     host_key_policy: Literal["strict", "accept_new"] = "strict"
-    connect_timeout_s: float = Field(default=10.0, gt=0)
+    connect_timeout_s: float = Field(default=10.0, gt=0, le=3600, allow_inf_nan=False)
 
     @field_validator("host")
     @classmethod
@@ -152,14 +167,16 @@ class Node(_Strict):
 class Service(_Strict):
     name: Name
     node: str
-    start: Annotated[Argv, Field(min_length=1)]
-    env: dict[str, EnvValue] = {}
-    health_url: str
+    # A word may be a secret (SGLang's `--api-key`): visible in the node's process list.
+    start: Annotated[list[str | SecretRef], BeforeValidator(_split_shell_words),
+                     Field(min_length=1)]
+    env: dict[str, EnvOrSecret] = {}
+    health_url: PlainUrl
     # Optional second wait: SGLang's /health_generate runs a real generation, so a server that
     # answers /health but cannot decode yet is not stressed.
-    health_generate_url: str | None = None
-    metrics_url: str | None = None
-    startup_timeout_s: float = Field(default=120.0, gt=0)
+    health_generate_url: PlainUrl | None = None
+    metrics_url: PlainUrl | None = None
+    startup_timeout_s: float = Field(default=120.0, gt=0, le=DAY_S, allow_inf_nan=False)
     log_markers: list[str] = []  # in every start's log, e.g. "fired up and ready to roll"
     # process: bisect starts the command itself (pid and log files in the node's workdir);
     # systemd: the node's unit (default NAME.service) gets the variant as a drop-in.
@@ -169,7 +186,10 @@ class Service(_Strict):
 
 class Pool(_Strict):
     name: Name
-    endpoint: str  # the OpenAI-compatible base URL the workload talks to
+    endpoint: PlainUrl  # the OpenAI-compatible base URL the workload talks to
+    # The driver's environment variable holding the endpoint's API key (never stored), sent
+    # by the workload as `Authorization: Bearer KEY`.
+    api_key_env: Annotated[str, Field(pattern=ENV_NAME)] | None = None
     services: list[Service] = Field(min_length=1)  # restart order: first to last
 
 
@@ -181,26 +201,27 @@ class Strategy(_Strict):
     # What counts as failing: corrupted sessions, or wedging (errors and timeouts: a server that
     # hangs or refuses under load, as 75 of 80 sessions did in the investigation).
     target: Literal["corruption", "wedging"] = "corruption"
-    alpha: float = Field(default=0.01, gt=0, lt=0.5)
-    clean_rate: float = Field(default=0.02, ge=0, lt=1)  # below this upper bound a variant is clean
-    repeats: int = Field(default=2, ge=1)  # factorial: trials per variant
+    alpha: float = Field(default=0.01, gt=0, lt=0.5, allow_inf_nan=False)
+    # below this upper bound a variant is clean
+    clean_rate: float = Field(default=0.02, ge=0, lt=1, allow_inf_nan=False)
+    repeats: int = Field(default=2, ge=1, le=1000)  # factorial: trials per variant
     # factorial: every variant, or a regular two-level fraction of at least this resolution
     # (factors of more levels crossed in full with it); at V, main effects and two-factor
     # interactions are aliased only with interactions of three or more factors.
     design: Literal["full", "fractional"] = "full"
     resolution: int = Field(default=5, ge=4, le=11)
-    min_trials: int = Field(default=1, ge=1)  # adaptive: trials before a variant is judged
-    reproduce_trials: int = Field(default=2, ge=1)  # adaptive: of known-good and known-bad each
-    max_trials_per_variant: int = Field(default=6, ge=1)  # adaptive: then it is unresolved
-    max_trials: int = Field(default=120, ge=1)  # adaptive: the campaign's budget
+    min_trials: int = Field(default=1, ge=1, le=1000)  # adaptive: trials before a judgement
+    reproduce_trials: int = Field(default=2, ge=1, le=1000)  # adaptive: of known-good and -bad
+    max_trials_per_variant: int = Field(default=6, ge=1, le=10_000)  # adaptive: then unresolved
+    max_trials: int = Field(default=120, ge=1, le=100_000)  # adaptive: the campaign's budget
 
 
 class Cost(_Strict):
     """Real-world durations, so a time-compressed run on twins still reports real cost."""
 
-    restart_s: float = Field(default=90.0, ge=0)
-    workload_s: float = Field(default=485.0, ge=0)
-    gpus: int = Field(default=8, ge=0)  # GPUs held by one pool while a trial runs
+    restart_s: float = Field(default=90.0, ge=0, le=DAY_S, allow_inf_nan=False)
+    workload_s: float = Field(default=485.0, ge=0, le=DAY_S, allow_inf_nan=False)
+    gpus: int = Field(default=8, ge=0, le=100_000)  # GPUs held by one pool while a trial runs
 
 
 class Generators(_Strict):
@@ -208,11 +229,13 @@ class Generators(_Strict):
     trial's seed, e.g. on load machines started with `ray start --resources '{"loadgen": 4}'`.
     Absent, the pool's own actor runs the workload."""
 
-    count: int = Field(ge=1)  # generators per trial (at most one per session)
-    resources: dict[str, float] = {}  # custom Ray resources each one holds, e.g. {loadgen: 1}
+    count: int = Field(ge=1, le=10_000)  # generators per trial (at most one per session)
+    # custom Ray resources each one holds, e.g. {loadgen: 1}
+    resources: dict[str, Annotated[float, Field(le=1e6, allow_inf_nan=False)]] = {}
     labels: dict[str, str] = {}  # node labels it needs (`ray start --labels`)
-    num_cpus: float = Field(default=0, ge=0)  # CPUs each one holds
-    start_timeout_s: float = Field(default=120.0, gt=0)  # to be placed and started
+    num_cpus: float = Field(default=0, ge=0, le=1024, allow_inf_nan=False)  # CPUs each holds
+    # to be placed and started
+    start_timeout_s: float = Field(default=120.0, gt=0, le=DAY_S, allow_inf_nan=False)
 
     @field_validator("resources")
     @classmethod
@@ -253,7 +276,8 @@ class Campaign(_Strict):
 
 def _format(loaded: LoadedYaml, path: Path_, message: str) -> str:
     field = dotted(path)
-    return f"{loaded.where(path)}: {field + ': ' if field else ''}{message}"
+    # One line each, whatever the key or message quotes from the file.
+    return shown(f"{loaded.where(path)}: {field + ': ' if field else ''}{message}")
 
 
 def parse_campaign(loaded: LoadedYaml) -> Campaign:
@@ -279,15 +303,8 @@ def parse_campaign(loaded: LoadedYaml) -> Campaign:
 
 
 def load_campaign(path: str | Path) -> Campaign:
-    source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CampaignError(f"{source}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise CampaignError(f"{source}: not a UTF-8 text file") from None
-    try:
-        loaded = load_yaml(text, source)
+        loaded = load_yaml(read_yaml_text(path), str(path))
     except YamlInputError as exc:
         raise CampaignError(str(exc)) from None
     return parse_campaign(loaded)

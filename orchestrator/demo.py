@@ -112,7 +112,9 @@ def demo_campaign(workdir: Path, fault_model: Path) -> Campaign:
 
 def prepare_demo(workdir: Path) -> Campaign:
     """Write the fault model into ``workdir`` and return the demo campaign."""
-    workdir.mkdir(parents=True, exist_ok=True)
+    if not workdir.exists():  # an existing directory (the user's) keeps its mode
+        workdir.mkdir(parents=True)
+        workdir.chmod(0o700)  # owner-only whatever the umask: it holds the store and report
     fault_model = workdir / "fault-model.yaml"
     fault_model.write_text(yaml.safe_dump(FAULT_MODEL, sort_keys=False), encoding="utf-8")
     campaign = demo_campaign(workdir, fault_model)

@@ -15,6 +15,7 @@ from scipy.optimize import linear_sum_assignment
 
 from deploy.render import render_service
 from experiments.campaign import Campaign, Pool
+from experiments.secrets import shown, shown_argv
 from orchestrator.trial import level_settings
 
 Levels = Mapping[str, str]
@@ -36,8 +37,8 @@ def restarts_between(campaign: Campaign, pool: Pool, before: Levels | None,
     will = level_settings(campaign, dict(after))
     return sum(
         s.node in moved
-        or render_service(s.name, s.start, s.env, was) != render_service(s.name, s.start, s.env,
-                                                                          will)
+        or render_service(s.name, shown_argv(s.start), shown(s.env), was)
+        != render_service(s.name, shown_argv(s.start), shown(s.env), will)
         for s in pool.services)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,10 @@ def write_report(store: Store, campaign_id: str, path: Path) -> Path:
     html = render_report(store, campaign_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(html, encoding="utf-8")
+    tmp.unlink(missing_ok=True)
+    # Owner-only, like the store it is made from (its evidence is what the servers answered).
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w",
+                   encoding="utf-8") as file:
+        file.write(html)
     tmp.replace(path)  # never a half-written report
     return path

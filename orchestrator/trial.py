@@ -25,6 +25,7 @@ from deploy.variants.base import VariantError
 from experiments.campaign import Campaign, Pool, Service
 from experiments.collect import Sample, log_events, poll_metrics
 from experiments.outcomes import is_corrupt, is_infra
+from experiments.secrets import SecretValues, shown
 from experiments.workload.stress import SessionResult, StressResult, run_stress
 from orchestrator.load_generators import GeneratorFailed, GeneratorRun, LoadGenerators
 from orchestrator.source_variants import SourceVariants
@@ -73,12 +74,16 @@ def service_manager(service: Service, transports: Transports,
                        start_timeout_s=service.startup_timeout_s)
 
 
-def level_settings(campaign: Campaign, levels: dict[str, str]) -> list[LevelSettings]:
+def level_settings(campaign: Campaign, levels: dict[str, str],
+                   secrets: SecretValues | None = None) -> list[LevelSettings]:
+    """Each factor's chosen level; secrets as their values, or (no ``secrets``: to compare
+    variants) as placeholders."""
     settings = []
     for factor in campaign.factors:
         level = factor.level(levels[factor.name])
         touched = frozenset(factor.services) if factor.services is not None else None
-        settings.append(LevelSettings(factor.name, levels[factor.name], level.env,
+        env = secrets.env(level.env) if secrets is not None else shown(level.env)
+        settings.append(LevelSettings(factor.name, levels[factor.name], env,
                                       tuple(level.flags), touched, tuple(level.log_markers),
                                       tuple(level.absent_log_markers)))
     return settings
@@ -87,8 +92,10 @@ def level_settings(campaign: Campaign, levels: dict[str, str]) -> list[LevelSett
 class PoolRunner:
     """Owns one pool's services for the whole campaign; restarts only what a variant changes."""
 
-    def __init__(self, campaign_json: dict[str, object], pool_name: str) -> None:
-        self.campaign = Campaign.model_validate(campaign_json)
+    def __init__(self, campaign_json: dict[str, object], pool_name: str,
+                 secret_values: dict[str, str] | None = None) -> None:
+        self.campaign = Campaign.model_validate(campaign_json)  # secrets as references
+        self.secrets = SecretValues(secret_values or {})  # read by the driver, in memory only
         self.pool: Pool = next(p for p in self.campaign.pools if p.name == pool_name)
         workdirs = {node.name: node.workdir for node in self.campaign.nodes}
         self.transports = Transports(self.campaign.nodes)  # one connection per node, built here:
@@ -131,7 +138,7 @@ class PoolRunner:
         return TrialReport(order.trial_id, None, timing, sessions, metrics, logs, used)
 
     def _deploy(self, levels: dict[str, str]) -> int:
-        settings = level_settings(self.campaign, levels)
+        settings = level_settings(self.campaign, levels, self.secrets)
         # Files first (git refs, patches): a node whose files change restarts all its services,
         # stopped before the move so that no server imports half-switched code.
         changing = self.sources.changing(levels)
@@ -140,7 +147,8 @@ class PoolRunner:
                 self.managers[service.name].stop(service.name)
                 self.applied.pop(service.name, None)
         self.sources.move_to(levels)
-        configs = {s.name: render_service(s.name, s.start, s.env, settings)
+        configs = {s.name: render_service(s.name, self.secrets.argv(s.start),
+                                          self.secrets.env(s.env), settings)
                    for s in self.pool.services}
         restarting = {name for name, config in configs.items()
                       if self.applied.get(name) != config
@@ -206,7 +214,8 @@ class PoolRunner:
         try:
             stress = run_stress if self.generators is None else self.generators.run_stress
             result = await stress(self.pool.endpoint, self.campaign.workload, seed=seed,
-                                  on_session=decided)
+                                  on_session=decided,
+                                  api_key=self.secrets.api_key(self.pool.api_key_env))
         finally:
             stop.set()
         return result, await poller

@@ -18,6 +18,9 @@ TWIN_ONLY = frozenset({
     "twin_prefill_us_per_token", "twin_decode_ms_per_token", "twin_decode_batch_slowdown",
     "twin_eager_slowdown", "twin_hicache_hit_cost", "schema",
 })
+# Never logged nor reported by /get_server_info (SGLang 0.5.23 does log them: the twin's log and
+# info must not be where a test finds a planted key).
+SECRET_ARGS = frozenset({"api_key", "admin_api_key"})
 
 
 def _add_sglang_flags(add: Any) -> None:
@@ -28,6 +31,8 @@ def _add_sglang_flags(add: Any) -> None:
     add("--trust-remote-code", action="store_true")
     add("--host", default="127.0.0.1")
     add("--port", type=int, default=30000)
+    add("--api-key", default=None, help="require `Authorization: Bearer KEY` (not on /health*, "
+        "/metrics), as SGLang does")
     add("--tp-size", "--tp", type=int, default=1, dest="tp_size")
     add("--dp-size", "--dp", type=int, default=1, dest="dp_size")
     add("--ep-size", "--ep", type=int, default=1, dest="ep_size")
@@ -133,7 +138,8 @@ def flag_values(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> dict
 
 def server_args(ns: argparse.Namespace) -> dict[str, Any]:
     """The SGLang ``ServerArgs`` part of the namespace (twin-only flags left out)."""
-    return {key: value for key, value in vars(ns).items() if key not in TWIN_ONLY}
+    return {key: value for key, value in vars(ns).items()
+            if key not in TWIN_ONLY and key not in SECRET_ARGS}
 
 
 def server_args_repr(ns: argparse.Namespace) -> str:

@@ -24,11 +24,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from experiments.markup import MarkupFamily
 from experiments.twin.conditions import Condition, InflightScale, RoleView, flag_key
+from experiments.yaml_lines import YamlInputError, dotted, load_yaml, read_yaml_text
 
 
 class Effect(StrEnum):
@@ -46,11 +46,13 @@ class Rule(BaseModel):
     name: str = Field(min_length=1, description="Names the rule in draws and logs.")
     when: Condition = Field(default_factory=Condition)
     min_inflight: int = Field(
-        default=1, ge=1, description="Applies only with at least this many chat requests in "
+        default=1, ge=1, le=10_000_000,
+        description="Applies only with at least this many chat requests in "
         "flight on the deciding server, the current one included."
     )
     min_context_tokens: int = Field(
-        default=0, ge=0, description="Applies only to requests whose messages and tools, as "
+        default=0, ge=0, le=10_000_000_000,
+        description="Applies only to requests whose messages and tools, as "
         "JSON, are at least this many tokens (4 characters a token)."
     )
     probability: float = Field(ge=0.0, le=1.0, description="Probability that a session is hit.")
@@ -80,7 +82,8 @@ class Noise(BaseModel):
 class FaultModel(BaseModel):
     model_config = ConfigDict(extra="forbid", title="bisect twin fault model")
 
-    seed: int = Field(default=0, description="Combined with --twin-seed in every draw.")
+    seed: int = Field(default=0, ge=-(2**63), lt=2**63,
+                      description="Combined with --twin-seed in every draw.")
     rules: list[Rule] = Field(default_factory=list, description="First rule that hits wins.")
     noise: Noise | None = None
 
@@ -164,53 +167,19 @@ class FaultModelError(Exception):
 
 
 def load(path: str | Path) -> FaultModel:
+    """The fault model of a YAML file, read as bounded as a campaign file (experiments/
+    yaml_lines); FaultModelError with one line naming the file, the line and the field."""
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise FaultModelError(f"fault model {path}: cannot read: {exc.strerror}") from exc
+        loaded = load_yaml(read_yaml_text(path), str(path))
+    except YamlInputError as exc:
+        raise FaultModelError(f"fault model {exc}") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f", line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise FaultModelError(f"fault model {path}{where}: {problem}") from exc
-    try:
-        return FaultModel.model_validate(data if data is not None else {})
+        return FaultModel.model_validate(loaded.data if loaded.data is not None else {})
     except ValidationError as exc:
         error = exc.errors()[0]
         loc = tuple(error["loc"])
-        line = _line_of(text, loc)
+        line = loaded.line_of(loc) if loc else None
         where = f", line {line}" if line else ""
         raise FaultModelError(
-            f"fault model {path}{where}, field {_dotted(loc) or '(top)'}: {error['msg']}"
-        ) from exc
-
-
-def _dotted(loc: tuple[Any, ...]) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
-    return text
-
-
-def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
-    """1-based line of the YAML node at ``loc``, or of the deepest parent found."""
-    try:
-        node = yaml.compose(text)
-    except yaml.YAMLError:
-        return None
-    line = None
-    for part in loc:
-        if node is None:
-            break
-        line = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            node = next((v for k, v in node.value if k.value == str(part)), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-            node = node.value[part] if part < len(node.value) else None
-        else:
-            node = None
-    if node is not None:
-        line = node.start_mark.line + 1
-    return line
+            f"fault model {path}{where}, field {dotted(loc) or '(top)'}: {error['msg']}"
+        ) from None

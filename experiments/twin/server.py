@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import hmac
 import os
 import re
 import signal
@@ -106,7 +107,8 @@ class Twin:
         async def handle_chat(request: web.Request) -> web.StreamResponse:
             return await chat(self, request)
 
-        app = web.Application(middlewares=[access_log], client_max_size=256 * 1024**2)
+        app = web.Application(middlewares=[access_log, self.api_key_check],
+                              client_max_size=256 * 1024**2)
         app.add_routes([
             web.get("/health", self.health),
             web.get("/health_generate", self.health),
@@ -184,6 +186,17 @@ class Twin:
             logs.log(f"Aborted by AbortReq(rid='{rid}'): client disconnected", rank=0)
             raise
         logs.log(f"Aborted by AbortReq(rid='{rid}'): waiting timeout {limit:.0f}s", rank=0)
+
+    @web.middleware
+    async def api_key_check(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """With ``--api-key``, every endpoint but the probes wants the key (SGLang's rule:
+        /health*, /ready*, /metrics* stay open for probes and scrapers)."""
+        key = self.ns.api_key
+        if key and not request.path.startswith(("/health", "/ready", "/metrics")):
+            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), key.encode()):
+                return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200 if self.ready else 503)

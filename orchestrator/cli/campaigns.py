@@ -14,6 +14,7 @@ from db.records import GeneratorRecord, TrialRecord
 from db.store import Store
 from experiments.campaign import Campaign, load_campaign
 from experiments.outcomes import WEDGE_LOG_KINDS, is_corrupt, is_infra
+from experiments.secrets import SecretMissing
 from orchestrator.cli.common import (
     JsonOption,
     StoreOption,
@@ -72,8 +73,12 @@ def _finish_run(store: Store, campaign_id: str, verdict: Verdict, report: Path |
 def _run_new(campaign: Campaign, source: str, store: str, report: Path | None, as_json: bool,
              ray_address: str | None) -> None:
     """Store a new campaign, run it to its verdict, print it (and the report)."""
-    from orchestrator.runner import create_campaign, run_campaign
+    from orchestrator.runner import create_campaign, read_secrets, run_campaign
 
+    try:  # a missing secret is bad input: no campaign is created
+        read_secrets(campaign)
+    except SecretMissing as exc:
+        raise SecretMissing(f"{source}: {exc}") from None
     with Store.open(store) as db:
         campaign_id = create_campaign(db, campaign, source)
         progress(f"campaign {campaign_id}: {campaign.name}")

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from db.errors import NotFound, StoreError
 from experiments.campaign import CampaignError
+from experiments.secrets import SecretMissing, redact
 from orchestrator.verdict import Status, Verdict
 
 app = typer.Typer(
@@ -40,7 +41,7 @@ def user_errors() -> Iterator[None]:
 
     try:
         yield
-    except (CampaignError, PreflightFailed) as exc:
+    except (CampaignError, PreflightFailed, SecretMissing) as exc:
         error(str(exc))
         raise typer.Exit(2) from None
     except NotFound as exc:
@@ -53,11 +54,11 @@ def user_errors() -> Iterator[None]:
 
 def error(message: str) -> None:
     """Print an error; its text may come from a user's file, so it is never read as markup."""
-    err.print(Text("error: ", style="red") + Text(message), highlight=False)
+    err.print(Text("error: ", style="red") + Text(redact(message)), highlight=False)
 
 
 def progress(message: str) -> None:
-    err.print(message, highlight=False, markup=False)
+    err.print(redact(message), highlight=False, markup=False)
 
 
 def exit_code(verdict: Verdict) -> int:
@@ -65,6 +66,9 @@ def exit_code(verdict: Verdict) -> int:
 
 
 def main() -> None:
+    # Everything bisect creates (store, reports, Ray's files, the demo) is its owner's alone;
+    # the store and reports also get explicit modes, for callers that skip main().
+    os.umask(0o077)
     try:
         app()
     except KeyboardInterrupt:

@@ -38,11 +38,12 @@ def up(directory: DirOption = DEFAULT_DIR,
     campaign = write_lab_campaign(lab, directory.resolve())
     if systemd:
         for unit in _install_units(lab, campaign):
-            out.print(f"unit: {unit}", highlight=False)
+            out.print(f"unit: {unit}", highlight=False, markup=False)
     for host in lab.hosts:
         out.print(f"{host.name}: {host.address} (ssh -F {lab.ssh_config} {host.name})",
-                  highlight=False)
-    out.print(f"campaign: {campaign}\nrun it:   bisect run {campaign}", highlight=False)
+                  highlight=False, markup=False)
+    out.print(f"campaign: {campaign}\nrun it:   bisect run {campaign}", highlight=False,
+              markup=False)
 
 
 def _install_units(lab: Lab, campaign: Path) -> list[str]:
@@ -73,7 +74,7 @@ def down(directory: DirOption = DEFAULT_DIR) -> None:
     except LabError as exc:
         error(str(exc))
         raise typer.Exit(2) from None
-    out.print(f"lab in {directory} is down", highlight=False)
+    out.print(f"lab in {directory} is down", highlight=False, markup=False)
 
 
 @lab_app.command("status")
@@ -83,10 +84,10 @@ def status(directory: DirOption = DEFAULT_DIR, as_json: JsonOption = False) -> N
     if as_json:
         print(json.dumps(state.as_dict(), indent=2))
         return
-    out.print(f"lab {directory}: {state.state}", highlight=False)
+    out.print(f"lab {directory}: {state.state}", highlight=False, markup=False)
     for host in state.hosts:
         parts = [("namespace", host.namespace), ("sshd", host.sshd), ("port 22", host.reachable)]
         if host.systemd is not None:
             parts.insert(1, ("systemd", host.systemd))
         checks = ", ".join(f"{name} {'ok' if ok else 'MISSING'}" for name, ok in parts)
-        out.print(f"  {host.name} {host.address}: {checks}", highlight=False)
+        out.print(f"  {host.name} {host.address}: {checks}", highlight=False, markup=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -23,6 +24,30 @@ def _option_error(loc: tuple[int | str, ...], message: str) -> str:
     option = {"timeout_s": "--timeout", "context": "--context-start/--context-end"}.get(
         field, "--" + field.replace("_", "-"))
     return f"{option}: {message}"
+
+
+def _api_key(url: str, name: str | None) -> str | None:
+    """The key in ``$name`` (checked before any request); a URL with credentials is refused."""
+    from experiments.secrets import ENV_NAME, SecretMissing, SecretRef, SecretValues, check_url
+    from experiments.workload.http_client import bearer, header_lines
+
+    try:
+        check_url(url)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc).replace("`api_key_env: ENV_NAME`", "--api-key-env"),
+                                 param_hint="URL") from None
+    if name is None:
+        return None
+    if not re.fullmatch(ENV_NAME, name):
+        raise typer.BadParameter(f"{name!r} is not an environment variable name",
+                                 param_hint="--api-key-env")
+    try:
+        key = SecretValues.read_one(SecretRef(secret=name), "--api-key-env")
+        header_lines(bearer(key))
+    except (SecretMissing, ValueError) as exc:
+        raise typer.BadParameter(str(exc).split(": ", 1)[-1], param_hint="--api-key-env") \
+            from None
+    return key
 
 
 @app.command()
@@ -48,6 +73,10 @@ def stress(
         help="Goodput objectives, e.g. ttft_ms=500,itl_ms=50,e2e_ms=8000.")] = None,
     jsonl: Annotated[Path | None, typer.Option(
         "--jsonl", help="Write one JSON line per session to this file.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(
+        "--api-key-env", metavar="NAME",
+        help="Send the API key in this environment variable as `Authorization: Bearer`.")]
+    = None,
     as_json: JsonOption = False,
 ) -> None:
     """Stress a server with concurrent multi-turn tool-calling sessions and count corruption."""
@@ -65,6 +94,7 @@ def stress(
         raise typer.BadParameter(str(exc), param_hint="--slo") from None
     if context_start is not None and context_end is None:
         raise typer.BadParameter("needs --context-end as well", param_hint="--context-start")
+    api_key = _api_key(url, api_key_env)
     if jsonl is not None and not jsonl.parent.is_dir():
         raise typer.BadParameter(f"no directory {jsonl.parent}", param_hint="--jsonl")
     context = ({"start_tokens": context_start or 0, "end_tokens": context_end}
@@ -91,7 +121,7 @@ def stress(
                       f"{done.corrupted} · infra {done.infra}")
             bar.update(task, completed=done.turns_done, status=status)
 
-        result = run_stress_sync(url.rstrip("/"), spec, progress=show)
+        result = run_stress_sync(url.rstrip("/"), spec, progress=show, api_key=api_key)
     summary = result.summary()
     if jsonl is not None:
         progress(f"sessions: {write_jsonl(result, jsonl)}")
@@ -134,7 +164,7 @@ def validate(campaign_file: Path) -> None:
     out.print(
         f"{campaign_file}: ok — {len(campaign.factors)} factors, {shown}, "
         f"{len(campaign.pools)} pool(s)",
-        highlight=False,
+        highlight=False, markup=False,
     )
 
 
