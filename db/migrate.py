@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
@@ -9,7 +11,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from db.engine import make_engine
@@ -30,15 +32,47 @@ def head_revision() -> str:
     return head
 
 
+@contextmanager
+def _all_or_nothing(engine: Engine) -> Iterator[Connection]:
+    """One transaction around every statement of a migration, DDL included: a failure midway
+    (a full disk) leaves the database as it was, never half-made tables.
+
+    pysqlite commits before each CREATE/ALTER on its own, so for SQLite the transaction is
+    opened by hand: BEGIN IMMEDIATE also takes the write lock first, so two processes creating
+    one store run one after the other (the second finds it done)."""
+    with engine.connect() as connection:
+        if engine.dialect.name != "sqlite":
+            with connection.begin():
+                yield connection
+            return
+        dbapi = connection.connection.driver_connection
+        assert dbapi is not None
+        legacy = dbapi.isolation_level
+        dbapi.isolation_level = None  # pysqlite's own BEGIN/COMMIT off: ours alone
+        try:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+            try:
+                yield connection
+                connection.commit()
+            finally:
+                if dbapi.in_transaction:
+                    dbapi.rollback()
+                connection.rollback()
+        finally:
+            dbapi.isolation_level = legacy
+
+
 def _run(engine: Engine, verb: str, revision: str) -> None:
     config = _config()
     try:
-        with engine.begin() as connection:
+        with _all_or_nothing(engine) as connection:
             config.attributes["connection"] = connection
             getattr(command, verb)(config, revision)
     except (CommandError, SQLAlchemyError) as exc:
         where = engine.url.render_as_string(hide_password=True)
-        raise StoreError(f"cannot {verb} the database {where} to {revision}: {exc}") from exc
+        reason = getattr(exc, "orig", None) or exc  # the driver's words, without SQLAlchemy's
+        raise StoreError(f"cannot {verb} the database {where} to {revision}: {reason} "
+                         "(nothing was changed)") from exc
 
 
 def upgrade_engine(engine: Engine, revision: str = "head") -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-CAMPAIGN_STATUSES = frozenset({"running", "done", "failed", "interrupted"})
+CAMPAIGN_STATUSES = frozenset({"running", "done", "failed", "interrupted", "refused"})
 TRIAL_STATUSES = frozenset({"running", "done", "failed", "discarded"})
 
 

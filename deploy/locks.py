@@ -5,8 +5,10 @@ lock is a file in the node's workdir, created atomically on the node: the holder
 written to a private temporary file first and then hard-linked to the lock name (``ln`` fails if
 the name exists), so the lock never exists without its whole record. A lock whose driver died
 stays: across machines nobody can tell a dead driver from a slow one, so only an explicit
-``break_lock`` naming the holder removes it. Removal is compare-and-delete on the record, so a
-break never removes a lock someone else took meanwhile.
+``break_lock`` naming the holder removes it. One case is told for sure: the same campaign,
+resumed on the driver's own host, whose driver process and reaper are gone (after a
+``kill -9``): that lock is stale and is taken over. Removal is compare-and-delete on the
+record, so a break never removes a lock someone else took meanwhile.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from deploy import procs
 from deploy.transports.base import Transport, TransportError
 
 LOCK_NAME = ".bisect.lock"
+REAPER_WAIT_S = 120.0  # a dead driver's reaper stopping its services (10 s grace each)
 UNLOCK_HINT = "bisect unlock CAMPAIGN.yaml {node} --holder {holder}"  # the command to run
 
 # acquire: $1 workdir, $2 lock path, $3 record. Exit 0 taken; 1 held (prints the record).
@@ -60,6 +64,19 @@ class LockInfo:
     host: str  # the driver's host name
     since: float  # epoch seconds, the driver's clock
     record: str = ""  # the lock file's text, exactly: what compare-and-delete compares
+    reaper: int = 0  # the driver's reaper (orchestrator/reaper.py), on the driver's host
+
+    def holder_gone(self) -> bool:
+        """True if this lock's driver is known dead: it ran on this host, its process is gone
+        and so is its reaper (waited for: it may still be stopping services). This process's
+        own lock counts as gone (taken again). Another host's driver cannot be told."""
+        if self.host != socket.gethostname():
+            return False
+        if self.pid == os.getpid():
+            return True
+        if procs.alive(self.pid):
+            return False
+        return self.reaper <= 0 or procs.wait_gone(self.reaper, REAPER_WAIT_S)
 
     def describe(self) -> str:
         if not self.campaign_id:
@@ -85,11 +102,11 @@ def lock_path(workdir: str) -> str:
     return f"{workdir.rstrip('/') or ''}/{LOCK_NAME}"
 
 
-def _record(campaign_id: str) -> str:
+def _record(campaign_id: str, reaper: int = 0) -> str:
     # JSON: one line whatever the id holds (quotes, newlines, shell syntax); the campaign first,
     # so that _prefix identifies the holder from the text alone.
     return json.dumps({"campaign": campaign_id, "pid": os.getpid(),
-                       "host": socket.gethostname(), "since": time.time()})
+                       "host": socket.gethostname(), "since": time.time(), "reaper": reaper})
 
 
 def _prefix(campaign_id: str) -> str:
@@ -102,7 +119,7 @@ def _parse(record: str) -> LockInfo:
     try:
         data = json.loads(text)
         return LockInfo(str(data["campaign"]), int(data["pid"]), str(data["host"]),
-                        float(data["since"]), text)
+                        float(data["since"]), text, int(data.get("reaper", 0)))
     except (ValueError, KeyError, TypeError):
         return LockInfo("", 0, "", 0.0, text)
 
@@ -122,22 +139,23 @@ def read(transport: Transport, node: str, workdir: str) -> LockInfo | None:
 
 
 def acquire(transport: Transport, node: str, workdir: str, campaign_id: str, *,
-            reclaim: bool = False) -> None:
+            reclaim: bool = False, reaper: int = 0) -> None:
     """Take the node for ``campaign_id`` or raise NodeLocked naming the holder.
 
-    ``reclaim``: a lock already held by this same campaign id (a driver that died, then
-    ``resume``) is taken over instead of refused."""
-    record = _record(campaign_id)
+    ``reclaim``: a lock already held by this same campaign id whose driver is gone (killed,
+    then ``resume``: ``LockInfo.holder_gone``) is taken over instead of refused. ``reaper``:
+    the pid of this driver's reaper, kept in the record for the next one to wait for."""
+    record = _record(campaign_id, reaper)
     rc, out = _sh(transport, _ACQUIRE, workdir, lock_path(workdir), record)
     if rc == 0:
         return
     held = _parse(out)
-    if reclaim and held.campaign_id == campaign_id:
+    if reclaim and held.campaign_id == campaign_id and held.holder_gone():
         rc, out = _sh(transport, _SWAP, lock_path(workdir), _prefix(campaign_id), record)
         if rc == 0:
             return
         if rc == 2:  # released meanwhile: take it afresh
-            return acquire(transport, node, workdir, campaign_id)
+            return acquire(transport, node, workdir, campaign_id, reaper=reaper)
         held = _parse(out)
     raise NodeLocked(node, held)
 

@@ -13,8 +13,10 @@ from contextlib import contextmanager
 from db.store import Store
 from deploy import locks
 from deploy.preflight import LevelFlags, NodeCheck, Preflight, ServiceCheck, preflight
+from deploy.transports.base import TransportError
 from deploy.transports.factory import Transports
 from experiments.campaign import Campaign
+from experiments.secrets import SecretValues, redact, shown, shown_argv
 
 
 class PreflightFailed(RuntimeError):
@@ -35,35 +37,55 @@ def _distinct_nodes(campaign: Campaign) -> list[tuple[str, str]]:
 
 @contextmanager
 def locked(campaign: Campaign, transports: Transports, campaign_id: str, store: Store, *,
-           reclaim: bool) -> Iterator[None]:
+           reclaim: bool, reaper: int = 0) -> Iterator[None]:
     """Hold every node's lock for the block; all or none. Each lock is also a store row, so
-    the store tells which nodes a campaign whose driver died still holds."""
+    the store tells which nodes a campaign whose driver died still holds. ``reclaim``: take
+    over the campaign's own locks whose driver is gone; ``reaper``: this driver's reaper."""
     taken: list[tuple[str, str]] = []
     try:
         for name, workdir in _distinct_nodes(campaign):
-            locks.acquire(transports[name], name, workdir, campaign_id, reclaim=reclaim)
+            locks.acquire(transports[name], name, workdir, campaign_id, reclaim=reclaim,
+                          reaper=reaper)
             taken.append((name, workdir))
             if (campaign_id, name) not in store.held_locks(campaign_id):
                 store.lock_taken(campaign_id, name)
         yield
-    finally:
-        for name, workdir in reversed(taken):
+    except BaseException:
+        _release(transports, campaign_id, store, taken, quietly=True)
+        raise
+    _release(transports, campaign_id, store, taken)
+
+
+def _release(transports: Transports, campaign_id: str, store: Store,
+             taken: list[tuple[str, str]], *, quietly: bool = False) -> None:
+    """Release the locks taken. ``quietly``, after a failure: a node out of reach keeps its lock
+    (and its store row: the store still tells it is held) and never hides why the run failed."""
+    for name, workdir in reversed(taken):
+        try:
             locks.release(transports[name], name, workdir, campaign_id)
-            store.lock_released(campaign_id, name)
+        except TransportError:
+            if not quietly:
+                raise
+            continue
+        store.lock_released(campaign_id, name)
 
 
-def check_nodes(campaign: Campaign, transports: Transports) -> Preflight:
-    """Preflight of every node; raises PreflightFailed with every problem found."""
+def check_nodes(campaign: Campaign, transports: Transports,
+                secrets: SecretValues | None = None) -> Preflight:
+    """Preflight of every node; raises PreflightFailed with every problem found. ``secrets``:
+    their values, for the `--help` runs as at start (without: placeholders)."""
+    argv = secrets.argv if secrets is not None else shown_argv
+    env = secrets.env if secrets is not None else shown
     checks = []
     for node in campaign.nodes:
         services = tuple(
             ServiceCheck(
-                service.name, tuple(service.start), node.workdir,
+                service.name, tuple(argv(service.start)), node.workdir,
                 tuple(LevelFlags(factor.name, name, tuple(factor.level(name).flags))
                       for factor in campaign.factors
                       if factor.services is None or service.name in factor.services
                       for name in factor.levels),
-                tuple(sorted(service.env.items())),
+                tuple(sorted(env(service.env).items())),
             )
             for pool in campaign.pools for service in pool.services
             if service.node == node.name
@@ -73,6 +95,6 @@ def check_nodes(campaign: Campaign, transports: Transports) -> Preflight:
     if result.problems:
         lines = [f"{p.node}{'/' + p.service if p.service else ''}: {p.message}"
                  for p in result.problems]
-        raise PreflightFailed("preflight found problems, nothing was changed:\n  "
-                              + "\n  ".join(lines))
+        raise PreflightFailed(redact("preflight found problems, nothing was changed:\n  "
+                                     + "\n  ".join(lines)))
     return result

@@ -2,22 +2,36 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
+import secrets
+import stat
+import tempfile
 from typing import Any
 
 import ray
+import ray._private.ray_constants as ray_constants
+from ray._raylet import Config  # type: ignore[attr-defined]
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.trial import PoolRunner, TrialOrder, TrialReport
 
 
+def ray_started() -> bool:
+    return bool(ray.is_initialized())
+
+
 def ensure_ray(address: str | None = None) -> bool:
     """Start (or join) Ray once per process; True if this call started it."""
     if ray.is_initialized():
         return False
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if address is None and "RAY_TMPDIR" not in os.environ:
+        os.environ["RAY_TMPDIR"] = private_temp_dir()
+    if address is None:  # a cluster joined keeps its own settings (README: run one safely)
+        local_ray_environment()
     ray.init(
         address=address,
         include_dashboard=False,
@@ -28,6 +42,49 @@ def ensure_ray(address: str | None = None) -> bool:
     return True
 
 
+def local_ray_environment() -> str:
+    """Make the Ray this process starts listen on loopback only and ask every client for a
+    token (Ray's defaults: every interface, the node's address; the project used to turn
+    authentication off). Returns the token file: 0600, fresh, named by RAY_AUTH_TOKEN_PATH so
+    that Ray's processes read it and no environment carries the token itself; removed at exit.
+
+    Ray binds its gRPC servers and agents to the node's address, and takes loopback as the
+    node's address only when it believes clusters are off (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER,
+    read by each of its processes at import: by this one already, hence the constant too)."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    descriptor, token_file = tempfile.mkstemp(prefix="bisect-ray-token-",
+                                              dir=os.environ.get("RAY_TMPDIR"))
+    with os.fdopen(descriptor, "w") as out:  # mkstemp: 0600
+        out.write(secrets.token_hex(32))
+    atexit.register(_remove_quietly, token_file)  # (and by the reaper after a kill)
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN_PATH"] = token_file
+    os.environ.pop("RAY_AUTH_TOKEN", None)
+    Config.initialize("")  # this process read the mode at import too (as Ray's own switch does)
+    return token_file
+
+
+def _remove_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def private_temp_dir() -> str:
+    """A directory for Ray's files that only this user can enter. Ray makes its own folders
+    0777 whatever the umask (``try_make_directory_shared``): inside this one, nobody else
+    reaches its logs or sockets. Short (socket paths must stay under 108 bytes) and reused;
+    one that is not ours alone is never used."""
+    path = f"{tempfile.gettempdir()}/bisect-ray-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    info = os.lstat(path)
+    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
+            or info.st_mode & 0o077):
+        return tempfile.mkdtemp(prefix="bisect-ray-")  # 0700, new
+    return path
+
+
 class PoolCrashed(RuntimeError):
     """A pool's actor died or raised: a broken run, not evidence about a variant."""
 
@@ -35,13 +92,15 @@ class PoolCrashed(RuntimeError):
 class PoolActors:
     """One actor per pool. Actors hold no CPU reservation: they mostly wait on the network."""
 
-    def __init__(self, campaign_json: dict[str, Any], pool_names: list[str]) -> None:
+    def __init__(self, campaign_json: dict[str, Any], pool_names: list[str],
+                 secret_values: dict[str, str] | None = None) -> None:
         # On the driver's machine: `transport: local` nodes are this machine, and only load
         # generators (orchestrator/load_generators.py) go to the cluster's other machines.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         actor = ray.remote(num_cpus=0)(PoolRunner).options(scheduling_strategy=here)
         self.actors: dict[str, Any] = {
-            name: actor.remote(campaign_json, name) for name in pool_names
+            # Secrets travel as an argument (in memory), never in the campaign's JSON.
+            name: actor.remote(campaign_json, name, secret_values or {}) for name in pool_names
         }
         self.running: dict[Any, str] = {}
 

@@ -8,6 +8,7 @@ unfinished and goes on from what was stored.
 from __future__ import annotations
 
 import dataclasses
+import os
 import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -16,22 +17,32 @@ from db.records import TrialRecord
 from db.store import Store
 from deploy.locks import NodeLocked
 from deploy.services.systemd import SystemdServiceManager
+from deploy.transports.base import TransportError
 from deploy.transports.factory import Transports
 from experiments.campaign import Campaign
 from experiments.outcomes import is_corrupt
+from experiments.secrets import SecretMissing, SecretValues, redact
+from experiments.workload.http_client import bearer, header_lines
 from orchestrator.commit_range import COMMIT, commit_levels
 from orchestrator.evidence import TrialEvidence, variant_key
 from orchestrator.load_generators import unplaceable
-from orchestrator.nodes import check_nodes, locked
+from orchestrator.nodes import PreflightFailed, check_nodes, locked
 from orchestrator.placement import place
-from orchestrator.ray_pool import PoolActors, PoolCrashed, ensure_ray
+from orchestrator.ray_pool import PoolActors, PoolCrashed, ensure_ray, ray_started
+from orchestrator.reaper import Reaper
 from orchestrator.source_variants import recover_nodes
 from orchestrator.strategies.adaptive import Adaptive
 from orchestrator.strategies.base import Strategy
 from orchestrator.strategies.commits import Commits
 from orchestrator.strategies.design import Design
 from orchestrator.strategies.factorial import Factorial, fraction
-from orchestrator.trial import INFRA_ERROR, TrialOrder, generator_rows, service_manager
+from orchestrator.trial import (
+    INFRA_ERROR,
+    TrialOrder,
+    TrialReport,
+    generator_rows,
+    service_manager,
+)
 from orchestrator.verdict import (
     CostModel,
     Unresolvable,
@@ -163,6 +174,30 @@ def create_campaign(store: Store, campaign: Campaign, source: str) -> str:
     return campaign_id
 
 
+def read_secrets(campaign: Campaign) -> SecretValues:
+    """Every secret the campaign refers to, from the driver's environment (or files), checked
+    before anything changes: ``SecretMissing`` names the field and the variable (exit 2)."""
+    secrets = SecretValues.read(campaign)
+    for index, pool in enumerate(campaign.pools):
+        try:
+            header_lines(bearer(secrets.api_key(pool.api_key_env)))
+        except ValueError as exc:
+            raise SecretMissing(f"pools[{index}].api_key_env: ${pool.api_key_env}: {exc}") from None
+    return secrets
+
+
+def redacted(report: TrialReport) -> TrialReport:
+    """What a trial observed, with every secret value taken out before it is stored: a server
+    may echo its key in a log line, an error or a reply."""
+    return dataclasses.replace(
+        report,
+        error=None if report.error is None else redact(report.error),
+        sessions=[dataclasses.replace(s, evidence=redact(s.evidence)) if s.evidence else s
+                  for s in report.sessions],
+        logs=[dataclasses.replace(row, text=redact(row.text)) for row in report.logs],
+    )
+
+
 def running_before(campaign: Campaign, transports: Transports) -> dict[str, bool]:
     """Which systemd units were running before the campaign: they are running after it."""
     workdirs = {node.name: node.workdir for node in campaign.nodes}
@@ -194,39 +229,78 @@ def run_campaign(
     ray_address: str | None = None,
 ) -> Verdict:
     campaign = campaign_of(store, campaign_id)
-    resumed = bool(store.trials(campaign_id, status=None))
+    secrets = read_secrets(campaign)  # re-read at every resume: never stored
+    shown = progress
+    progress = lambda message: shown(redact(message))  # noqa: E731 - one line, one purpose
     transports = Transports(campaign.nodes)
+    reaper = Reaper(campaign)  # first: whatever happens next, a kill leaves nothing running
     try:
-        with locked(campaign, transports, campaign_id, store, reclaim=resumed):
-            check_nodes(campaign, transports)  # every problem of every node, nothing changed
+        # reclaim: this campaign's own locks, left by its driver killed on this host
+        with locked(campaign, transports, campaign_id, store, reclaim=True, reaper=reaper.pid):
+            check_nodes(campaign, transports, secrets)  # every problem, nothing changed
             for undone in recover_nodes(campaign, transports):
                 progress(f"undid what an interrupted run left: {undone}")
+            stop_leftovers(campaign, transports)  # a killed driver's services (SSH nodes too)
             discarded = store.discard_unfinished(campaign_id)
             if discarded:
                 progress(f"discarded {len(discarded)} unfinished trial(s): {discarded}")
             store.set_campaign_status(campaign_id, "running")
-            ensure_ray(ray_address)
+            if ray_address is None and not ray_started():
+                reaper.watch_ray()  # before: a kill while Ray starts leaves none of it
+            if ensure_ray(ray_address) and (token := os.environ.get("RAY_AUTH_TOKEN_PATH")):
+                reaper.remove_at_exit(token)
             if (unplaced := unplaceable(campaign.generators, len(campaign.pools))) is not None:
                 store.set_campaign_status(campaign_id, "failed")
                 raise RunFailed(unplaced)
             was_running = running_before(campaign, transports)
             try:
-                _drive(store, campaign_id, campaign, progress)
-            finally:
-                restore_services(campaign, transports, was_running)
+                _drive(store, campaign_id, campaign, progress, secrets)
+            except BaseException:
+                _best_effort(lambda: restore_services(campaign, transports, was_running),
+                             progress, "restore the nodes")
+                raise
+            restore_services(campaign, transports, was_running)
     except NodeLocked as exc:
+        # Refused by another campaign (a live driver of this one is running it: left alone).
+        if exc.holder != campaign_id:
+            refused(store, campaign_id)
         raise RunFailed(str(exc)) from None
+    except PreflightFailed:
+        refused(store, campaign_id)
+        raise
+    except TransportError as exc:  # a node out of reach: one sentence, never a traceback
+        raise RunFailed(f"{exc} (`bisect resume {campaign_id}` retries)") from None
     finally:
+        reaper.done()
         transports.close()
     return verdict_of(store, campaign_id)
 
 
-def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progress) -> None:
+def refused(store: Store, campaign_id: str) -> None:
+    """A run refused before it changed anything: a campaign that never ran a trial says so
+    (`bisect ls`: refused; `bisect resume` may try again), never "running" with no driver."""
+    if not store.trials(campaign_id, status=None):
+        store.set_campaign_status(campaign_id, "refused")
+
+
+def stop_leftovers(campaign: Campaign, transports: Transports) -> None:
+    """Stop the process-manager services a killed driver left running (its reaper stops those
+    of this machine; SSH nodes have none), before the pools start anything."""
+    workdirs = {node.name: node.workdir for node in campaign.nodes}
+    for pool in campaign.pools:
+        for service in reversed(pool.services):
+            if service.manager == "process":
+                service_manager(service, transports, workdirs).stop(service.name)
+
+
+def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progress,
+           secrets: SecretValues) -> None:
     """Propose, dispatch, store, until the strategy is done; the actors stop their services."""
     base = strategy_for(campaign)
     target, planned = campaign.strategy.target, campaign.workload.sessions
     infra_failures: dict[str, int] = {}  # this run's, per variant
-    actors = PoolActors(campaign.model_dump(mode="json"), [p.name for p in campaign.pools])
+    actors = PoolActors(campaign.model_dump(mode="json"), [p.name for p in campaign.pools],
+                        secrets.values)
     pending: dict[int, dict[str, str]] = {}
     running: dict[str, dict[str, str]] = {}  # what each pool ran last (restart economy)
     status = "failed"
@@ -260,6 +334,7 @@ def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progres
                 pool, report = actors.next_report()
             except PoolCrashed as exc:
                 raise RunFailed(f"{exc} (`bisect resume {campaign_id}` retries)") from exc
+            report = redacted(report)
             report_levels = pending.pop(report.trial_id)
             if report.error is None:
                 store.finish_trial(report.trial_id, report.timing, report.sessions,
@@ -285,6 +360,19 @@ def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progres
         raise
     finally:
         try:
-            actors.shutdown()
+            if status == "done":
+                actors.shutdown()
+            else:  # the run failed already: a node out of reach must not hide why
+                _best_effort(actors.shutdown, progress, "stop the pools' services")
         finally:
             store.set_campaign_status(campaign_id, status, finished=status == "done")
+
+
+def _best_effort(step: Callable[[], None], progress: Progress, what: str) -> None:
+    """Cleanup after a failed run: what stops it (a node still out of reach, which a pool's
+    actor reports wrapped in a RayTaskError) is said, and `bisect resume` finishes the job."""
+    try:
+        step()
+    except Exception as exc:
+        progress(f"could not {what}: {str(exc).strip().splitlines()[-1]} "
+                 "(`bisect resume` does it)")

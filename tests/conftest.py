@@ -93,9 +93,11 @@ def ray_cluster() -> Iterator[Cluster]:
     import ray
     from ray.cluster_utils import Cluster
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    from orchestrator.ray_pool import local_ray_environment
+
     # Ray's socket paths must stay under 108 bytes: a short private directory of its own.
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    local_ray_environment()  # as the driver's own Ray: loopback only, a token required
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "include_dashboard": False, "temp_dir": f"{os.environ['RAY_TMPDIR']}/ray"})
     ray.init(address=cluster.address, log_to_driver=False)

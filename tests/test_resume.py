@@ -13,40 +13,16 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from db.store import Store
-from orchestrator.demo import twin_pool
+from tests.support import kill_points
 
 BISECT = str(Path(sys.executable).parent / "bisect")
-FAULTS = {"rules": [{
-    "name": "race", "when": {"env": {"BF16_INDEX_K": "1"},
-                             "flags": {"enable-hierarchical-cache": True}},
-    "min_inflight": 1, "probability": 0.4, "effect": "leak",
-}]}
 
 
 def write_campaign(workdir: Path) -> Path:
-    faults = workdir / "faults.yaml"
-    faults.write_text(yaml.safe_dump(FAULTS))
-    campaign = {
-        "name": "resume",
-        "nodes": [{"name": "here", "workdir": str(workdir / "services")}],
-        "pools": [twin_pool("p", "here", faults, latency_ms=40)],
-        "factors": [
-            {"name": "index_k", "levels": {"fp8": {"env": {"BF16_INDEX_K": "0"}},
-                                           "bf16": {"env": {"BF16_INDEX_K": "1"}}}},
-            {"name": "hicache", "levels": {"off": {},
-                                           "on": {"flags": ["--enable-hierarchical-cache"]}}},
-            {"name": "topk_v2", "levels": {"off": {}, "on": {"env": {"TOPK": "1"}}}},
-        ],
-        "workload": {"sessions": 24, "rounds": 3, "timeout_s": 20},
-        "known_good": {"index_k": "fp8", "hicache": "on", "topk_v2": "on"},
-        "known_bad": {"index_k": "bf16", "hicache": "on", "topk_v2": "on"},
-    }
-    path = workdir / "campaign.yaml"
-    path.write_text(yaml.safe_dump(campaign))
-    return path
+    return kill_points.write_campaign(workdir, 24, rounds=3, latency_ms=40, name="resume",
+                                      faults=kill_points.race_faults(0.4))
 
 
 def trial_states(db: Path) -> list[tuple[int, str]]:

@@ -1,0 +1,143 @@
+"""The driver's reaper: a small process that outlives a killed driver and stops what it started.
+
+A driver killed with SIGKILL runs no ``finally``: the services it started on this machine
+(``transport: local``, ``manager: process``: each in its own session, on purpose) and the Ray
+it started (whose dashboard and runtime-env agents survive their raylet) would run on. The
+reaper is started first, in a session of its own (a Ctrl-C or a ``kill`` of the driver's
+group does not reach it), and reads the driver's messages on a pipe until end of file, which
+comes when the driver exits, however it exits:
+
+- not told ``done`` (the driver died before restoring the nodes): it stops the campaign's
+  local services, each process group through its pid file, as ``ProcessServiceManager.stop``;
+- in every case, if the driver was starting a Ray of its own: it kills Ray's processes (the
+  driver's process group, started after the driver, Ray's by name or path: a kill in the
+  middle of ``ray.init`` leaves no agent behind) and removes the Ray token file.
+
+Its pid is written in the node locks: a resumed campaign waits for it to finish before taking
+the locks over (``deploy.locks.LockInfo.holder_gone``), so it never stops the new driver's
+services. Services on SSH nodes are left to the resume, which stops and restores them first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+from deploy import procs
+from deploy.services.process import ProcessServiceManager
+from deploy.transports.local import LocalTransport
+from experiments.campaign import Campaign
+
+
+def local_services(campaign: Campaign) -> list[tuple[str, str, str]]:
+    """(node, workdir, service) of every service the process manager runs on this machine."""
+    workdirs = {n.name: n.workdir for n in campaign.nodes if n.transport == "local"}
+    return [(s.node, workdirs[s.node], s.name) for pool in campaign.pools for s in pool.services
+            if s.node in workdirs and s.manager == "process"]
+
+
+class Reaper:
+    """The driver's side: start the reaper, tell it what to reap, tell it when all is restored."""
+
+    def __init__(self, campaign: Campaign) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.reaper"], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        self.watching_ray = False
+        self._send({"services": local_services(campaign)})
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def _send(self, message: dict[str, Any]) -> None:
+        pipe: IO[bytes] | None = self.process.stdin
+        if pipe is None or pipe.closed:
+            return
+        with contextlib.suppress(BrokenPipeError):
+            pipe.write(json.dumps(message).encode() + b"\n")
+            pipe.flush()
+
+    def watch_ray(self) -> None:
+        """This process is about to start a Ray of its own: Ray's processes (in this process's
+        group, as Ray starts them) are killed when it ends, if Ray's own shutdown has not."""
+        import ray  # only a driver that starts Ray gets here
+
+        self._send({"ray": {"group": os.getpgid(0), "after": procs.start_time(os.getpid()),
+                            "package": str(Path(ray.__file__).parent)}})
+        self.watching_ray = True
+
+    def remove_at_exit(self, path: str) -> None:
+        self._send({"files": [path]})
+
+    def done(self) -> None:
+        """The nodes are restored: services are no longer the reaper's business. Without a Ray
+        to watch it exits now; with one, when this process does."""
+        self._send({"done": True})
+        if not self.watching_ray and self.process.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                self.process.stdin.close()
+            self.process.wait()
+
+
+def _stop_services(services: list[list[str]]) -> None:
+    for node, workdir, name in services:
+        with contextlib.suppress(Exception):  # one that cannot be stopped: stop the others
+            ProcessServiceManager(LocalTransport(node), workdir).stop(name)
+
+
+def _is_ray(pid: int, package: bytes) -> bool:
+    try:
+        name = Path(f"/proc/{pid}/comm").read_bytes().strip()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return name in (b"raylet", b"gcs_server") or argv.startswith(b"ray::") or package in argv
+
+
+def _kill_ray(group: int, after: int, package: str) -> None:
+    """Kill Ray's processes in ``group`` started at or after ``after`` (clock ticks)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(stat.parent.name)
+        if (int(fields[2]) == group and int(fields[19]) >= after and pid != os.getpid()
+                and _is_ray(pid, package.encode())):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the end of the pipe ends it
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    services: list[list[str]] = []
+    ray: dict[str, Any] = {}
+    files: list[str] = []
+    done = False
+    for line in sys.stdin.buffer:  # until the driver exits, however it exits
+        with contextlib.suppress(ValueError):
+            message = json.loads(line)
+            services += message.get("services", [])
+            ray.update(message.get("ray", {}))
+            files += message.get("files", [])
+            done = done or bool(message.get("done"))
+    if not done:
+        _stop_services(services)
+    if ray and ray.get("after") is not None:
+        _kill_ray(int(ray["group"]), int(ray["after"]), str(ray["package"]))
+    for path in files:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+if __name__ == "__main__":
+    main()

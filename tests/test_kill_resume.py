@@ -1,0 +1,100 @@
+"""SIGKILL of the driver at fixed points, then `bisect resume`: nothing left running after the
+kill (the reaper), and the resume ends as an uninterrupted run would (bench/kill_points.py does
+the same at many random points)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from deploy import locks
+from deploy.locks import NodeLocked
+from deploy.transports.local import LocalTransport
+from tests.support.kill_points import (
+    CULPRIT,
+    Bench,
+    kill,
+    no_leftovers,
+    problems_after_resume,
+    wait_until,
+)
+
+
+def _before_the_first_trial(bench: Bench) -> bool:  # locks held, preflight or Ray starting
+    return (bench.services / ".bisect.lock").exists() and not bench.trials()
+
+
+def _mid_stress(bench: Bench) -> bool:
+    return bench.phase() == "stress"
+
+
+def _restarting_a_later_trial(bench: Bench) -> bool:
+    states = bench.trials()
+    return (len(states) >= 2 and states[-1][1] == "running"
+            and bench.phase() in ("deploy", "restart, proof"))
+
+
+@pytest.mark.parametrize("point", [_before_the_first_trial, _mid_stress,
+                                   _restarting_a_later_trial],
+                         ids=["before-first-trial", "mid-stress", "restart"])
+def test_sigkill_then_resume(tmp_path: Path, point: Callable[[Bench], bool]) -> None:
+    bench = Bench.make(tmp_path, sessions=12)
+    try:
+        _kill_then_resume(bench, point)
+    finally:
+        bench.close()
+
+
+def _kill_then_resume(bench: Bench, point: Callable[[Bench], bool]) -> None:
+    driver = bench.run()
+    try:
+        reached = wait_until(lambda: point(bench), driver, timeout_s=120)
+        assert reached, driver.communicate()[1].decode()[-2000:] if driver.poll() is not None \
+            else "the campaign never reached the kill point"
+    finally:
+        kill(driver)
+    killed_at = bench.trials()
+    # The reaper: no twin, Ray agent or worker of the dead driver runs on.
+    assert no_leftovers(bench.marker, driver.pid) == []
+    [campaign_id] = bench.campaign_ids()
+    resumed, resume_pid = bench.resume(campaign_id)
+    assert problems_after_resume(bench, killed_at, resumed, CULPRIT) == []
+    assert no_leftovers(bench.marker, resume_pid) == []
+
+
+def test_a_lock_is_taken_over_only_once_its_driver_and_reaper_are_gone(tmp_path: Path) -> None:
+    transport, workdir = LocalTransport("here"), str(tmp_path)
+    driver, reaper = subprocess.Popen(["sleep", "600"]), subprocess.Popen(["sleep", "600"])
+    try:
+        record = {"campaign": "c1", "pid": driver.pid, "host": socket.gethostname(),
+                  "since": time.time(), "reaper": reaper.pid}
+        Path(locks.lock_path(workdir)).write_text(json.dumps(record) + "\n")
+        with pytest.raises(NodeLocked):  # its driver runs: a second driver of c1 is refused
+            locks.acquire(transport, "here", workdir, "c1", reclaim=True)
+        with pytest.raises(NodeLocked):  # another campaign, whatever the state of c1's driver
+            locks.acquire(transport, "here", workdir, "c2", reclaim=True)
+        driver.kill()
+        driver.wait()
+        # Driver gone, reaper still stopping services: waited for, then the lock is taken.
+        waiter = threading.Timer(0.5, reaper.kill)
+        waiter.start()
+        locks.acquire(transport, "here", workdir, "c1", reclaim=True)
+        waiter.join()
+    finally:
+        for sleeper in (driver, reaper):
+            sleeper.kill()
+            sleeper.wait()
+    held = locks.read(transport, "here", workdir)
+    assert held is not None and (held.campaign_id, held.pid) == ("c1", os.getpid())
+    # Held on another host: nobody here can tell its driver is dead; `bisect unlock` can.
+    Path(locks.lock_path(workdir)).write_text(json.dumps({**record, "host": "elsewhere"}) + "\n")
+    with pytest.raises(NodeLocked, match="bisect unlock"):
+        locks.acquire(transport, "here", workdir, "c1", reclaim=True)
