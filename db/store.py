@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, fields
@@ -19,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db.engine import make_engine
 from db.errors import NotFound, StoreError
+from db.integrity import StoreHealth, inspect_campaign, store_damage, unreadable
 from db.migrate import upgrade_engine
 from db.models import (
     Campaign,
@@ -76,6 +78,20 @@ def _record(cls: type[R], row: Any, **computed: Any) -> R:
     return cls(**{name: getattr(row, name) for name in names}, **computed)
 
 
+def _owner_only(engine: Engine) -> None:
+    """A new SQLite file is created readable by its owner alone (SQLite gives its -wal and -shm
+    files the database file's mode): the store holds every server reply of every trial."""
+    path = engine.url.database if engine.dialect.name == "sqlite" else None
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass  # an existing store keeps the mode its owner gave it
+    except OSError as exc:
+        raise StoreError(f"cannot create the store {path}: {exc.strerror or exc}") from exc
+
+
 def _apply_timing(trial: Trial, timing: TrialTiming) -> None:
     trial.wall_s = timing.wall_s
     trial.restart_s = timing.restart_s
@@ -99,6 +115,7 @@ class Store:
         except (SQLAlchemyError, ValueError, ImportError) as exc:  # ImportError: no driver
             raise StoreError(f"cannot open the store {url_or_path!r}: {exc}") from exc
         try:
+            _owner_only(engine)
             upgrade_engine(engine)
         except BaseException:
             engine.dispose()
@@ -182,6 +199,24 @@ class Store:
                     NodeLock.campaign_id == campaign_id, NodeLock.node == node,
                     NodeLock.released_at.is_(None))):
                 row.released_at = utcnow()
+
+    def health(self, campaign_id: str) -> StoreHealth:
+        """What the store holds of the campaign that it should not (``bisect doctor``)."""
+        try:
+            with self._session("check the store file") as s:
+                damage = store_damage(s)
+        except StoreError as exc:  # so damaged that the check itself cannot read it
+            damage = (str(exc).removeprefix("cannot check the store file: "),)
+        try:
+            with self._session(f"check campaign {campaign_id!r}") as s:
+                found = inspect_campaign(s, campaign_id, damage)
+        except StoreError as exc:
+            if not damage:
+                raise
+            return unreadable(campaign_id, (*damage, str(exc)))
+        if found is None:
+            raise NotFound(f"no campaign {campaign_id!r}")
+        return found
 
     def held_locks(self, campaign_id: str | None = None) -> list[tuple[str, str]]:
         """(campaign, node) of every lock taken and not released: live or left by a dead driver."""

@@ -3,7 +3,7 @@
 Commands live by subject (campaigns, tools, lab) and register themselves on the one Typer app.
 """
 
-from orchestrator.cli import campaigns, lab, tools  # noqa: F401 - registers the commands
+from orchestrator.cli import campaigns, doctor, lab, tools  # noqa: F401 - registers the commands
 from orchestrator.cli.common import app, main
 
 __all__ = ["app", "main"]
