@@ -7,8 +7,11 @@ reaper is started first, in a session of its own (a Ctrl-C or a ``kill`` of the 
 group does not reach it), and reads the driver's messages on a pipe until end of file, which
 comes when the driver exits, however it exits:
 
-- not told ``done`` (the driver died before restoring the nodes): it stops the campaign's
-  local services, each process group through its pid file, as ``ProcessServiceManager.stop``;
+- not told ``done`` (the driver died before restoring the nodes): it stops the services the
+  campaign's process manager runs, each process group through its pid file, as
+  ``ProcessServiceManager.stop``: on this machine and, over the campaign's own SSH transports,
+  on its SSH nodes (systemd units are left to the resume: they may have run before the
+  campaign, and the resume puts them back as they were);
 - in every case, if the driver was starting a Ray of its own: it kills Ray's processes (the
   driver's process group, started after the driver, Ray's by name or path: a kill in the
   middle of ``ray.init`` leaves no agent behind) and removes the Ray token file.
@@ -31,15 +34,22 @@ from typing import IO, Any
 
 from deploy import procs
 from deploy.services.process import ProcessServiceManager
+from deploy.transports.base import Transport
+from deploy.transports.factory import transport_for
 from deploy.transports.local import LocalTransport
-from experiments.campaign import Campaign
+from experiments.campaign import Campaign, Node
 
 
-def local_services(campaign: Campaign) -> list[tuple[str, str, str]]:
-    """(node, workdir, service) of every service the process manager runs on this machine."""
-    workdirs = {n.name: n.workdir for n in campaign.nodes if n.transport == "local"}
+def process_services(campaign: Campaign) -> list[tuple[str, str, str]]:
+    """(node, workdir, service) of every service the process manager runs, on any node."""
+    workdirs = {n.name: n.workdir for n in campaign.nodes}
     return [(s.node, workdirs[s.node], s.name) for pool in campaign.pools for s in pool.services
-            if s.node in workdirs and s.manager == "process"]
+            if s.manager == "process"]
+
+
+def ssh_nodes(campaign: Campaign) -> dict[str, dict[str, Any]]:
+    """The SSH nodes as plain values, for the reaper to reach them after the driver is gone."""
+    return {n.name: n.model_dump(mode="json") for n in campaign.nodes if n.transport == "ssh"}
 
 
 class Reaper:
@@ -51,7 +61,7 @@ class Reaper:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         self.watching_ray = False
-        self._send({"services": local_services(campaign)})
+        self._send({"services": process_services(campaign), "nodes": ssh_nodes(campaign)})
 
     @property
     def pid(self) -> int:
@@ -87,10 +97,19 @@ class Reaper:
             self.process.wait()
 
 
-def _stop_services(services: list[list[str]]) -> None:
-    for node, workdir, name in services:
-        with contextlib.suppress(Exception):  # one that cannot be stopped: stop the others
-            ProcessServiceManager(LocalTransport(node), workdir).stop(name)
+def _stop_services(services: list[list[str]], nodes: dict[str, dict[str, Any]]) -> None:
+    transports: dict[str, Transport] = {}
+    try:
+        for node, workdir, name in services:
+            with contextlib.suppress(Exception):  # one that cannot be stopped: stop the others
+                if node not in transports:
+                    transports[node] = (transport_for(Node.model_validate(nodes[node]))
+                                        if node in nodes else LocalTransport(node))
+                ProcessServiceManager(transports[node], workdir).stop(name)
+    finally:
+        for transport in transports.values():
+            with contextlib.suppress(Exception):
+                transport.close()
 
 
 def _is_ray(pid: int, package: bytes) -> bool:
@@ -120,6 +139,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the end of the pipe ends it
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     services: list[list[str]] = []
+    nodes: dict[str, dict[str, Any]] = {}
     ray: dict[str, Any] = {}
     files: list[str] = []
     done = False
@@ -127,11 +147,12 @@ def main() -> None:
         with contextlib.suppress(ValueError):
             message = json.loads(line)
             services += message.get("services", [])
+            nodes.update(message.get("nodes", {}))
             ray.update(message.get("ray", {}))
             files += message.get("files", [])
             done = done or bool(message.get("done"))
     if not done:
-        _stop_services(services)
+        _stop_services(services, nodes)
     if ray and ray.get("after") is not None:
         _kill_ray(int(ray["group"]), int(ray["after"]), str(ray["package"]))
     for path in files:

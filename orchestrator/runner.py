@@ -284,8 +284,8 @@ def refused(store: Store, campaign_id: str) -> None:
 
 
 def stop_leftovers(campaign: Campaign, transports: Transports) -> None:
-    """Stop the process-manager services a killed driver left running (its reaper stops those
-    of this machine; SSH nodes have none), before the pools start anything."""
+    """Stop the process-manager services a killed driver left running, before the pools start
+    anything (its reaper stops them too, unless it could not reach a node then)."""
     workdirs = {node.name: node.workdir for node in campaign.nodes}
     for pool in campaign.pools:
         for service in reversed(pool.services):

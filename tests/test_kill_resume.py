@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -15,9 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from deploy import locks
+from deploy import locks, procs
+from deploy.lab import Lab
 from deploy.locks import NodeLocked
+from deploy.services.base import ServiceConfig
+from deploy.services.process import ProcessServiceManager
+from deploy.transports.factory import transport_for
 from deploy.transports.local import LocalTransport
+from experiments.campaign import Campaign
+from orchestrator.lab_campaign import lab_campaign
+from tests.conftest import REPO
 from tests.support.kill_points import (
     CULPRIT,
     Bench,
@@ -98,3 +106,39 @@ def test_a_lock_is_taken_over_only_once_its_driver_and_reaper_are_gone(tmp_path:
     Path(locks.lock_path(workdir)).write_text(json.dumps({**record, "host": "elsewhere"}) + "\n")
     with pytest.raises(NodeLocked, match="bisect unlock"):
         locks.acquire(transport, "here", workdir, "c1", reclaim=True)
+
+
+# A driver that starts a reaper, writes its pid, and waits to be killed.
+_DRIVER = """
+import sys, time
+from experiments.campaign import Campaign
+from orchestrator.reaper import Reaper
+reaper = Reaper(Campaign.model_validate_json(sys.stdin.read()))
+print(reaper.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_reaper_of_a_killed_driver_stops_its_services_on_ssh_nodes(
+        lab: Lab, tmp_path: Path) -> None:
+    campaign = Campaign.model_validate(lab_campaign(lab, tmp_path / "faults.yaml"))
+    service = campaign.pools[0].services[0]
+    node = next(n for n in campaign.nodes if n.name == service.node)
+    transport = transport_for(node)
+    manager = ProcessServiceManager(transport, node.workdir)
+    try:
+        manager.start(ServiceConfig.of(service.name, ["sleep", "600"], {}))
+        assert manager.is_running(service.name)
+        driver = subprocess.Popen([sys.executable, "-c", _DRIVER], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, cwd=REPO, text=True)
+        assert driver.stdin is not None and driver.stdout is not None
+        driver.stdin.write(campaign.model_dump_json())
+        driver.stdin.close()
+        reaper_pid = int(driver.stdout.readline())
+        assert manager.is_running(service.name)  # the reaper waits while its driver lives
+        kill(driver)
+        assert procs.wait_gone(reaper_pid, 60)
+        assert not manager.is_running(service.name)  # stopped over SSH, no resume needed
+    finally:
+        manager.stop(service.name)
+        transport.close()
