@@ -29,7 +29,7 @@ from deploy.preflight import NodeCheck, ServiceCheck, preflight
 from deploy.render import LevelSettings, render_service
 from deploy.services.base import ServiceConfig
 from deploy.services.process import ProcessServiceManager
-from deploy.services.systemd import SystemdServiceManager
+from deploy.services.systemd import UNIT_DIR, SystemdServiceManager
 from deploy.transports.base import Transport, TransportError
 from deploy.transports.local import LocalTransport
 from deploy.transports.ssh import SSHTransport
@@ -395,7 +395,7 @@ def test_systemd_refuses_names_and_passes_words_exactly(systemd_node: SSHTranspo
         for name in filled(HOSTILE_NAMES, marker):
             with pytest.raises(ValueError, match="not an environment variable name"):
                 manager.start(ServiceConfig.of("hostile", sleeper, {name: "1"}))
-        dropins = "/etc/systemd/system/hostile.service.d"
+        dropins = f"{UNIT_DIR}/hostile.service.d"
         assert systemd_node.run(["test", "-e", dropins]).returncode == 1  # nothing written
         words = [w for w in filled(HOSTILE_WORDS, marker) if w not in ("\t", "\x1b[31m red")]
         env = {f"HOSTILE_{i}": word for i, word in enumerate(words)}

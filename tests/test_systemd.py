@@ -23,9 +23,11 @@ from deploy.lab.systemd_host import CGROUP_PREFIX, cgroup2_root
 from deploy.lab.units import install_unit, service_unit
 from deploy.services.base import ServiceConfig
 from deploy.services.systemd import (
+    UNIT_DIR,
     SystemdServiceManager,
     VariantNotApplied,
     render_dropin,
+    render_env_file,
     unit_quote,
 )
 from deploy.transports.base import TransportError
@@ -52,16 +54,20 @@ def test_unit_quote_escapes_what_systemd_interprets() -> None:
 
 
 def test_render_dropin_resets_execstart_and_refuses_what_systemd_cannot_hold() -> None:
-    text = render_dropin(ServiceConfig.of("s", ["/bin/x", "a b"], {"K": "v %"}))
-    assert text.splitlines()[-3:] == ['Environment="K=v %%"', "ExecStart=",
+    config = ServiceConfig.of("s", ["/bin/x", "a b"], {"K": "v %"})
+    text = render_dropin(config, "/run/e")
+    assert text.splitlines()[-3:] == ["EnvironmentFile=/run/e", "ExecStart=",
                                       'ExecStart="/bin/x" "a b"']
-    assert "ExecStart" not in render_dropin(ServiceConfig.of("s", [], {"K": "v"}))
+    assert "v %" not in text  # values live in the environment file, not in the unit
+    assert render_env_file(config) == "K='v %'\n"
+    assert "ExecStart" not in render_dropin(ServiceConfig.of("s", [], {"K": "v"}), "/run/e")
+    assert "EnvironmentFile" not in render_dropin(ServiceConfig.of("s", ["/bin/x"], {}), "/e")
     with pytest.raises(ValueError, match="absolute path"):
-        render_dropin(ServiceConfig.of("s", ["-/bin/x"], {}))
+        render_dropin(ServiceConfig.of("s", ["-/bin/x"], {}), "/run/e")
     with pytest.raises(ValueError, match="environment variable name"):
-        render_dropin(ServiceConfig.of("s", ["/bin/x"], {"A-B": "1"}))
+        render_env_file(ServiceConfig.of("s", ["/bin/x"], {"A-B": "1"}))
     with pytest.raises(ValueError, match="control characters"):
-        render_dropin(ServiceConfig.of("s", ["/bin/x"], {"A": "\x1b[0m"}))
+        render_env_file(ServiceConfig.of("s", ["/bin/x"], {"A": "\x1b[0m"}))
     manager = SystemdServiceManager(None, unit_prefix="sglang-")  # type: ignore[arg-type]
     assert manager.unit("prefill") == "sglang-prefill.service"
     with pytest.raises(ValueError):
@@ -182,32 +188,65 @@ def test_removing_the_dropin_restores_the_unit_exactly(
     with pytest.raises(TransportError, match="not a command"):
         manager.start(ServiceConfig.of("twin", ["no-such-command"], {}))
     assert "zz-bisect.conf" in manager.describe("twin")
+    # One an earlier bisect left under /etc (it wrote its drop-ins there) goes too.
+    legacy = "/etc/systemd/system/twin.service.d"
+    node.run(["sh", "-c", f"mkdir -p {legacy} && echo '[Service]' > {legacy}/zz-bisect.conf"
+              " && systemctl daemon-reload"]).check()
     manager.remove_dropin("twin", restart=True)
     assert manager.describe("twin") == twin_unit
-    gone = node.run(["test", "-e", "/etc/systemd/system/twin.service.d"])
-    assert gone.returncode == 1
+    for directory in (f"{UNIT_DIR}/twin.service.d", legacy):
+        assert node.run(["test", "-e", directory]).returncode == 1
     _, env = manager.process(manager.main_pid("twin"))  # restarted: the operator's config again
     assert "X" not in env and env["PYTHONUNBUFFERED"] == "1"
 
 
 @needs_root
-def test_a_missing_unit_or_an_overriding_environment_file_is_refused(
+def test_a_missing_unit_or_an_overriding_environment_is_refused(
     sd_lab: Lab, node: SSHTransport, twin_unit: str
 ) -> None:
     manager = SystemdServiceManager(node)
     with pytest.raises(TransportError, match="not installed"):
         manager.start(ServiceConfig.of("ghost", SLEEPER, {}))
-    assert node.run(["test", "-e", "/etc/systemd/system/ghost.service.d"]).returncode == 1
-    # EnvironmentFile= wins over Environment=: the variant would silently not be applied.
+    assert node.run(["test", "-e", f"{UNIT_DIR}/ghost.service.d"]).returncode == 1
+    # The operator's own EnvironmentFile= is read before the variant's: the variant wins.
     node.run(["sh", "-c", "echo BF16_INDEX_K=0 > /etc/default/pinned"]).check()
     install_unit(node, "pinned.service", service_unit(SLEEPER, description="pinned")
                  + "EnvironmentFile=/etc/default/pinned\n")
     try:
-        with pytest.raises(VariantNotApplied, match="BF16_INDEX_K"):
-            manager.start(ServiceConfig.of("pinned", SLEEPER, {"BF16_INDEX_K": "1"}))
+        started = manager.start(ServiceConfig.of("pinned", SLEEPER, {"BF16_INDEX_K": "1"}))
+        assert manager.process(started.pid)[1]["BF16_INDEX_K"] == "1"
     finally:
         manager.stop("pinned")
         manager.remove_dropin("pinned")
+    # UnsetEnvironment= is applied last: the variant would silently not be applied.
+    install_unit(node, "unset.service", service_unit(SLEEPER, description="unset")
+                 + "UnsetEnvironment=BF16_INDEX_K\n")
+    try:
+        with pytest.raises(VariantNotApplied, match="BF16_INDEX_K"):
+            manager.start(ServiceConfig.of("unset", SLEEPER, {"BF16_INDEX_K": "1"}))
+    finally:
+        manager.stop("unset")
+        manager.remove_dropin("unset")
+
+
+@needs_root
+def test_the_variants_environment_is_in_no_unit_property_and_never_on_disk(
+    sd_lab: Lab, node: SSHTransport, manager: SystemdServiceManager
+) -> None:
+    secret = "s3cr3t-" + os.urandom(8).hex()
+    started = manager.start(ServiceConfig.of("twin", SLEEPER, {"API_TOKEN": secret}))
+    try:
+        assert manager.process(started.pid)[1]["API_TOKEN"] == secret
+        # What any user of the node may read over D-Bus: the unit's properties.
+        shown = node.run(["systemctl", "show", "twin.service"]).check().stdout
+        assert secret not in shown and f"{UNIT_DIR}/twin.service.d/zz-bisect.env" in shown
+        on_disk = node.run(["grep", "-rl", "--", secret, "/etc", "/var", "/usr/lib/systemd"])
+        assert on_disk.stdout == ""
+        mode = node.run(["stat", "-c", "%a", f"{UNIT_DIR}/twin.service.d/zz-bisect.env"])
+        assert mode.check().stdout.strip() == "600"
+    finally:
+        manager.remove_dropin("twin", restart=True)
+    assert node.run(["test", "-e", f"{UNIT_DIR}/twin.service.d"]).returncode == 1
 
 
 # -- the lab itself --

@@ -1,9 +1,15 @@
 """systemd units as services: a variant is a drop-in on the operator's own unit.
 
 The node already runs the service as a unit (``sglang-prefill.service``, installed by the
-operator). ``start`` writes the variant as ``/etc/systemd/system/UNIT.d/zz-bisect.conf``
-(``Environment=`` lines plus ``ExecStart=`` reset and replaced), reloads systemd and restarts the
-unit; ``remove_dropin`` deletes that file again: it is the only thing bisect writes on the node.
+operator). ``start`` writes the variant as a runtime drop-in,
+``/run/systemd/system/UNIT.d/zz-bisect.conf`` (``ExecStart=`` reset and replaced, and an
+``EnvironmentFile=`` naming ``zz-bisect.env`` beside it, root's alone), reloads systemd and
+restarts the unit; ``remove_dropin`` deletes both again: they are the only things bisect writes
+on the node. Under /run they are in memory, never on the node's disk, and gone if the node
+reboots (the unit comes back as the operator installed it). The environment is in a file, not
+in ``Environment=`` lines, because systemd shows those to any user (``systemctl show -p
+Environment``) and a variant's values may be secrets; an ``EnvironmentFile=`` read after the
+operator's own also wins over theirs.
 
 Every action is one ``sh -c`` script through the transport with every value passed as a
 positional parameter (``"$1"``), never spliced into the script: the transport quotes the argv for
@@ -17,21 +23,25 @@ length of what it read (as it does with a plain log file's offset) moves past it
 from __future__ import annotations
 
 import base64
+import shlex
 from collections.abc import Mapping
 
 from deploy.safe_words import SYSTEMD_UNIT, env_name_error
 from deploy.services.base import ServiceConfig, Started
 from deploy.transports.base import Transport, TransportError
 
-UNIT_DIR = "/etc/systemd/system"
+UNIT_DIR = "/run/systemd/system"  # runtime units: in memory, gone at a reboot
+LEGACY_DIR = "/etc/systemd/system"  # where bisect wrote drop-ins before
 DROPIN = "zz-bisect.conf"  # sorts after `systemctl edit`'s override.conf: the variant wins
+ENV_FILE = "zz-bisect.env"  # beside it; not *.conf, so systemd reads it only as named
 _SHIFT = 32  # low bits of log_offset: bytes of this start's journal text already read
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "%": "%%", "\n": "\\n", "\t": "\\t"}
 
 
 class VariantNotApplied(TransportError):
-    """The unit runs, but not with the variant's environment (an EnvironmentFile=, a later
-    drop-in or UnsetEnvironment= on the node overrides it): nothing measured would be valid."""
+    """The unit runs, but not with the variant's environment (UnsetEnvironment=, or a drop-in
+    sorting after bisect's with an EnvironmentFile= of its own, overrides it): nothing measured
+    would be valid."""
 
 
 def unit_quote(word: str, *, expand_dollar: bool) -> str:
@@ -55,19 +65,16 @@ def unit_quote(word: str, *, expand_dollar: bool) -> str:
     return '"' + "".join(out) + '"'
 
 
-def render_dropin(config: ServiceConfig) -> str:
-    """The drop-in for one variant: its environment, and its command line (when it has one)."""
+def render_dropin(config: ServiceConfig, env_file: str) -> str:
+    """The drop-in for one variant: its environment file (when it has an environment), and its
+    command line (when it has one)."""
     lines = ["# Written by bisect: the variant under test. Delete this file and run",
              "# `systemctl daemon-reload` to restore the unit as the operator installed it.",
              "[Service]"]
-    for key, value in config.env:
-        error = env_name_error(key)  # ServiceConfig checked it too: the one rule, said again here
-        if error:
-            raise ValueError(f"{config.name}: {error}")
-        if any(ord(ch) < 32 and ch not in "\t\n" for ch in value) or "\x7f" in value:
-            raise ValueError(f"{config.name}: the value of {key} has control characters, "
-                             f"which systemd refuses in an environment")
-        lines.append(f"Environment={unit_quote(f'{key}={value}', expand_dollar=False)}")
+    if config.env:
+        # A path, taken whole and never unquoted (quotes would be part of it); only its
+        # specifiers are expanded. Ours: /run/systemd/system/UNIT.d/zz-bisect.env.
+        lines.append(f"EnvironmentFile={env_file.replace('%', '%%')}")
     if config.argv:
         if not config.argv[0].startswith("/"):
             # Leading -@:+! would be read as ExecStart prefixes, and a bare name would be looked
@@ -80,16 +87,35 @@ def render_dropin(config: ServiceConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
-# $1 unit  $2 drop-in dir  $3 drop-in text. Prints "<epoch ns at start> <MainPID>".
+def render_env_file(config: ServiceConfig) -> str:
+    """``KEY=VALUE`` lines systemd reads back exactly: each value shell-quoted (systemd's
+    environment files take single-quoted text literally, newlines included, and join adjacent
+    quoted pieces as a shell does; nothing in single quotes is expanded)."""
+    lines = []
+    for key, value in config.env:
+        error = env_name_error(key)  # ServiceConfig checked it too: the one rule, said again here
+        if error:
+            raise ValueError(f"{config.name}: {error}")
+        if any(ord(ch) < 32 and ch not in "\t\n" for ch in value) or "\x7f" in value:
+            raise ValueError(f"{config.name}: the value of {key} has control characters, "
+                             f"which systemd refuses in an environment")
+        lines.append(f"{key}={shlex.quote(value)}")
+    return "".join(line + "\n" for line in lines)
+
+
+# $1 unit  $2 drop-in dir  $3 drop-in text  $4 environment file text.
+# Prints "<epoch ns at start> <MainPID>".
 _START = f"""set -e
-u=$1 d=$2 f=$2/{DROPIN}
+u=$1 d=$2 f=$2/{DROPIN} e=$2/{ENV_FILE}
 [ -n "$(systemctl show -p FragmentPath --value -- "$u")" ] || {{
   echo "unit $u is not installed on this node (no unit file): bisect only adds drop-ins" >&2
   exit 3; }}
+umask 077  # root's alone: the environment may hold secrets
 mkdir -p "$d"
-t=$(mktemp "$d/.bisect.XXXXXX")  # not *.conf: systemd ignores it until the mv
-trap 'rm -f "$t"' EXIT
-printf '%s' "$3" > "$t"; chmod 600 "$t"  # root's alone: it may hold a secret
+t=$(mktemp "$d/.bisect.XXXXXX") v=$(mktemp "$d/.bisect.XXXXXX")  # not *.conf: ignored
+trap 'rm -f "$t" "$v"' EXIT
+printf '%s' "$4" > "$v"; mv -f "$v" "$e"  # read at each start: no reload needed for it
+printf '%s' "$3" > "$t"
 if ! cmp -s "$t" "$f" || [ "$(systemctl show -p NeedDaemonReload --value -- "$u")" = yes ]
 then mv -f "$t" "$f"; systemctl daemon-reload; fi
 systemctl stop -- "$u"
@@ -106,10 +132,12 @@ echo "$s $p"
 
 # $1 unit  $2 drop-in dir  $3 "restart" or ""
 _REMOVE = f"""set -e
-u=$1 d=$2 f=$2/{DROPIN}
-[ -e "$f" ] || exit 0
-rm -f -- "$f"
+u=$1 d=$2 f=$2/{DROPIN} old={LEGACY_DIR}/$1.d
+# Earlier versions of bisect wrote the drop-in under /etc: one a killed driver left goes too.
+[ -e "$f" ] || [ -e "$old/{DROPIN}" ] || {{ rm -f -- "$2/{ENV_FILE}"; exit 0; }}
+rm -f -- "$f" "$2/{ENV_FILE}" "$old/{DROPIN}"
 rmdir -- "$d" 2>/dev/null || true  # only if empty: the operator's own drop-ins stay
+rmdir -- "$old" 2>/dev/null || true
 systemctl daemon-reload
 [ "$3" != restart ] || systemctl try-restart -- "$u"
 """
@@ -167,8 +195,10 @@ class SystemdServiceManager:
         0 if the service exited at once (its journal says why: ``read_log``)."""
         config = self._resolve(config)
         unit = self.unit(config.name)
-        out = self._sh(_START, unit, f"{UNIT_DIR}/{unit}.d", render_dropin(config),
-                       timeout_s=self.start_timeout_s + 120).split()
+        directory = f"{UNIT_DIR}/{unit}.d"
+        out = self._sh(_START, unit, directory,
+                       render_dropin(config, f"{directory}/{ENV_FILE}"),
+                       render_env_file(config), timeout_s=self.start_timeout_s + 120).split()
         if len(out) != 2 or not all(word.isdigit() for word in out):
             raise TransportError(f"{self.transport.node}: could not start {unit}: {out}")
         started = Started(pid=int(out[1]), log_offset=(int(out[0]) // 1000) << _SHIFT)
@@ -185,8 +215,8 @@ class SystemdServiceManager:
         if wrong:
             raise VariantNotApplied(
                 f"{self.transport.node}: {unit} runs without the variant's value of "
-                f"{', '.join(wrong)}: an EnvironmentFile=, UnsetEnvironment= or a drop-in "
-                f"sorting after {DROPIN} overrides it")
+                f"{', '.join(wrong)}: UnsetEnvironment= or a drop-in sorting after "
+                f"{DROPIN} overrides it")
 
     def process(self, pid: int) -> tuple[list[str], dict[str, str]]:
         """argv and environment of a process on the node, byte-exact (the proof of a variant)."""
