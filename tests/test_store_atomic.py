@@ -24,6 +24,7 @@ from deploy import locks
 from deploy.transports.local import LocalTransport
 from orchestrator.cli import app
 from orchestrator.demo import twin_pool
+from tests.support import kill_points
 
 # From too small for the first page to enough for the whole schema: every size fails at a
 # different statement of the migrations (measured: 48 KiB stops at the first CREATE TABLE,
@@ -114,3 +115,54 @@ def test_a_refused_run_leaves_its_campaign_refused_not_running(tmp_path: Path) -
     assert _listed(db) == [("refused", "0"), ("refused", "0")]
     with Store.open(str(db)) as store:
         assert store.held_locks() == []
+
+
+def _done_trials(db: Path) -> int:
+    rows = kill_points.query(db, "SELECT count(*) FROM trial WHERE status = 'done'")
+    return int(rows[0][0]) if rows else 0
+
+
+def test_a_disk_that_fills_mid_campaign_stops_the_run_and_the_resume_ends_it(
+        small_disk: Path, tmp_path: Path) -> None:
+    """The store's disk fills after the first trial: the next trial's write fails whole, the
+    run stops with the reason (exit 1), and once there is room the resume ends as an
+    uninterrupted run, with nothing of the failed write used as evidence."""
+    _mount(small_disk, 16 * 1024)
+    bench = kill_points.Bench.make(tmp_path / "work", sessions=12)
+    db = small_disk / "bisect.db"
+    argv = [kill_points.BISECT, "run", str(bench.campaign), "--store", str(db), "--json"]
+    filler = small_disk / "filler"
+    try:
+        driver = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env=bench.env(), text=True)
+        stored = kill_points.wait_until(lambda: _done_trials(db) >= 1, None, 120)
+        assert stored, driver.communicate(timeout=60)[1][-2000:]
+        with open(filler, "wb") as out:  # every byte left
+            try:
+                while True:
+                    out.write(b"\0" * (1 << 20))
+                    out.flush()
+            except OSError:
+                pass
+        _, err = driver.communicate(timeout=300)
+        assert driver.returncode == 1, err[-3000:]
+        assert "disk is full" in err and "Traceback" not in err
+        killed_at = kill_points.query(db, "SELECT seq, status FROM trial ORDER BY id")
+        assert killed_at and all(status in ("done", "running") for _, status in killed_at)
+        assert not list(bench.services.glob("*.pid"))  # the nodes were restored all the same
+        filler.unlink()
+        [(campaign_id,)] = kill_points.query(db, "SELECT id FROM campaign")
+        resumed = subprocess.run([kill_points.BISECT, "resume", campaign_id, "--store", str(db),
+                                  "--json"], capture_output=True, text=True, env=bench.env(),
+                                 timeout=600)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        verdict = json.loads(resumed.stdout)
+        assert [c["factors"] for c in verdict["culprits"]] == kill_points.CULPRIT
+        states = kill_points.query(db, "SELECT seq, status FROM trial ORDER BY id")
+        seqs = [seq for seq, _ in states]
+        assert len(seqs) == len(set(seqs))
+        assert verdict["cost"]["trials"] == sum(status == "done" for _, status in states)
+        assert kill_points.query(db, "PRAGMA integrity_check") == [("ok",)]
+    finally:
+        filler.unlink(missing_ok=True)
+        bench.close()
