@@ -7,7 +7,6 @@ the driver ran on this machine (its pid and host are in the lock record).
 
 from __future__ import annotations
 
-import os
 import shlex
 import socket
 from dataclasses import asdict, dataclass
@@ -15,6 +14,7 @@ from typing import Any, Literal
 
 from db.integrity import StoreHealth
 from db.store import Store
+from deploy import procs
 from deploy.locks import LockInfo
 from deploy.locks import read as read_lock
 from deploy.transports.base import TransportError
@@ -131,16 +131,11 @@ def _lock_findings(health: StoreHealth, campaign: Campaign, resume: str,
 
 
 def _driver_alive(lock: LockInfo) -> bool:
-    """On another machine nobody can tell a dead driver from a slow one: assume alive."""
+    """On another machine nobody can tell a dead driver from a slow one: assume alive. Here,
+    a driver gone whose reaper still stops its services counts as running too."""
     if lock.host != socket.gethostname():
         return True
-    try:
-        os.kill(lock.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return procs.alive(lock.pid) or procs.alive(lock.reaper)
 
 
 def diagnose(store: Store, campaign_id: str, *, nodes: bool = False,
