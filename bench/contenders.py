@@ -13,9 +13,9 @@ from typing import Any
 from bench.scenarios import ALPHA, COST, Levels, Pool, Scenario
 from orchestrator.evidence import TrialEvidence
 from orchestrator.stats.exact import fisher_greater
-from orchestrator.strategies.adaptive import Adaptive, Outcome
-from orchestrator.strategies.factorial import Factorial, fraction
-from orchestrator.verdict import Status, decide
+from orchestrator.strategies.adaptive import Adaptive
+from orchestrator.strategies.base import Status
+from orchestrator.strategies.factorial import Factorial, decide, fraction
 
 Contender = Callable[[Scenario, Pool], list[Levels] | None]
 
@@ -36,9 +36,9 @@ def _run(strategy: Adaptive, s: Scenario, pool: Pool) -> list[Levels] | None:
             rule = strategy.stop_rule(levels, _seen(s, done))
             done.append(pool.trial(levels, rule, s.target))
     replay = strategy.replay(_seen(s, done))
-    if replay.outcome is Outcome.CULPRIT:
+    if replay.outcome is Status.CULPRIT:
         return [dict(c) for c in replay.culprits]
-    return [] if replay.outcome is Outcome.NOT_REPRODUCED else None
+    return [] if replay.outcome is Status.NOT_REPRODUCED else None
 
 
 def run_factorial(s: Scenario, pool: Pool, repeats: int = 2,

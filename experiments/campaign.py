@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     BaseModel,
@@ -17,10 +17,19 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from experiments.secrets import ENV_NAME, PlainUrl, SecretRef
+from experiments.strategy_config import (
+    CONFIGS,
+    FactorialConfig,
+    StrategyConfig,
+    foreign_field,
+    kind_of,
+    with_kind,
+)
 from experiments.workload.spec import WorkloadSpec
 from experiments.yaml_lines import (
     LoadedYaml,
@@ -193,29 +202,6 @@ class Pool(_Strict):
     services: list[Service] = Field(min_length=1)  # restart order: first to last
 
 
-class Strategy(_Strict):
-    """How trials are chosen. `adaptive` needs `known_good` and `known_bad`; left out, the kind
-    is adaptive when both are given and factorial otherwise."""
-
-    kind: Literal["adaptive", "factorial", "commits"] | None = None
-    # What counts as failing: corrupted sessions, or wedging (errors and timeouts: a server that
-    # hangs or refuses under load, as 75 of 80 sessions did in the investigation).
-    target: Literal["corruption", "wedging"] = "corruption"
-    alpha: float = Field(default=0.01, gt=0, lt=0.5, allow_inf_nan=False)
-    # below this upper bound a variant is clean
-    clean_rate: float = Field(default=0.02, ge=0, lt=1, allow_inf_nan=False)
-    repeats: int = Field(default=2, ge=1, le=1000)  # factorial: trials per variant
-    # factorial: every variant, or a regular two-level fraction of at least this resolution
-    # (factors of more levels crossed in full with it); at V, main effects and two-factor
-    # interactions are aliased only with interactions of three or more factors.
-    design: Literal["full", "fractional"] = "full"
-    resolution: int = Field(default=5, ge=4, le=11)
-    min_trials: int = Field(default=1, ge=1, le=1000)  # adaptive: trials before a judgement
-    reproduce_trials: int = Field(default=2, ge=1, le=1000)  # adaptive: of known-good and -bad
-    max_trials_per_variant: int = Field(default=6, ge=1, le=10_000)  # adaptive: then unresolved
-    max_trials: int = Field(default=120, ge=1, le=100_000)  # adaptive: the campaign's budget
-
-
 class Cost(_Strict):
     """Real-world durations, so a time-compressed run on twins still reports real cost."""
 
@@ -252,26 +238,69 @@ class Campaign(_Strict):
     pools: list[Pool] = Field(min_length=1)
     factors: list[Factor] = []  # at least one, unless a commit range is bisected
     workload: WorkloadSpec = WorkloadSpec()
-    strategy: Strategy = Strategy()
+    # One of the registered kinds' classes (CONFIGS), discriminated on `kind`; see below.
+    strategy: StrategyConfig = FactorialConfig()
     cost: Cost = Cost()
     generators: Generators | None = None  # None: the workload runs in the pool's actor
     known_good: dict[str, LevelName] | None = None
     known_bad: dict[str, LevelName] | None = None
     commits: CommitRange | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _strategy_kind(cls, data: Any) -> Any:
+        return with_kind(data) if isinstance(data, dict) else data
+
     @property
     def strategy_kind(self) -> str:
-        if self.strategy.kind is not None:
-            return self.strategy.kind
-        if self.commits is not None:
-            return "commits"
-        return "adaptive" if self.known_good and self.known_bad else "factorial"
+        return self.strategy.kind
 
     def factor(self, name: str) -> Factor:
         return next(f for f in self.factors if f.name == name)
 
     def level_names(self) -> dict[str, list[str]]:
         return {f.name: list(f.levels) for f in self.factors}
+
+
+def register_strategy_config(config: type[StrategyConfig]) -> None:
+    """Add a strategy kind's class to the union the campaign's ``strategy`` is parsed as."""
+    CONFIGS[kind_of(config)] = config
+    _rebuild_strategy_union()
+
+
+def unregister_strategy_config(kind: str) -> None:
+    """Take a plug-in kind out again (a test's); the built-in kinds stay."""
+    if kind in ("adaptive", "factorial", "commits"):
+        raise ValueError(f"'{kind}' is a built-in strategy kind")
+    CONFIGS.pop(kind, None)
+    _rebuild_strategy_union()
+
+
+def _rebuild_strategy_union() -> None:
+    field = Campaign.model_fields["strategy"]
+    choices = tuple(CONFIGS.values())
+    union: Any = Union[choices] if len(choices) > 1 else choices[0]  # noqa: UP007
+    field.annotation = union
+    field.discriminator = "kind" if len(choices) > 1 else None
+    Campaign.model_rebuild(force=True)
+
+
+_rebuild_strategy_union()
+
+
+def _error_line(err: Any) -> tuple[Path_, str]:
+    """Where an error is and what it says, as the file's author wrote it: the union's tag is
+    no field of theirs, and a field of another kind says which kinds have it."""
+    loc, message = tuple(err["loc"]), err["msg"].replace("Field required", "missing")
+    if loc[:1] == ("strategy",) and err["type"] == "union_tag_invalid":
+        *rest, last = [f"'{k}'" for k in CONFIGS]
+        kinds = f"{', '.join(rest)} or {last}" if rest else last
+        return ("strategy", "kind"), f"Input should be {kinds}"
+    if loc[:1] == ("strategy",) and len(loc) > 1 and loc[1] in CONFIGS:
+        kind, loc = str(loc[1]), ("strategy", *loc[2:])
+        if err["type"] == "extra_forbidden" and len(loc) == 2:
+            message = foreign_field(kind, str(loc[1])) or message
+    return loc, message
 
 
 def _format(loaded: LoadedYaml, path: Path_, message: str) -> str:
@@ -289,10 +318,7 @@ def parse_campaign(loaded: LoadedYaml) -> Campaign:
     try:
         campaign = Campaign.model_validate(loaded.data)
     except ValidationError as exc:
-        lines = [
-            _format(loaded, tuple(err["loc"]), err["msg"].replace("Field required", "missing"))
-            for err in exc.errors()
-        ]
+        lines = [_format(loaded, *_error_line(err)) for err in exc.errors()]
         raise CampaignError("\n".join(lines)) from None
     from experiments.campaign_checks import check_references  # it needs Campaign: imported here
 

@@ -1,10 +1,9 @@
 """What a campaign file must agree with itself on, beyond each field's own type: unique names,
-references that resolve, and what each strategy needs. Every problem is returned with the path
-of the field it concerns, so the loader can name its line."""
+references that resolve, and what the strategy needs (its config class says). Every problem is
+returned with the path of the field it concerns, so the loader can name its line."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -18,17 +17,13 @@ from deploy.safe_words import (
     unit_error,
     word_error,
 )
+from experiments.strategy_config import FRACTIONAL_MAX_FACTORS, FULL_MAX_VARIANTS
 from experiments.yaml_lines import Path_
 
 if TYPE_CHECKING:
     from experiments.campaign import Campaign
 
-# The fractional designs bisect knows are tabulated for up to this many two-level factors
-# (orchestrator/strategies/design.py; a test keeps the two equal).
-FRACTIONAL_MAX_FACTORS = 11
-# A full factorial runs every variant: beyond this a campaign never ends (1,000 two-level factors
-# would be 2^1000), and a fraction or the adaptive strategy is the way.
-FULL_MAX_VARIANTS = 4096
+__all__ = ["FRACTIONAL_MAX_FACTORS", "FULL_MAX_VARIANTS", "check_references", "command_problems"]
 
 
 def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
@@ -61,38 +56,9 @@ def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
     levels: dict[str, list[str]] = {}  # the first of duplicate factors: no misleading echoes
     for factor in campaign.factors:
         levels.setdefault(factor.name, list(factor.levels))
-    kind = campaign.strategy_kind
-    if not campaign.factors and kind != "commits":
+    if not campaign.factors and campaign.strategy.needs_factors:
         problems.append((("factors",), "at least one factor is needed"))
-    if kind == "commits":
-        if campaign.commits is None:
-            problems.append((("strategy", "kind"), "the commits strategy needs a `commits:` "
-                                                   "section (tree, good, bad)"))
-        else:
-            if "commit" in levels:
-                problems.append((("factors",), "`commit` is the factor the commit range "
-                                               "becomes: name yours otherwise"))
-            missing = [name for name in levels if name not in campaign.commits.levels]
-            if missing:
-                problems.append((("commits", "levels"), f"hold every other factor at one level "
-                                                        f"(missing: {', '.join(missing)})"))
-            for name, level in campaign.commits.levels.items():
-                if name not in levels or level not in levels[name]:
-                    problems.append((("commits", "levels", name),
-                                     f"no factor level {name}={level}"))
-            for s_index, name in enumerate(campaign.commits.services or []):
-                if name not in service_names:
-                    problems.append((("commits", "services", s_index),
-                                     f"unknown service '{name}'"))
-    if kind == "adaptive":
-        for field in ("known_good", "known_bad"):
-            missing = [name for name in levels if name not in (getattr(campaign, field) or {})]
-            if missing:
-                problems.append(((field,), f"the adaptive strategy needs a level for every "
-                                           f"factor (missing: {', '.join(missing)})"))
-        if campaign.known_good is not None and campaign.known_good == campaign.known_bad:
-            problems.append((("known_bad",), "known_bad is the same variant as known_good"))
-    problems += _design_problems(campaign, levels)
+    problems += campaign.strategy.problems(campaign, levels)
     problems += command_problems(campaign)
     for field in ("known_good", "known_bad"):
         for factor_name, level in (getattr(campaign, field) or {}).items():
@@ -105,31 +71,6 @@ def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
                                            f"(levels: {known})")
                 )
     return problems
-
-
-def _design_problems(campaign: Campaign, levels: dict[str, list[str]]) -> list[tuple[Path_, str]]:
-    """`design` and `resolution` belong to the factorial strategy; a fraction needs a table
-    entry. Factors of more than two levels are crossed in full with the fraction."""
-    plan = campaign.strategy
-    if plan.design == "full":
-        if plan.resolution != type(plan).model_fields["resolution"].default:
-            return [(("strategy", "resolution"), "applies to `design: fractional` only")]
-        variants = math.prod(len(names) for names in levels.values())
-        if campaign.strategy_kind == "factorial" and variants > FULL_MAX_VARIANTS:
-            return [(("factors",), f"a full factorial of these {len(levels)} factors has "
-                                   f"{variants:,} variants (at most {FULL_MAX_VARIANTS:,}): "
-                                   f"use `design: fractional`, or the adaptive strategy "
-                                   f"(known_good and known_bad)")]
-        return []
-    if campaign.strategy_kind != "factorial":
-        return [(("strategy", "design"), f"only the factorial strategy has a design (this "
-                                         f"campaign's strategy is {campaign.strategy_kind})")]
-    two_level = [name for name, names in levels.items() if len(names) == 2]
-    if len(two_level) > FRACTIONAL_MAX_FACTORS:
-        return [(("strategy", "design"), f"{len(two_level)} two-level factors: fractional "
-                                         f"designs are tabulated for up to "
-                                         f"{FRACTIONAL_MAX_FACTORS}")]
-    return []
 
 
 def command_problems(campaign: Campaign) -> list[tuple[Path_, str]]:

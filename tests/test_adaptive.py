@@ -9,8 +9,9 @@ import pytest
 
 from orchestrator.evidence import TrialEvidence, variant_key
 from orchestrator.stats.compare import Answer, judge
-from orchestrator.strategies.adaptive import Adaptive, Outcome, Replay
-from orchestrator.verdict import CostModel, Status, from_replay
+from orchestrator.strategies.adaptive import Adaptive, Replay, from_replay
+from orchestrator.strategies.base import Status
+from orchestrator.verdict import CostModel
 
 Rate = Callable[[Mapping[str, str]], float]
 FOUR = {"index_k": ["fp8", "bf16"], "hicache": ["off", "on"], "topk_v2": ["off", "on"],
@@ -40,7 +41,7 @@ def test_the_seed_investigation_finds_the_background_interaction() -> None:
         return 0.15 if lv["index_k"] == "bf16" and lv["hicache"] == "on" else 0.003
 
     evidence, replay = campaign(Adaptive(FOUR, GOOD4, BAD4), rate)
-    assert replay.outcome is Outcome.CULPRIT
+    assert replay.outcome is Status.CULPRIT
     assert replay.culprits == ({"index_k": "bf16", "hicache": "on"},)
     assert len(evidence) <= 10  # a full factorial with 2 repeats costs 32
     phases = [step.phase for step in replay.trail]
@@ -59,20 +60,20 @@ def test_the_seed_investigation_finds_the_background_interaction() -> None:
 def test_planted_culprits_among_eight_factors(name: str, rate: Rate,
                                               expected: list[dict[str, str]]) -> None:
     _, replay = campaign(Adaptive(EIGHT, GOOD8, BAD8), rate, seed=3)
-    assert replay.outcome is Outcome.CULPRIT, name
+    assert replay.outcome is Status.CULPRIT, name
     assert list(replay.culprits) == expected
 
 
 def test_a_bad_variant_that_does_not_fail_is_not_reproduced() -> None:
     evidence, replay = campaign(Adaptive(EIGHT, GOOD8, BAD8), lambda lv: 0.0)
-    assert replay.outcome is Outcome.NOT_REPRODUCED and replay.culprits == ()
+    assert replay.outcome is Status.NOT_REPRODUCED and replay.culprits == ()
     assert len(evidence) <= 8
 
 
 def test_the_budget_ends_a_campaign_as_inconclusive() -> None:
     strategy = Adaptive(EIGHT, GOOD8, BAD8, max_trials=5)
     evidence, replay = campaign(strategy, lambda lv: 0.03 if lv["f1"] == "b" else 0.0)
-    assert replay.outcome is Outcome.INCONCLUSIVE and "budget" in replay.reason
+    assert replay.outcome is Status.INCONCLUSIVE and "budget" in replay.reason
     assert len(evidence) <= 6
 
 
@@ -104,7 +105,7 @@ def test_a_clean_known_bad_is_not_reproduced_without_running_known_good() -> Non
     two = [_trial(BAD4, 0), _trial(BAD4, 0)]
     assert strategy.propose(two, []) == [BAD4]  # 0 of 160: its upper bound is still above 2%
     replay = strategy.replay([*two, _trial(BAD4, 0)])
-    assert replay.outcome is Outcome.NOT_REPRODUCED and "0 of 240" in replay.reason
+    assert replay.outcome is Status.NOT_REPRODUCED and "0 of 240" in replay.reason
 
 
 def test_the_necessity_scan_proposes_every_flip_at_once() -> None:
@@ -221,7 +222,7 @@ def test_a_first_look_stops_at_its_first_failing_session() -> None:
 def test_flips_let_go_are_proven_innocent_by_one_sufficiency_test() -> None:
     evidence, replay = campaign_with_stops(
         Adaptive(EIGHT, GOOD8, BAD8), lambda lv: 0.06 if lv["f3"] == "b" else 0.0, seed=1)
-    assert replay.outcome is Outcome.CULPRIT and replay.culprits == ({"f3": "b"},)
+    assert replay.outcome is Status.CULPRIT and replay.culprits == ({"f3": "b"},)
     let_go = [s for s in replay.trail if s.answer == "looks failing"]
     assert len(let_go) == 7  # every innocent flip: one stopped trial each, no proof
     for step in let_go:
@@ -271,7 +272,7 @@ def test_culprits_that_share_a_level_are_both_named() -> None:
         return 0.15 if lv["f2"] == "b" and "b" in (lv["f3"], lv["f6"]) else 0.0
 
     _, replay = campaign_with_stops(Adaptive(EIGHT, GOOD8, BAD8), rate, seed=0)
-    assert replay.outcome is Outcome.CULPRIT
+    assert replay.outcome is Status.CULPRIT
     assert replay.culprits == ({"f2": "b", "f3": "b"}, {"f2": "b", "f6": "b"})
     sufficiency = [s.answer for s in replay.trail if s.phase == "sufficient?"]
     assert sufficiency == ["pass", "fail"]  # f2 alone is not enough; f2 and f6 are

@@ -19,8 +19,8 @@ from orchestrator.cli import app
 from orchestrator.evidence import TrialEvidence, variant_key
 from orchestrator.runner import strategy_for
 from orchestrator.strategies.design import MAX_FACTORS, Design, DesignError, fraction
-from orchestrator.strategies.factorial import Factorial
-from orchestrator.verdict import CostModel, Status, Verdict, decide
+from orchestrator.strategies.factorial import Factorial, decide
+from orchestrator.verdict import CostModel, Status, Verdict
 
 COST = CostModel(restart_s=90, workload_s=485, gpus=16)
 NAMES = ["index_k", "hicache", "topk_v2", "cuda_graph", "overlap", "radix", "chunked", "spec",

@@ -11,8 +11,8 @@ import pytest
 from orchestrator.evidence import TrialEvidence, variant_key
 from orchestrator.stats.exact import fisher_greater, trials_greater
 from orchestrator.stats.proportions import newcombe_difference, wilson
-from orchestrator.strategies.factorial import Factorial, gray_order
-from orchestrator.verdict import CostModel, Status, decide
+from orchestrator.strategies.factorial import Factorial, decide, gray_order
+from orchestrator.verdict import CostModel, Status
 
 FACTORS = {
     "index_k": ["fp8", "bf16"],

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from experiments.campaign import campaign_schema, load_campaign
+from experiments.strategy_config import FactorialConfig
 from experiments.workload.spec import Arrival, WorkloadSpec
 from orchestrator.cli.common import JsonOption, app, err, error, out, progress, user_errors
 
@@ -155,10 +156,11 @@ def validate(campaign_file: Path) -> None:
     for factor in campaign.factors:
         variants *= len(factor.levels)
     shown = f"{variants} variants"
-    if campaign.strategy_kind == "factorial" and campaign.strategy.design == "fractional":
+    plan = campaign.strategy
+    if isinstance(plan, FactorialConfig) and plan.design == "fractional":
         from orchestrator.strategies.factorial import fraction
 
-        design = fraction(campaign.level_names(), campaign.strategy.resolution,
+        design = fraction(campaign.level_names(), plan.resolution,
                           campaign.known_bad)
         shown = f"{len(design.runs())} of {variants} variants ({design.describe()})"
     out.print(

@@ -29,21 +29,28 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from orchestrator.attribution import Culprit, measure
 from orchestrator.evidence import Levels, TrialEvidence, variant_key
 from orchestrator.stats.compare import Answer, StopWhenFailing, reproduced
 from orchestrator.stats.proportions import wilson
-from orchestrator.strategies.base import not_yet_running
+from orchestrator.strategies.base import (
+    UNFINISHED,
+    Conclusion,
+    Status,
+    Unresolvable,
+    not_yet_running,
+)
 from orchestrator.strategies.sequential import (
     Concluded,
     NeedTrials,
-    Outcome,
     Step,
     Tests,
     VariantCounts,
     cells_of,
 )
+from orchestrator.verdict import CostModel, Verdict, judged_cells, verdict_from
 
-__all__ = ["Adaptive", "Outcome", "Replay", "Step"]
+__all__ = ["Adaptive", "Replay", "Step", "conclude_replay", "from_replay"]
 
 MAX_CULPRITS = 3
 # First looks pay when at least three flips can be let go: the sufficiency test costs about one
@@ -55,7 +62,7 @@ _WithLevels = Callable[[Sequence[str]], dict[str, str]]  # a subset of factors -
 @dataclass(frozen=True)
 class Replay:
     needed: tuple[dict[str, str], ...]  # variants that need one more trial now
-    outcome: Outcome | None  # None while trials are needed
+    outcome: Status | None  # None while trials are needed
     culprits: tuple[dict[str, str], ...]
     trail: tuple[Step, ...]
     reason: str = ""
@@ -132,8 +139,15 @@ class Adaptive:
         except Concluded as stop:
             return Replay((), stop.outcome, tuple(culprits), tuple(run.trail), stop.reason)
         names = "; ".join(" AND ".join(f"{f}={v}" for f, v in c.items()) for c in culprits)
-        return Replay((), Outcome.CULPRIT, tuple(culprits), tuple(run.trail),
+        return Replay((), Status.CULPRIT, tuple(culprits), tuple(run.trail),
                       f"{self.failure} follows {names}")
+
+    def conclude(self, done: Sequence[TrialEvidence],
+                 unresolvable: Sequence[Unresolvable]) -> Conclusion:
+        return conclude_replay(self.replay(done), done, self.factors, unresolvable)
+
+    def meeting(self, unresolvable: Sequence[Unresolvable]) -> Adaptive:
+        return self  # a variant it needs that cannot be deployed stops it in its conclusion
 
     # -- the phases ---------------------------------------------------------------------------
 
@@ -145,7 +159,7 @@ class Adaptive:
         if bad.trials < self.reproduce_trials:
             run.need(*[self.bad] * (self.reproduce_trials - bad.trials))
         if self._clean(bad):
-            raise Concluded(Outcome.NOT_REPRODUCED,
+            raise Concluded(Status.NOT_REPRODUCED,
                         f"known-bad: {bad.corrupted} of {bad.judged} sessions corrupt")
         if bad.corrupted <= self.clean_rate * bad.judged and \
                 bad.trials < self.max_trials_per_variant:
@@ -158,7 +172,7 @@ class Adaptive:
         if answer is Answer.FAIL:
             return
         if bad.trials >= self.max_trials_per_variant:
-            raise Concluded(Outcome.NOT_REPRODUCED,
+            raise Concluded(Status.NOT_REPRODUCED,
                         f"known-bad ({bad.corrupted}/{bad.judged}) is not worse than known-good "
                         f"({good.corrupted}/{good.judged}) at alpha {self.alpha:g}")
         run.need(self.bad, self.good)
@@ -286,3 +300,47 @@ class Adaptive:
         factor = next(iter(spare), None) or next(
             (f for f in culprit if self.good[f] != culprit[f]), next(iter(culprit)))
         return self._flip(bad, factor)
+
+
+def from_replay(
+    replay: Replay,
+    evidence: Sequence[TrialEvidence],
+    factors: Mapping[str, Sequence[str]],
+    cost: CostModel,
+    unresolvable: Sequence[Unresolvable] = (),
+    alpha: float = 0.01,
+) -> Verdict:
+    """The adaptive verdict of ``replay`` (see ``conclude_replay``)."""
+    return verdict_from(conclude_replay(replay, evidence, factors, unresolvable), evidence,
+                        factors, cost, unresolvable, alpha)
+
+
+def conclude_replay(
+    replay: Replay,
+    evidence: Sequence[TrialEvidence],
+    factors: Mapping[str, Sequence[str]],
+    unresolvable: Sequence[Unresolvable] = (),
+) -> Conclusion:
+    """The adaptive strategy's conclusion, with each culprit measured on every explored cell."""
+    log = tuple(
+        {"phase": s.phase, "levels": dict(s.levels), "answer": s.answer,
+         "corrupted": s.corrupted, "sessions": s.judged, "unfinished": s.unfinished,
+         "trials": s.trials, "p_fail": s.p_fail, "p_pass": s.p_pass}
+        for s in replay.trail
+    )
+    blocked = {variant_key(u.levels): u for u in unresolvable}
+    stuck = [blocked[variant_key(v)] for v in replay.needed if variant_key(v) in blocked]
+    if stuck:
+        levels = ",".join(f"{f}={lvl}" for f, lvl in stuck[0].levels.items())
+        status = Status.INCONCLUSIVE
+        reason = f"cannot go on: {levels} could not be deployed: {stuck[0].error.splitlines()[0]}"
+    elif replay.outcome is None:
+        status, reason = Status.INCONCLUSIVE, UNFINISHED
+    else:
+        status, reason = replay.outcome, replay.reason
+    # Effects are measured on full trials only: a trial stopped early ends with its corrupt
+    # sessions (they finish first), so its rate says "failing", not "how much".
+    _, full = judged_cells([t for t in evidence if not t.stopped_early], factors)
+    culprits: tuple[Culprit, ...] = tuple(measure(c, full) for c in replay.culprits) \
+        if status is Status.CULPRIT else ()
+    return Conclusion(status, reason, culprits, log)

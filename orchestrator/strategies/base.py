@@ -1,17 +1,60 @@
-"""The strategy protocol: from the evidence so far, which variants to run next.
+"""The strategy protocol: from the evidence so far, which variants to run next, and what the
+evidence concludes; with the one vocabulary of conclusions, ``Status``.
 
 A strategy sees plain values only (no store, no Ray) so it can be tested and simulated in
-milliseconds. It returns an empty list, with nothing pending, when it is done.
+milliseconds. It returns an empty list, with nothing pending, when it is done. A kind of
+strategy is registered once (orchestrator/strategies/registry.py): its config class and the
+factory that builds it from a campaign.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.evidence import Levels, TrialEvidence, variant_key
 from orchestrator.stats.compare import StopWhenFailing
+
+if TYPE_CHECKING:
+    from orchestrator.attribution import Culprit
+    from orchestrator.strategies.design import Design
+
+
+class Status(StrEnum):
+    """What a campaign concluded (the verdict JSON's ``status``)."""
+
+    CULPRIT = "culprit"
+    NO_CULPRIT = "no_culprit"
+    INCONCLUSIVE = "inconclusive"
+    NOT_REPRODUCED = "not_reproduced"
+
+
+UNFINISHED = "unfinished: `bisect resume` continues it"
+
+
+@dataclass(frozen=True)
+class Unresolvable:
+    """A variant that could not be deployed (like `git bisect skip`), with the last reason."""
+
+    levels: Mapping[str, str]
+    attempts: int
+    error: str
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """What a strategy concludes from the evidence; the verdict adds what every strategy
+    shares (the variants' cells, the cost, wedging, the unresolvable variants)."""
+
+    status: Status
+    reason: str
+    culprits: tuple[Culprit, ...] = ()
+    log: tuple[dict[str, Any], ...] = ()  # the decision trail, where the strategy keeps one
+    design: Design | None = None  # a factorial campaign's design: what its runs can tell apart
+    commits: Mapping[str, Any] | None = None  # a commit search: first bad commit(s), skips
 
 
 class Strategy(Protocol):
@@ -25,6 +68,16 @@ class Strategy(Protocol):
         self, levels: Levels, done: Sequence[TrialEvidence]
     ) -> StopWhenFailing | None:
         """When a trial of ``levels`` may end before its planned end, or None."""
+        ...
+
+    def conclude(self, done: Sequence[TrialEvidence],
+                 unresolvable: Sequence[Unresolvable]) -> Conclusion:
+        """What the evidence says so far (``Status.INCONCLUSIVE`` while trials are needed)."""
+        ...
+
+    def meeting(self, unresolvable: Sequence[Unresolvable]) -> Strategy:
+        """The strategy told which variants cannot be deployed (itself, when it meets them in
+        its conclusion only)."""
         ...
 
 

@@ -20,15 +20,25 @@ An endpoint that cannot be deployed cannot be verified, and the search stops the
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.special import betaln, gammaln
 
-from orchestrator.evidence import Levels, TrialEvidence
+from orchestrator.attribution import Culprit, measure
+from orchestrator.evidence import Levels, TrialEvidence, cells
 from orchestrator.stats.compare import Answer, StopWhenFailing, reproduced
-from orchestrator.strategies.base import not_yet_running
+from orchestrator.strategies.base import (
+    UNFINISHED,
+    Conclusion,
+    Status,
+    Unresolvable,
+    not_yet_running,
+)
+from orchestrator.verdict import CostModel, Verdict, judged_trials, verdict_from
 
 FACTOR = "commit"
 # Weak priors that still say "clean is clean, broken is broken": rates near 0 before the change,
@@ -41,7 +51,7 @@ BAD_PRIOR = (1.0, 1.0)
 class CommitReplay:
     needed: tuple[dict[str, str], ...]
     finished: bool
-    status: str | None  # culprit | not_reproduced | inconclusive
+    status: Status | None  # culprit, not_reproduced or inconclusive; None while trials run
     posterior: tuple[float, ...]  # P(commit i is the first bad one); index 0 is known good
     culprit: str | None
     credible: tuple[str, ...]  # the smallest run of commits holding 90% of the mass
@@ -149,6 +159,15 @@ class Commits:
         other.skipped = frozenset(commits)
         return other
 
+    def meeting(self, unresolvable: Sequence[Unresolvable]) -> Commits:
+        """Commits that cannot be deployed stay possible change points; the search chooses
+        among the others."""
+        return self.skipping(u.levels[FACTOR] for u in unresolvable if FACTOR in u.levels)
+
+    def conclude(self, done: Sequence[TrialEvidence],
+                 unresolvable: Sequence[Unresolvable]) -> Conclusion:
+        return conclude_commit_replay(self.replay(done), self.commits, done, unresolvable)
+
     def variant(self, index: int) -> dict[str, str]:
         return {**self.background, FACTOR: self.commits[index]}
 
@@ -178,7 +197,7 @@ class Commits:
         skipped = {i for i, sha in enumerate(self.commits) if sha in self.skipped}
         skipped_shas = tuple(self.commits[i] for i in sorted(skipped))
 
-        def result(needed: tuple[dict[str, str], ...], status: str | None, reason: str = "",
+        def result(needed: tuple[dict[str, str], ...], status: Status | None, reason: str = "",
                    first_bad: tuple[int, int] | None = None,
                    unverifiable: str | None = None) -> CommitReplay:
             named: tuple[str, ...] = ()
@@ -193,7 +212,7 @@ class Commits:
         first, last = 0, len(self.commits) - 1
         for end, name in ((last, "bad"), (first, "good")):
             if end in skipped:
-                return result((), "inconclusive",
+                return result((), Status.INCONCLUSIVE,
                               f"the known-{name} commit {self.commits[end]} cannot be deployed, "
                               f"so it cannot be verified", unverifiable=self.commits[end])
         short = tuple(self.variant(i) for i in (last, first) if trials[i] < self.reproduce_trials)
@@ -202,7 +221,7 @@ class Commits:
         answer, _ = reproduced((k[last], n[last]), (k[first], n[first]), self.alpha)
         if answer is not Answer.FAIL:
             if trials[last] >= 3 * self.reproduce_trials:
-                return result((), "not_reproduced",
+                return result((), Status.NOT_REPRODUCED,
                               f"the bad commit ({k[last]}/{n[last]}) is not worse than the good "
                               f"one ({k[first]}/{n[first]})")
             return result((self.variant(last), self.variant(first)), None)
@@ -212,15 +231,71 @@ class Commits:
         if masses[best] >= self.confidence:
             start, end = runs[best]
             if start == end:
-                return result((), "culprit", f"{self.commits[end]} is the first bad commit "
+                return result((), Status.CULPRIT, f"{self.commits[end]} is the first bad commit "
                               f"(posterior {masses[best]:.3f})", runs[best])
-            return result((), "culprit",
+            return result((), Status.CULPRIT,
                           "There are only 'skip'ped commits left to test. The first bad commit "
                           f"could be any of: {' '.join(self.commits[start:end + 1])} "
                           f"(posterior {masses[best]:.3f})", runs[best])
         if sum(trials) >= self.max_trials:
-            return result((), "inconclusive",
+            return result((), Status.INCONCLUSIVE,
                           f"trial budget spent; 90% credible range {credible[0]}..{credible[-1]}")
         candidates = [i for i in range(1, last) if i not in skipped]
         scores = {i: expected_entropy(k, n, i, self.sessions) for i in candidates}
         return result((self.variant(min(scores, key=lambda i: (scores[i], i))),), None)
+
+
+def from_commit_replay(
+    replay: CommitReplay,
+    commits: Sequence[str],
+    evidence: Sequence[TrialEvidence],
+    factors: Mapping[str, Sequence[str]],
+    cost: CostModel,
+    unresolvable: Sequence[Unresolvable] = (),
+    alpha: float = 0.01,
+) -> Verdict:
+    """The commit search's verdict (see ``conclude_commit_replay``)."""
+    conclusion = conclude_commit_replay(replay, commits, evidence, unresolvable)
+    return verdict_from(conclusion, evidence, factors, cost, unresolvable, alpha)
+
+
+def conclude_commit_replay(
+    replay: CommitReplay,
+    commits: Sequence[str],
+    evidence: Sequence[TrialEvidence],
+    unresolvable: Sequence[Unresolvable] = (),
+) -> Conclusion:
+    """The change point as a conclusion: the first bad commit, its effect measured as every
+    commit from it on against every commit before it. When skipped commits (that cannot be
+    deployed) sit right before it, the culprit is that run, ``A^..B`` in git's notation."""
+    judged = judged_trials(evidence)
+    status = Status.INCONCLUSIVE if replay.status is None else replay.status
+    reason = replay.reason or UNFINISHED
+    why = {u.levels.get(FACTOR): u for u in unresolvable}
+    if replay.unverifiable in why:
+        reason += f": {why[replay.unverifiable].error.splitlines()[0]}"
+    culprits: tuple[Culprit, ...] = ()
+    if replay.status is Status.CULPRIT and replay.first_bad:
+        first = commits.index(replay.first_bad[0])
+        sides = [dataclasses.replace(t, levels={**t.levels, FACTOR: "after" if commits.index(
+            t.levels[FACTOR]) >= first else "before"}) for t in judged if not t.stopped_early]
+        measured = measure({FACTOR: "after"}, cells(sides))
+        named = replay.first_bad[0] if len(replay.first_bad) == 1 else \
+            f"{replay.first_bad[0]}^..{replay.first_bad[-1]}"
+        culprits = (dataclasses.replace(measured, factors={FACTOR: named}),)
+    tested = {sha: [t for t in judged if t.levels.get(FACTOR) == sha] for sha in commits}
+    log = ({"phase": "skipped" if sha in replay.skipped else "posterior",
+            "levels": {FACTOR: sha}, "answer": f"{p:.4f}",
+            "corrupted": sum(t.corrupted for t in tested[sha]),
+            "sessions": sum(t.judged for t in tested[sha]), "trials": len(tested[sha]),
+            "p_fail": p, "p_pass": 0.0,
+            **({"reason": why[sha].error.splitlines()[0]} if sha in why else {})}
+           for sha, p in zip(commits, replay.posterior, strict=True)
+           if p >= 0.001 or tested[sha] or sha in replay.skipped)
+    search: dict[str, Any] = {
+        "first_bad": list(replay.first_bad), "posterior": round(replay.mass, 6),
+        "credible90": [replay.credible[0], replay.credible[-1]],
+        "skipped": [{"commit": sha, "attempts": why[sha].attempts, "error": why[sha].error}
+                    for sha in replay.skipped if sha in why],
+    }
+    return Conclusion(status, reason, culprits, tuple(log), commits=search)

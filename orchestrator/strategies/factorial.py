@@ -1,15 +1,20 @@
-"""Factorial designs, full or fractional, with a fixed number of trials per variant."""
+"""Factorial designs, full or fractional, with a fixed number of trials per variant; their
+conclusion is the attribution of the failures to factors and interactions (``decide``)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from orchestrator.evidence import Levels, TrialEvidence, variant_key
+from orchestrator.attribution import Culprit, find_culprits
+from orchestrator.evidence import Levels, TrialEvidence, pooled, variant_key
 from orchestrator.stats.compare import StopWhenFailing
-from orchestrator.strategies.design import Design, fraction, gray_order
+from orchestrator.stats.proportions import wilson
+from orchestrator.strategies.base import Conclusion, Status, Unresolvable
+from orchestrator.strategies.design import Design, effect_name, fraction, gray_order
+from orchestrator.verdict import CostModel, Verdict, judged_cells, verdict_from
 
-__all__ = ["Factorial", "fraction", "gray_order"]
+__all__ = ["Factorial", "conclude_factorial", "decide", "fraction", "gray_order"]
 
 
 class Factorial:
@@ -20,9 +25,14 @@ class Factorial:
     """
 
     def __init__(self, factors: Mapping[str, Sequence[str]], repeats: int,
-                 design: Design | None = None) -> None:
+                 design: Design | None = None, *, alpha: float = 0.01,
+                 clean_rate: float = 0.02, known_bad: Mapping[str, str] | None = None,
+                 failure: str = "corruption") -> None:
+        self.factors = {name: list(levels) for name, levels in factors.items()}
         self.repeats = repeats
         self.design = design
+        self.alpha, self.clean_rate, self.failure = alpha, clean_rate, failure
+        self.known_bad = None if known_bad is None else dict(known_bad)
         # Each pass runs the Gray order, alternating direction so passes join without a jump.
         one_pass = design.runs() if design is not None else gray_order(factors)
         self.plan = [
@@ -49,3 +59,95 @@ class Factorial:
         self, levels: Levels, done: Sequence[TrialEvidence]
     ) -> StopWhenFailing | None:
         return None  # a fixed design: every trial runs in full
+
+    def conclude(self, done: Sequence[TrialEvidence],
+                 unresolvable: Sequence[Unresolvable]) -> Conclusion:
+        return conclude_factorial(
+            done, self.factors, alpha=self.alpha, clean_rate=self.clean_rate,
+            known_bad=self.known_bad, design=self.design or Design.full(self.factors),
+            failure=self.failure)
+
+    def meeting(self, unresolvable: Sequence[Unresolvable]) -> Factorial:
+        return self  # a fixed design: the verdict lists the variants that could not be deployed
+
+
+def decide(
+    evidence: Sequence[TrialEvidence],
+    factors: Mapping[str, Sequence[str]],
+    *,
+    alpha: float,
+    clean_rate: float,
+    cost: CostModel,
+    known_bad: Mapping[str, str] | None = None,
+    unresolvable: Sequence[Unresolvable] = (),
+    design: Design | None = None,
+    failure: str = "corruption",
+) -> Verdict:
+    """The factorial verdict on ``evidence`` (see ``conclude_factorial``)."""
+    conclusion = conclude_factorial(evidence, factors, alpha=alpha, clean_rate=clean_rate,
+                                    known_bad=known_bad, design=design, failure=failure)
+    return verdict_from(conclusion, evidence, factors, cost, unresolvable, alpha)
+
+
+def conclude_factorial(
+    evidence: Sequence[TrialEvidence],
+    factors: Mapping[str, Sequence[str]],
+    *,
+    alpha: float,
+    clean_rate: float,
+    known_bad: Mapping[str, str] | None = None,
+    design: Design | None = None,
+    failure: str = "corruption",
+) -> Conclusion:
+    """``failure`` names what the evidence's failing sessions are (``wedging`` when errors and
+    timeouts were made the failures, ``TrialEvidence.as_wedging``), for the reason given."""
+    _, grouped = judged_cells(evidence, factors)
+    failing = "corrupt" if failure == "corruption" else "wedged (an error or a timeout)"
+
+    def verdict(status: Status, reason: str, culprits: Sequence[Culprit] = ()) -> Conclusion:
+        return Conclusion(status, reason, tuple(culprits), design=design)
+
+    corrupted, sessions = pooled(grouped)
+    if sessions == 0:
+        return verdict(Status.INCONCLUSIVE, "no session could be judged")
+    culprits = find_culprits(grouped, factors, alpha)
+    names = "; ".join(
+        " AND ".join(f"{f}={lvl}" for f, lvl in c.factors.items()) for c in culprits
+    )
+    if culprits and design is not None and design.fractional:
+        # A fraction names only what its aliases let it tell apart (at resolution V: main
+        # effects and two-factor interactions); a wider conjunction is a lead, not a verdict.
+        confused = [pair for c in culprits for pair in design.confusions(c.factors)][:3]
+        if confused:
+            aliases = ", ".join(f"{effect_name(e)} = {effect_name(a)}" for e, a in confused)
+            return verdict(
+                Status.INCONCLUSIVE,
+                f"{failure} follows {names}, but the design ({design.describe()}) aliases "
+                f"it: {aliases}; run `design: full` over these factors (the others held at "
+                f"one level) to tell them apart",
+            )
+        return verdict(Status.CULPRIT, f"{failure} follows {names} (design: "
+                                       f"{design.describe()}; {design.clear_effects()} are not "
+                                       f"aliased with each other)", culprits)
+    if culprits:
+        return verdict(Status.CULPRIT, f"{failure} follows {names}", culprits)
+    if corrupted == 0 and known_bad is not None:
+        return verdict(Status.NOT_REPRODUCED, f"the known-bad variant showed no {failure}")
+    upper = wilson(corrupted, sessions)[1]
+    if upper <= clean_rate:
+        return verdict(
+            Status.NO_CULPRIT,
+            f"{corrupted} of {sessions} sessions {failing}; upper 95% bound {upper:.2%} "
+            f"is within the clean rate {clean_rate:.2%}",
+        )
+    if corrupted == 0:
+        return verdict(
+            Status.INCONCLUSIVE,
+            f"no {failure} in {sessions} sessions, too few to call the deployment clean (upper "
+            f"95% bound {upper:.2%} above the clean rate {clean_rate:.2%}): run more trials",
+        )
+    return verdict(
+        Status.INCONCLUSIVE,
+        f"{corrupted} of {sessions} sessions {failing}, but no factor or interaction explains it "
+        f"at alpha {alpha:g}",
+    )

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from orchestrator.evidence import TrialEvidence, variant_key
 from orchestrator.stats.compare import Answer, Counts, Judgement, judge
 from orchestrator.stats.exact import fisher_greater
+from orchestrator.strategies.base import Status
 
 if TYPE_CHECKING:
     from orchestrator.strategies.adaptive import Adaptive
@@ -23,12 +23,6 @@ if TYPE_CHECKING:
 # against known-good's clean 0 of 160 gives p = 1/3. It proves nothing; the caller proves it
 # later (the sufficiency test).
 LOOKS_FAILING = 0.35
-
-
-class Outcome(StrEnum):
-    CULPRIT = "culprit"
-    NOT_REPRODUCED = "not_reproduced"
-    INCONCLUSIVE = "inconclusive"
 
 
 @dataclass(frozen=True)
@@ -54,7 +48,7 @@ class NeedTrials(Exception):
 
 
 class Concluded(Exception):
-    def __init__(self, outcome: Outcome, reason: str) -> None:
+    def __init__(self, outcome: Status, reason: str) -> None:
         self.outcome, self.reason = outcome, reason
 
 
@@ -177,6 +171,6 @@ class Tests:
     def need(self, *variants: dict[str, str], stop_at: Mapping[str, float] | None = None,
              ) -> None:
         if self.total_trials >= self.strategy.max_trials:
-            raise Concluded(Outcome.INCONCLUSIVE,
+            raise Concluded(Status.INCONCLUSIVE,
                             f"trial budget of {self.strategy.max_trials} spent")
         raise NeedTrials(*variants, stop_at=stop_at)

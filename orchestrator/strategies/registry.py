@@ -1,0 +1,84 @@
+"""The one place a strategy kind is registered: its config class (the campaign file's
+``strategy:`` section, parsed as the union of the registered classes, discriminated on
+``kind``) and the factory that builds the strategy from a campaign.
+
+A plug-in calls ``register`` with its own classes, touching no module of the project; the
+driver, ``bisect verdict`` and ``bisect log`` ask the strategy, never its type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from experiments.campaign import (
+    Campaign,
+    register_strategy_config,
+    unregister_strategy_config,
+)
+from experiments.strategy_config import (
+    AdaptiveConfig,
+    CommitsConfig,
+    FactorialConfig,
+    StrategyConfig,
+    kind_of,
+)
+from orchestrator.commit_range import commit_levels
+from orchestrator.strategies.adaptive import Adaptive
+from orchestrator.strategies.base import Strategy
+from orchestrator.strategies.commits import Commits
+from orchestrator.strategies.factorial import Factorial, fraction
+
+C = TypeVar("C", bound=StrategyConfig)
+_FACTORIES: dict[str, Callable[[Campaign, Any], Strategy]] = {}
+
+
+def register(config: type[C], factory: Callable[[Campaign, C], Strategy]) -> None:
+    """Make ``config.kind`` a kind of strategy campaign files may name."""
+    register_strategy_config(config)
+    _FACTORIES[kind_of(config)] = factory
+
+
+def unregister(kind: str) -> None:
+    """Take a plug-in kind out again (a test's); the built-in kinds cannot be."""
+    unregister_strategy_config(kind)
+    _FACTORIES.pop(kind, None)
+
+
+def strategy_for(campaign: Campaign) -> Strategy:
+    """The campaign's strategy, built by its kind's factory."""
+    kind = campaign.strategy.kind
+    if kind not in _FACTORIES:
+        raise ValueError(f"strategy kind '{kind}' has no registered factory")
+    return _FACTORIES[kind](campaign, campaign.strategy)
+
+
+def _factorial(campaign: Campaign, plan: FactorialConfig) -> Factorial:
+    factors = campaign.level_names()
+    design = fraction(factors, plan.resolution, campaign.known_bad) \
+        if plan.design == "fractional" else None
+    return Factorial(factors, plan.repeats, design, alpha=plan.alpha,
+                     clean_rate=plan.clean_rate, known_bad=campaign.known_bad,
+                     failure=plan.target)
+
+
+def _adaptive(campaign: Campaign, plan: AdaptiveConfig) -> Adaptive:
+    assert campaign.known_good is not None and campaign.known_bad is not None  # validated
+    return Adaptive(
+        campaign.level_names(), campaign.known_good, campaign.known_bad,
+        alpha=plan.alpha, clean_rate=plan.clean_rate, min_trials=plan.min_trials,
+        failure=plan.target, reproduce_trials=plan.reproduce_trials,
+        max_trials_per_variant=plan.max_trials_per_variant, max_trials=plan.max_trials,
+    )
+
+
+def _commits(campaign: Campaign, plan: CommitsConfig) -> Commits:
+    assert campaign.commits is not None  # validated
+    return Commits(commit_levels(campaign), sessions=campaign.workload.sessions,
+                   alpha=plan.alpha, max_trials=plan.max_trials,
+                   reproduce_trials=plan.reproduce_trials, background=campaign.commits.levels)
+
+
+register(FactorialConfig, _factorial)
+register(AdaptiveConfig, _adaptive)
+register(CommitsConfig, _commits)
