@@ -60,8 +60,8 @@ class Row:
     def add(self, report: TrialReport) -> None:
         self.runs += 1
         if report.error is not None:
-            self.outcomes["trial failed: " + ("infra" if report.error.startswith(
-                "infrastructure error: ") else "deploy")] += 1
+            self.outcomes["trial failed: " + ("infra" if report.failure == "infrastructure"
+                                              else "deploy")] += 1
         for session in report.sessions:
             self.outcomes[session.outcome] += 1
             self.corrupt += is_corrupt(session.outcome)

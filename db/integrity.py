@@ -16,11 +16,13 @@ from db.models import (
     Trial,
     TrialGenerator,
     TrialSession,
+    TrialStep,
     Variant,
 )
 
 _TRIAL_ROWS = {"session": TrialSession.trial_id, "metric_sample": MetricSample.trial_id,
-               "log_event": LogEvent.trial_id, "trial_generator": TrialGenerator.trial_id}
+               "log_event": LogEvent.trial_id, "trial_generator": TrialGenerator.trial_id,
+               "trial_step": TrialStep.trial_id}
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,7 @@ class Trial(Base):
     error: Mapped[str | None] = mapped_column(ServerText)
     seed: Mapped[int] = mapped_column(BigInt)
     stopped_early: Mapped[bool] = mapped_column(default=False, server_default=false())
+    failure: Mapped[str | None]  # a failed trial's class: "infrastructure" or "variant"
 
 
 class TrialSession(Base):
@@ -179,6 +180,24 @@ class TrialGenerator(Base):
     sessions: Mapped[int]
     finished: Mapped[int]
     stopped: Mapped[bool]
+
+
+class TrialStep(Base):
+    """One step of a trial's chain (apply, restart, health, prove, hooks, stress, collect): when
+    it ran, how long, its outcome and what it observed (JSON; the proof of load's checks)."""
+
+    __tablename__ = "trial_step"
+    __table_args__ = (UniqueConstraint("trial_id", "position"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trial.id"), index=True)
+    position: Mapped[int]
+    name: Mapped[str]
+    service: Mapped[str | None]
+    started_at: Mapped[datetime]
+    duration_s: Mapped[float]
+    outcome: Mapped[str]
+    details_json: Mapped[str] = mapped_column(ServerText)
 
 
 class NodeLock(Base):

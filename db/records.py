@@ -8,6 +8,10 @@ from typing import Any
 
 CAMPAIGN_STATUSES = frozenset({"running", "done", "failed", "interrupted", "refused"})
 TRIAL_STATUSES = frozenset({"running", "done", "failed", "discarded"})
+# Why a trial failed. infrastructure: the way to the node or a load generator (retried, never
+# judged); variant: the variant could not be deployed, proven or kept healthy (evidence).
+FAILURE_CLASSES = frozenset({"infrastructure", "variant"})
+STEP_OUTCOMES = frozenset({"ok", "failed", "skipped"})
 
 
 def _escape(text: str) -> str:
@@ -63,6 +67,8 @@ class TrialRecord:
     stopped_early: bool = False
     events: dict[str, int] = field(default_factory=dict)
     """The services' log events of this trial tallied by kind (experiments.collect)."""
+    failure: str | None = None
+    """A failed trial's class (FAILURE_CLASSES); None for any other status."""
 
     @property
     def sessions(self) -> int:
@@ -115,6 +121,19 @@ class GeneratorRecord:
     stopped: bool
 
 
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    id: int
+    trial_id: int
+    position: int  # its place in the trial's chain
+    name: str  # apply, restart, health, prove, hooks, stress, collect
+    service: str | None  # the service a restart, health or prove step is about
+    started_at: datetime
+    duration_s: float
+    outcome: str  # STEP_OUTCOMES
+    details: dict[str, Any]  # what it observed: the proof's checks, an error, counts
+
+
 # --- given to the store ----------------------------------------------------------------------
 
 
@@ -155,6 +174,18 @@ class GeneratorRow:
     sessions: int  # given
     finished: int  # reported
     stopped: bool  # told to stop with sessions still to run
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    """One step of a trial as it ran; its position is its place in the list."""
+
+    name: str
+    service: str | None
+    started_at: datetime
+    duration_s: float
+    outcome: str
+    details: dict[str, Any] = field(default_factory=dict)  # JSON-able
 
 
 @dataclass(frozen=True, slots=True)

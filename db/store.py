@@ -30,11 +30,14 @@ from db.models import (
     Trial,
     TrialGenerator,
     TrialSession,
+    TrialStep,
     Variant,
     utcnow,
 )
 from db.records import (
     CAMPAIGN_STATUSES,
+    FAILURE_CLASSES,
+    STEP_OUTCOMES,
     CampaignRecord,
     GeneratorRecord,
     GeneratorRow,
@@ -44,6 +47,8 @@ from db.records import (
     MetricRow,
     SessionRecord,
     SessionRow,
+    StepRecord,
+    StepRow,
     TrialRecord,
     TrialTiming,
     VariantRecord,
@@ -98,6 +103,22 @@ def _apply_timing(trial: Trial, timing: TrialTiming) -> None:
     trial.workload_s = timing.workload_s
     trial.restarts = timing.restarts
     trial.stopped_early = timing.stopped_early
+
+
+def _add_steps(s: Session, trial_id: int, steps: Sequence[StepRow]) -> None:
+    """The trial's steps, in the transaction that finishes or fails it: none is ever lost."""
+    for step in steps:
+        if step.outcome not in STEP_OUTCOMES:
+            raise StoreError(f"trial {trial_id}: step {step.name!r} has unknown outcome "
+                             f"{step.outcome!r} (known: {', '.join(sorted(STEP_OUTCOMES))})")
+    if steps:
+        s.execute(insert(TrialStep), [
+            {"trial_id": trial_id, "position": position, "name": step.name,
+             "service": step.service, "started_at": step.started_at,
+             "duration_s": step.duration_s, "outcome": step.outcome,
+             "details_json": json.dumps(step.details, sort_keys=True, default=str)}
+            for position, step in enumerate(steps)
+        ])
 
 
 class Store:
@@ -297,10 +318,11 @@ class Store:
         metrics: Sequence[MetricRow],
         logs: Sequence[LogRow],
         generators: Sequence[GeneratorRow] = (),
+        steps: Sequence[StepRow] = (),
     ) -> None:
         """Store everything the trial observed and mark it done, all in one transaction.
         ``generators``: the load generators that ran its sessions, in order (none: the pool's
-        actor ran them).
+        actor ran them); ``steps``: its chain of steps, in order.
 
         Metric samples whose value is NaN are left out (a gap, as a missed scrape)."""
         with self._session(f"finish trial {trial_id}") as s:
@@ -327,16 +349,24 @@ class Store:
                     {**asdict(one), "trial_id": trial_id, "position": position}
                     for position, one in enumerate(generators)
                 ])
+            _add_steps(s, trial_id, steps)
             _apply_timing(row, timing)
             row.status = "done"
             row.finished_at = utcnow()
 
-    def fail_trial(self, trial_id: int, error: str, timing: TrialTiming | None = None) -> None:
+    def fail_trial(self, trial_id: int, error: str, timing: TrialTiming | None = None, *,
+                   failure: str = "variant", steps: Sequence[StepRow] = ()) -> None:
+        """Mark the trial failed with its class (``FAILURE_CLASSES``) and the steps it ran."""
+        if failure not in FAILURE_CLASSES:
+            raise StoreError(f"trial {trial_id}: unknown failure class {failure!r} "
+                             f"(known: {', '.join(sorted(FAILURE_CLASSES))})")
         with self._session(f"fail trial {trial_id}") as s:
             row = self._running_trial(s, trial_id)
             if timing is not None:
                 _apply_timing(row, timing)
+            _add_steps(s, trial_id, steps)
             row.status = "failed"
+            row.failure = failure
             row.error = error
             row.finished_at = utcnow()
 
@@ -428,6 +458,24 @@ class Store:
         ran them itself."""
         return self._of_trial(trial_id, "load generators", TrialGenerator,
                               (TrialGenerator.position,), lambda r: _record(GeneratorRecord, r))
+
+    def steps(self, trial_id: int) -> list[StepRecord]:
+        """The trial's chain of steps as it ran, in order (none for a trial stored before 0006,
+        or one still running)."""
+        return self._of_trial(trial_id, "steps", TrialStep, (TrialStep.position,),
+                              lambda r: _record(StepRecord, r, details=json.loads(r.details_json)))
+
+    def campaign_steps(self, campaign_id: str) -> dict[int, list[StepRecord]]:
+        """Every stored step of the campaign's trials, by trial id, each trial's in order."""
+        with self._session(f"read the steps of campaign {campaign_id!r}") as s:
+            query = (select(TrialStep).join(Trial, TrialStep.trial_id == Trial.id)
+                     .where(Trial.campaign_id == campaign_id)
+                     .order_by(TrialStep.trial_id, TrialStep.position))
+            found: dict[int, list[StepRecord]] = {}
+            for row in s.scalars(query):
+                found.setdefault(row.trial_id, []).append(
+                    _record(StepRecord, row, details=json.loads(row.details_json)))
+            return found
 
     def _of_trial(self, trial_id: int, what: str, model: Any, order: Sequence[Any],
                   record: Callable[[Any], R]) -> list[R]:

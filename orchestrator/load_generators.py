@@ -32,7 +32,7 @@ from experiments.workload.stress import run_stress
 
 class GeneratorFailed(RuntimeError):
     """A load generator died, failed or was never placed: the trial is an infrastructure
-    failure (``INFRA_ERROR``: retried; the run stops if it persists), never evidence."""
+    failure (by its type: retried; the run stops if it persists), never evidence."""
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,8 @@ from deploy.transports.base import TransportError
 from deploy.transports.factory import Transports
 from experiments.campaign import Campaign
 from experiments.outcomes import is_corrupt
-from experiments.secrets import SecretMissing, SecretValues, redact
+from experiments.secrets import SecretMissing, SecretValues, redact, redact_any
 from experiments.workload.http_client import bearer, header_lines
-from orchestrator.commit_range import COMMIT, commit_levels
 from orchestrator.evidence import TrialEvidence, variant_key
 from orchestrator.load_generators import unplaceable
 from orchestrator.nodes import PreflightFailed, check_nodes, locked
@@ -31,11 +30,8 @@ from orchestrator.placement import place
 from orchestrator.ray_pool import PoolActors, PoolCrashed, ensure_ray, ray_started
 from orchestrator.reaper import Reaper
 from orchestrator.source_variants import recover_nodes
-from orchestrator.strategies.adaptive import Adaptive
 from orchestrator.strategies.base import Strategy
-from orchestrator.strategies.commits import Commits
-from orchestrator.strategies.design import Design
-from orchestrator.strategies.factorial import Factorial, fraction
+from orchestrator.strategies.registry import strategy_for
 from orchestrator.trial import (
     INFRA_ERROR,
     TrialOrder,
@@ -43,15 +39,7 @@ from orchestrator.trial import (
     generator_rows,
     service_manager,
 )
-from orchestrator.verdict import (
-    CostModel,
-    Unresolvable,
-    Verdict,
-    decide,
-    from_commit_replay,
-    from_replay,
-    variant_cells,
-)
+from orchestrator.verdict import CostModel, Unresolvable, Verdict, variant_cells, verdict_from
 
 MAX_FAILED_ATTEMPTS = 2  # then the variant is unresolvable, like `git bisect skip`
 MAX_INFRA_ATTEMPTS = 3  # infrastructure failures of one variant in one run: then the run stops
@@ -85,39 +73,17 @@ def campaign_of(store: Store, campaign_id: str) -> Campaign:
     return Campaign.model_validate(store.get_campaign(campaign_id).spec)
 
 
-def strategy_for(campaign: Campaign) -> Factorial | Adaptive | Commits:
-    plan = campaign.strategy
-    if campaign.strategy_kind == "factorial":
-        factors = campaign.level_names()
-        design = fraction(factors, plan.resolution, campaign.known_bad) \
-            if plan.design == "fractional" else None
-        return Factorial(factors, plan.repeats, design)
-    if campaign.strategy_kind == "commits":
-        assert campaign.commits is not None  # validated
-        return Commits(commit_levels(campaign), sessions=campaign.workload.sessions,
-                       alpha=plan.alpha, max_trials=plan.max_trials,
-                       reproduce_trials=plan.reproduce_trials,
-                       background=campaign.commits.levels)
-    assert campaign.known_good is not None and campaign.known_bad is not None  # validated
-    return Adaptive(
-        campaign.level_names(), campaign.known_good, campaign.known_bad,
-        alpha=plan.alpha, clean_rate=plan.clean_rate, min_trials=plan.min_trials,
-        failure=plan.target,
-        reproduce_trials=plan.reproduce_trials,
-        max_trials_per_variant=plan.max_trials_per_variant, max_trials=plan.max_trials,
-    )
-
-
 def unresolvable(trials: list[TrialRecord]) -> list[Unresolvable]:
     """Variants whose deploys failed MAX_FAILED_ATTEMPTS times: skipped, with the last reason.
 
     What counts is a failure of the variant itself: its checkout or build failed, its server
     exited or never became healthy, or it could not be proven loaded (for a commit: ``git bisect
-    skip``). A failure of the way to the node (SSH drop, command timeout: ``INFRA_ERROR``) says
+    skip``). A failure of the way to the node (SSH drop, command timeout: the trial's
+    ``failure`` is "infrastructure", stored by the exception's type) says
     nothing about the variant: it is retried, and stops the run when it persists."""
     failures: dict[str, list[TrialRecord]] = {}
     for trial in trials:
-        if trial.status == "failed" and not (trial.error or "").startswith(INFRA_ERROR):
+        if trial.status == "failed" and trial.failure == "variant":
             failures.setdefault(variant_key(trial.levels), []).append(trial)
     return [
         Unresolvable(failed[-1].levels, len(failed), failed[-1].error or "unknown error")
@@ -135,37 +101,17 @@ def verdict_of(store: Store, campaign_id: str) -> Verdict:
     skipped = unresolvable(trials)
     cost = CostModel(campaign.cost.restart_s, campaign.cost.workload_s, campaign.cost.gpus)
     strategy = skipping(strategy_for(campaign), skipped)
-    verdict = _verdict(strategy, done, campaign, cost, skipped)
+    verdict = verdict_from(strategy.conclude(done, skipped), done, campaign.level_names(), cost,
+                           skipped, campaign.strategy.alpha)
     if target == "wedging":  # decided on errors and timeouts; the variants shown as they were
         shown = variant_cells(evidence(trials), campaign.level_names())
         verdict = dataclasses.replace(verdict, cells=tuple(shown))
     return dataclasses.replace(verdict, target=target)
 
 
-def skipping(strategy: Factorial | Adaptive | Commits,
-             skipped: list[Unresolvable]) -> Factorial | Adaptive | Commits:
-    """The commits strategy keeps commits that cannot be deployed as possible change points and
-    chooses among the others (the other strategies meet unresolvable variants in the verdict)."""
-    if isinstance(strategy, Commits):
-        return strategy.skipping(u.levels[COMMIT] for u in skipped if COMMIT in u.levels)
-    return strategy
-
-
-def _verdict(strategy: Factorial | Adaptive | Commits, done: list[TrialEvidence],
-             campaign: Campaign, cost: CostModel, skipped: list[Unresolvable]) -> Verdict:
-    if isinstance(strategy, Adaptive):
-        return from_replay(strategy.replay(done), done, campaign.level_names(), cost, skipped,
-                           alpha=campaign.strategy.alpha)
-    if isinstance(strategy, Commits):
-        return from_commit_replay(strategy.replay(done), strategy.commits, done,
-                                  campaign.level_names(), cost, skipped,
-                                  alpha=campaign.strategy.alpha)
-    return decide(
-        done, campaign.level_names(), alpha=campaign.strategy.alpha,
-        clean_rate=campaign.strategy.clean_rate, cost=cost, known_bad=campaign.known_bad,
-        unresolvable=skipped, design=strategy.design or Design.full(campaign.level_names()),
-        failure=campaign.strategy.target,
-    )
+def skipping(strategy: Strategy, skipped: list[Unresolvable]) -> Strategy:
+    """The strategy told which variants cannot be deployed (``Strategy.meeting``)."""
+    return strategy.meeting(skipped)
 
 
 def create_campaign(store: Store, campaign: Campaign, source: str) -> str:
@@ -195,6 +141,8 @@ def redacted(report: TrialReport) -> TrialReport:
         sessions=[dataclasses.replace(s, evidence=redact(s.evidence)) if s.evidence else s
                   for s in report.sessions],
         logs=[dataclasses.replace(row, text=redact(row.text)) for row in report.logs],
+        steps=tuple(dataclasses.replace(step, details=redact_any(step.details))
+                    for step in report.steps),  # a proof's argv and env hold their values
     )
 
 
@@ -299,8 +247,7 @@ def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progres
     base = strategy_for(campaign)
     target, planned = campaign.strategy.target, campaign.workload.sessions
     infra_failures: dict[str, int] = {}  # this run's, per variant
-    actors = PoolActors(campaign.model_dump(mode="json"), [p.name for p in campaign.pools],
-                        secrets.values)
+    actors = PoolActors(pools_spec(campaign), [p.name for p in campaign.pools], secrets.values)
     pending: dict[int, dict[str, str]] = {}
     running: dict[str, dict[str, str]] = {}  # what each pool ran last (restart economy)
     status = "failed"
@@ -338,15 +285,18 @@ def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progres
             report_levels = pending.pop(report.trial_id)
             if report.error is None:
                 store.finish_trial(report.trial_id, report.timing, report.sessions,
-                                   report.metrics, report.logs, generator_rows(report.generators))
+                                   report.metrics, report.logs, generator_rows(report.generators),
+                                   report.steps)
                 corrupt = sum(is_corrupt(s.outcome) for s in report.sessions)
                 early = " (stopped early: decided)" if report.timing.stopped_early else ""
                 progress(f"  done on {pool}: {corrupt}/{len(report.sessions)} corrupt{early}")
             else:
-                store.fail_trial(report.trial_id, report.error, report.timing)
+                failure = report.failure or "variant"
+                store.fail_trial(report.trial_id, report.error, report.timing, failure=failure,
+                                 steps=report.steps)
                 running.pop(pool, None)  # half-deployed: assume nothing of it runs
                 progress(f"  FAILED on {pool}: {report.error.splitlines()[0]}")
-                if report.error.startswith(INFRA_ERROR):
+                if failure == "infrastructure":
                     key = variant_key(report_levels)
                     infra_failures[key] = infra_failures.get(key, 0) + 1
                     if infra_failures[key] >= MAX_INFRA_ATTEMPTS:
@@ -366,6 +316,12 @@ def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progres
                 _best_effort(actors.shutdown, progress, "stop the pools' services")
         finally:
             store.set_campaign_status(campaign_id, status, finished=status == "done")
+
+
+def pools_spec(campaign: Campaign) -> dict[str, object]:
+    """The campaign as the pools' actors read it: without its strategy, which only the driver
+    runs (a plug-in kind may be registered in the driver's process alone)."""
+    return {k: v for k, v in campaign.model_dump(mode="json").items() if k != "strategy"}
 
 
 def _best_effort(step: Callable[[], None], progress: Progress, what: str) -> None:

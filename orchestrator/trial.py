@@ -1,8 +1,9 @@
-"""One trial on one pool: apply → restart → prove healthy → stress → collect.
+"""One trial on one pool: its chain of steps (orchestrator.steps), apply → stress → collect.
 
-Runs inside the pool's Ray actor. It never writes the store: it returns a TrialReport value and
-the driver, the only writer, stores it. A server that misbehaves is data (sessions, log events);
-a deploy that cannot be completed is an infrastructure failure of the trial, never a verdict input.
+Runs inside the pool's Ray actor. It never writes the store: it returns a TrialReport value (with
+its steps) and the driver, the only writer, stores it. A server that misbehaves is data
+(sessions, log events); a trial that fails is either an infrastructure failure (retried, never
+judged) or a variant failure (evidence: the variant could not be deployed or proven).
 """
 
 from __future__ import annotations
@@ -11,30 +12,31 @@ import asyncio
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import partial
 
-from db.records import GeneratorRow, LogRow, MetricRow, SessionRow, TrialTiming
-from deploy.health import HealthTimeout, wait_healthy
-from deploy.proof import node_clock, prove_loaded
-from deploy.render import LevelSettings, render_service
-from deploy.services.base import ServiceConfig, ServiceManager, Started
+from db.records import GeneratorRow, LogRow, MetricRow, SessionRow, StepRow, TrialTiming
+from deploy.render import LevelSettings
+from deploy.services.base import ServiceConfig, ServiceManager
 from deploy.services.factory import manager_for
-from deploy.transports.base import TransportError
 from deploy.transports.factory import Transports
-from deploy.variants.base import VariantError
 from experiments.campaign import Campaign, Pool, Service
 from experiments.collect import Sample, log_events, poll_metrics
 from experiments.outcomes import is_corrupt, is_infra
 from experiments.secrets import SecretValues, shown
 from experiments.workload.stress import SessionResult, StressResult, run_stress
-from orchestrator.load_generators import GeneratorFailed, GeneratorRun, LoadGenerators
+from orchestrator.load_generators import GeneratorRun, LoadGenerators
 from orchestrator.source_variants import SourceVariants
 from orchestrator.stats.compare import StopWhenFailing
+from orchestrator.steps import (
+    DEPLOY_STEPS,
+    Failure,
+    TrialState,
+    chain,
+    failure_of,
+    run_chain,
+)
 
-LOG_TAIL_LINES = 20
-# Marks a failure of the way to the node (SSH drop, command timeout) or of a load generator, not
-# of the variant: such a trial is retried and never makes the variant unresolvable
-# (runner.unresolvable).
+# Begins the error text of an infrastructure failure, for people: the class itself is the
+# report's ``failure``, decided by type (orchestrator.steps) and stored as a column.
 INFRA_ERROR = "infrastructure error: "
 
 
@@ -56,15 +58,13 @@ class TrialReport:
     metrics: list[MetricRow] = field(default_factory=list)
     logs: list[LogRow] = field(default_factory=list)
     generators: tuple[GeneratorRun, ...] = ()  # the load generators that ran the workload
+    failure: Failure | None = None  # a failed trial's class (orchestrator.steps.failure_of)
+    steps: tuple[StepRow, ...] = ()  # its chain of steps as they ran
 
 
 def generator_rows(runs: Iterable[GeneratorRun]) -> list[GeneratorRow]:
     """A report's load generators as the store takes them, in order."""
     return [GeneratorRow(r.node_id, r.address, r.sessions, r.finished, r.stopped) for r in runs]
-
-
-class DeployFailed(RuntimeError):
-    pass
 
 
 def service_manager(service: Service, transports: Transports,
@@ -111,92 +111,42 @@ class PoolRunner:
         self.generators = LoadGenerators(generators) if generators is not None else None
 
     async def run_trial(self, order: TrialOrder) -> TrialReport:
-        """One trial; the blocking deploy steps run in a thread so the event loop stays free."""
+        """One trial: its chain of steps (orchestrator.steps), each timed and reported."""
         started = time.monotonic()
-        restarts, restart_s = 0, 0.0
-        try:
-            restart_began = time.monotonic()
-            restarts = await asyncio.to_thread(self._deploy, order.levels)
-            restart_s = time.monotonic() - restart_began
-            workload_began = time.monotonic()
-            result, samples = await self._stress(order.seed, order.stop_rule, order.target)
-            workload_s = time.monotonic() - workload_began
-            logs = await asyncio.to_thread(self._collect_logs)
-        except (DeployFailed, TransportError, HealthTimeout, VariantError, GeneratorFailed) as exc:
-            timing = TrialTiming(time.monotonic() - started, restart_s, 0.0, restarts)
-            infra = INFRA_ERROR if isinstance(exc, TransportError | GeneratorFailed) else ""
-            return TrialReport(order.trial_id, f"{infra}{exc}", timing)
-        timing = TrialTiming(time.monotonic() - started, restart_s, workload_s, restarts,
+        trial = TrialState(order)
+        steps, failed = await run_chain(chain(self.pool.services), self, trial)
+        restart_s = sum(s.duration_s for s in steps if s.name in DEPLOY_STEPS)
+        workload_s = sum(s.duration_s for s in steps if s.name == "stress")
+        if failed is not None or trial.result is None:
+            timing = TrialTiming(time.monotonic() - started, restart_s, 0.0, trial.restarts)
+            failure = failure_of(failed) if failed is not None else "variant"
+            infra = INFRA_ERROR if failure == "infrastructure" else ""
+            return TrialReport(order.trial_id, f"{infra}{failed}", timing, failure=failure,
+                               steps=tuple(steps))
+        result = trial.result
+        timing = TrialTiming(time.monotonic() - started, restart_s, workload_s, trial.restarts,
                              result.stopped_early)
         sessions = [
             SessionRow(s.index, s.key, s.outcome.value, s.turns, s.first_bad_turn, s.evidence,
                        s.latency_s)
             for s in result.sessions
         ]
-        metrics = [MetricRow(m.service, m.t, m.name, dict(m.labels), m.value) for m in samples]
+        metrics = [MetricRow(m.service, m.t, m.name, dict(m.labels), m.value)
+                   for m in trial.samples]
         used = self.generators.runs if self.generators is not None else ()
-        return TrialReport(order.trial_id, None, timing, sessions, metrics, logs, used)
+        return TrialReport(order.trial_id, None, timing, sessions, metrics, trial.logs, used,
+                           steps=tuple(steps))
 
     def _deploy(self, levels: dict[str, str]) -> int:
-        settings = level_settings(self.campaign, levels, self.secrets)
-        # Files first (git refs, patches): a node whose files change restarts all its services,
-        # stopped before the move so that no server imports half-switched code.
-        changing = self.sources.changing(levels)
-        for service in reversed(self.pool.services):
-            if service.node in changing:
-                self.managers[service.name].stop(service.name)
-                self.applied.pop(service.name, None)
-        self.sources.move_to(levels)
-        configs = {s.name: render_service(s.name, self.secrets.argv(s.start),
-                                          self.secrets.env(s.env), settings)
-                   for s in self.pool.services}
-        restarting = {name for name, config in configs.items()
-                      if self.applied.get(name) != config
-                      or not self.managers[name].is_running(name)}
-        self.sources.run_hooks(levels, "pre", restarting)
-        restarts = 0
-        for service in self.pool.services:  # declared order: e.g. prefill, decode, router
-            if service.name not in restarting:
-                continue
-            config, manager = configs[service.name], self.managers[service.name]
-            self.applied.pop(service.name, None)
-            transport = self.transports[service.node]
-            deployed_at = node_clock(transport)  # the node's clock: skew never counts
-            started = manager.start(config)
-            self.log_read[service.name] = started.log_offset
-            try:
-                for url in filter(None, (service.health_url, service.health_generate_url)):
-                    wait_healthy(url, service.startup_timeout_s,
-                                 alive=partial(manager.is_running, service.name))
-            except HealthTimeout as exc:
-                tail = manager.read_log(service.name, started.log_offset).splitlines()
-                last = "\n".join(tail[-LOG_TAIL_LINES:])
-                raise DeployFailed(f"{service.name}: {exc}\n{last}".rstrip()) from None
-            self._prove(service, config, started, deployed_at, settings)
-            self.applied[service.name] = config
-            restarts += 1
-        self.sources.run_hooks(levels, "post", restarting)
-        return restarts
+        """Only the deploy steps (apply to hooks), raising what fails; the restarts needed."""
+        trial = TrialState(TrialOrder(0, levels, 0))
+        deploy = [s for s in chain(self.pool.services) if s.name in DEPLOY_STEPS]
+        _, failed = asyncio.run(run_chain(deploy, self, trial))
+        if failed is not None:
+            raise failed
+        return trial.restarts
 
-    def _prove(self, service: Service, config: ServiceConfig, started: Started,
-               deployed_at: float, settings: list[LevelSettings]) -> None:
-        """A healthy server is not proof: the variant's argv, env and log markers must be those
-        of a process started after the deploy. A variant that cannot be proven is not stressed."""
-        touching = [s for s in settings if s.touches(service.name)]
-        files, git = self.sources.expected_code(service.node)  # the code it must be running
-        proof = prove_loaded(
-            self.transports[service.node], started.pid, config,
-            deployed_at_epoch=deployed_at,
-            log_text=self.managers[service.name].read_log(service.name, started.log_offset),
-            markers=[*service.log_markers, *(m for s in touching for m in s.markers)],
-            absent_markers=[m for s in touching for m in s.absent_markers],
-            files=files, git=git,
-        )
-        if not proof.ok:
-            raise DeployFailed(f"{service.name}: the variant is not loaded: "
-                               + "; ".join(proof.problems))
-
-    async def _stress(
+    async def stress(
         self, seed: int, rule: StopWhenFailing | None, target: str
     ) -> tuple[StressResult, list[Sample]]:
         urls = {s.name: s.metrics_url for s in self.pool.services if s.metrics_url}
@@ -220,7 +170,7 @@ class PoolRunner:
             stop.set()
         return result, await poller
 
-    def _collect_logs(self) -> list[LogRow]:
+    def collect_logs(self) -> list[LogRow]:
         rows: list[LogRow] = []
         for service in self.pool.services:
             manager = self.managers[service.name]

@@ -148,8 +148,10 @@ def test_only_failures_of_the_commit_itself_skip_it() -> None:
     from orchestrator.trial import INFRA_ERROR
 
     def failed(seq: int, commit: str, error: str) -> TrialRecord:
+        failure = "infrastructure" if error.startswith(INFRA_ERROR) else "variant"
         return TrialRecord(seq, "c", 1, {"commit": commit}, seq, "p", "failed",
-                           datetime.now(UTC), None, 0.0, 0.0, 0.0, 0, error, seq)
+                           datetime.now(UTC), None, 0.0, 0.0, 0.0, 0, error, seq,
+                           failure=failure)
 
     trials = [failed(1, "c001", "here: build `make` in /src exited 2: error"),
               failed(2, "c002", f"{INFRA_ERROR}here: connection lost while running sh"),

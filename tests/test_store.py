@@ -7,7 +7,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Iterator
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from db import (
     MetricRow,
     NotFound,
     SessionRow,
+    StepRow,
     Store,
     StoreError,
     TrialTiming,
@@ -35,7 +36,7 @@ from orchestrator.cli import app
 from orchestrator.runner import create_campaign
 
 TABLES = {"campaign", "variant", "trial", "session", "metric_sample", "log_event", "node_lock",
-          "trial_generator"}
+          "trial_generator", "trial_step"}
 OUTCOMES = ["ok", "leak", "no_tool", "lost_plot", "bad_args", "error", "timeout"]
 BAD = {"index_k": "bf16", "hicache": "on"}
 GOOD = {"index_k": "fp8", "hicache": "on"}
@@ -61,6 +62,12 @@ LOGS = [
 ]
 TIMING = TrialTiming(wall_s=12.5, restart_s=3.0, workload_s=9.0, restarts=2)
 NODE_A, NODE_B = "a" * 56, "b" * 56  # Ray node ids are 56 hex digits
+AT = datetime(2026, 12, 1, 10, 0, 0, 125000, tzinfo=UTC)
+STEPS = [StepRow("apply", None, AT, 0.5, "ok", {"restarting": ["p"]}),
+         StepRow("prove", "p", AT, 0.25, "failed",
+                 {"checks": {"argv": ["python", "-m", "x"], "env": {"K": "v\x00"},
+                             "markers": {"up": False}}, "problems": ["marker 'up' missing"]}),
+         StepRow("stress", None, AT, 0.0, "skipped", {"reason": "an earlier step failed"})]
 GENERATORS = [GeneratorRow(NODE_A, "10.0.0.2", sessions=40, finished=12, stopped=True),
               GeneratorRow(NODE_B, "10.0.0.3", sessions=40, finished=40, stopped=False)]
 
@@ -85,7 +92,8 @@ class TestStore:
         try:
             inspector = inspect(engine)
             assert set(inspector.get_table_names()) == TABLES | {"alembic_version"}
-            for table in ("session", "metric_sample", "log_event", "trial_generator"):
+            for table in ("session", "metric_sample", "log_event", "trial_generator",
+                          "trial_step"):
                 indexed = {tuple(ix["column_names"]) for ix in inspector.get_indexes(table)}
                 assert ("trial_id",) in indexed
             assert current_revision(url) == head_revision()
@@ -125,6 +133,72 @@ class TestStore:
             later = again.start_trial("c", again.variant("c", BAD).id, seq=1, pool="p", seed=1)
             again.finish_trial(later, TIMING, sessions(3), [], [], GENERATORS)
             assert [g.address for g in again.generators(later)] == ["10.0.0.2", "10.0.0.3"]
+
+    def test_0006_classes_old_failures_from_their_prefix_and_back(self, store: Store,
+                                                                  url: str) -> None:
+        store.close()
+        downgrade(url, "0005")
+        engine = create_engine(url)
+        try:
+            with engine.begin() as connection:
+                for statement in (
+                    "INSERT INTO campaign (id, name, created_at, status, spec_json, source) "
+                    "VALUES ('c', 'old', :at, 'done', '{}', 'test')",
+                    "INSERT INTO variant (id, campaign_id, key, levels_json) "
+                    "VALUES (1, 'c', 'a=x', '{\"a\": \"x\"}')",
+                    *(f"INSERT INTO trial (id, campaign_id, variant_id, seq, pool, status, "
+                      f"started_at, restarts, seed, error) VALUES ({100 + seq}, 'c', 1, "
+                      f"{seq}, 'p', '{status}', :at, 0, {seq}, {error})"
+                      for seq, status, error in (
+                          (1, "failed", "'infrastructure error: here: connection lost'"),
+                          (2, "failed", "'p: the variant is not loaded: marker'"),
+                          (3, "done", "NULL"))),
+                ):
+                    connection.execute(text(statement), {"at": "2026-01-01 00:00:00"})
+        finally:
+            engine.dispose()
+        with Store.open(url) as again:
+            infra, variant, done = again.trials("c", status=None)
+            assert (infra.failure, variant.failure, done.failure) == (
+                "infrastructure", "variant", None)
+            assert infra.error == "infrastructure error: here: connection lost"
+            assert again.steps(done.id) == []  # stored before steps were
+            later = again.start_trial("c", 1, seq=4, pool="p", seed=4)
+            again.fail_trial(later, "here: ssh dropped", failure="infrastructure",
+                             steps=STEPS[:1])
+        downgrade(url, "0005")  # an older driver reads the class from the prefix again
+        engine = create_engine(url)
+        try:
+            with engine.connect() as connection:
+                errors = connection.execute(text("SELECT error FROM trial ORDER BY seq"))
+                assert [row[0] for row in errors] == [
+                    "infrastructure error: here: connection lost",
+                    "p: the variant is not loaded: marker", None,
+                    "infrastructure error: here: ssh dropped"]
+        finally:
+            engine.dispose()
+
+    def test_steps_are_stored_with_the_trial_s_end(self, store: Store) -> None:
+        store.create_campaign("c", "c", {}, "demo")
+        variant = store.variant("c", BAD).id
+        done = store.start_trial("c", variant, seq=0, pool="p", seed=0)
+        failed = store.start_trial("c", variant, seq=1, pool="p", seed=1)
+        store.finish_trial(done, TIMING, sessions(2), [], [], (), STEPS)
+        with pytest.raises(StoreError, match="unknown outcome 'maybe'"):
+            store.fail_trial(failed, "x", steps=[dataclasses.replace(STEPS[0], outcome="maybe")])
+        with pytest.raises(StoreError, match="unknown failure class 'network'"):
+            store.fail_trial(failed, "x", failure="network")
+        assert store.trials("c", status=None)[1].status == "running"  # nothing half-done
+        store.fail_trial(failed, "p: not loaded", failure="variant", steps=STEPS[:2])
+        stored = store.steps(done)
+        assert [(s.position, s.name, s.service, s.outcome) for s in stored] == [
+            (0, "apply", None, "ok"), (1, "prove", "p", "failed"), (2, "stress", None, "skipped")]
+        assert stored[1].details == STEPS[1].details and stored[1].started_at.tzinfo == UTC
+        assert stored[1].duration_s == 0.25 and stored[0].started_at == STEPS[0].started_at
+        assert store.campaign_steps("c") == {done: stored, failed: store.steps(failed)}
+        assert [t.failure for t in store.trials("c", status=None)] == [None, "variant"]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            stored[0].outcome = "failed"  # type: ignore[misc]
 
     def test_round_trip(self, store: Store) -> None:
         campaign = store.create_campaign("c1", "index-k leak", {"factors": {"index_k": ["fp8"]}},

@@ -340,3 +340,50 @@ def test_a_campaign_through_systemd_units_finds_the_culprit_and_restores_the_uni
     manager = SystemdServiceManager(node)
     assert manager.describe("twin") == twin_unit  # the drop-in is gone: the operator's unit
     assert not manager.is_running("twin")  # it was not running before the campaign
+
+
+@needs_root
+def test_a_unit_that_unsets_the_variant_s_env_makes_it_unresolvable_not_a_stopped_run(
+        sd_lab: Lab, node: SSHTransport, ray_cluster: None, tmp_path: Path) -> None:
+    """The operator's own UnsetEnvironment= beats the variant: a variant failure (evidence),
+    recorded once per attempt, never retried as infrastructure until the run stops. So is a
+    value systemd cannot hold (a control character), never a crashed pool."""
+    from db.store import Store
+    from experiments.campaign import Campaign
+    from orchestrator.runner import MAX_FAILED_ATTEMPTS, create_campaign, run_campaign
+
+    host = sd_lab.host(1)
+    argv = [PY, "-m", "experiments.twin", "--host", host.address, "--port", str(PORT + 1)]
+    install_unit(node, "unsetk.service", service_unit(argv, description="unsets the variant")
+                 + "UnsetEnvironment=BF16_INDEX_K\n")
+    base = f"http://{host.address}:{PORT + 1}"
+    campaign = Campaign.model_validate({
+        "name": "unset by the unit",
+        "nodes": [sd_lab.node(1)],
+        "pools": [{"name": "p", "endpoint": base, "services": [{
+            "name": "unsetk", "node": host.name, "manager": "systemd", "unit": "unsetk.service",
+            "start": argv, "health_url": f"{base}/health", "startup_timeout_s": 60}]}],
+        "factors": [{"name": "index_k", "levels": {"fp8": {"env": {"BF16_INDEX_K": "0"}},
+                                                   "bf16": {"env": {"BF16_INDEX_K": "1"}},
+                                                   "esc": {"env": {"BF16_INDEX_K": "\x1b[0m"}}}}],
+        "workload": {"sessions": 4, "rounds": 1, "timeout_s": 10},
+        "strategy": {"kind": "factorial", "repeats": 1},
+    })
+    with Store.open(str(tmp_path / "bisect.db")) as store:
+        campaign_id = create_campaign(store, campaign, "test")
+        verdict = run_campaign(store, campaign_id).to_json()  # no RunFailed: the run ends
+        trials = store.trials(campaign_id, status=None)
+        steps = {t.id: store.steps(t.id) for t in trials}
+    assert len(trials) == 3 * MAX_FAILED_ATTEMPTS  # once per attempt, never retried more
+    assert all(t.status == "failed" and t.failure == "variant" for t in trials)
+    unset = [t for t in trials if t.levels["index_k"] != "esc"]
+    assert all("BF16_INDEX_K" in (t.error or "") and "UnsetEnvironment=" in (t.error or "")
+               for t in unset)
+    assert all("control characters" in (t.error or "") for t in trials if t not in unset)
+    assert sorted(u["levels"]["index_k"] for u in verdict["unresolvable"]) == [
+        "bf16", "esc", "fp8"]
+    assert all(u["attempts"] == MAX_FAILED_ATTEMPTS for u in verdict["unresolvable"])
+    for trial in trials:
+        restart = next(s for s in steps[trial.id] if s.name == "restart")
+        assert restart.outcome == "failed" and restart.details["failure"] == "variant"
+    assert SystemdServiceManager(node).describe("unsetk").count("zz-bisect") == 0

@@ -38,10 +38,11 @@ _SHIFT = 32  # low bits of log_offset: bytes of this start's journal text alread
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "%": "%%", "\n": "\\n", "\t": "\\t"}
 
 
-class VariantNotApplied(TransportError):
+class VariantNotApplied(RuntimeError):
     """The unit runs, but not with the variant's environment (UnsetEnvironment=, or a drop-in
     sorting after bisect's with an EnvironmentFile= of its own, overrides it): nothing measured
-    would be valid."""
+    would be valid. A failure of the variant on this unit, not of the way to the node: retrying
+    cannot help (so never a TransportError)."""
 
 
 def unit_quote(word: str, *, expand_dollar: bool) -> str:

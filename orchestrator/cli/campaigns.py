@@ -248,25 +248,32 @@ def _load(trial: TrialRecord, generators: list[GeneratorRecord], spread: bool) -
 
 
 @app.command()
-def show(campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption = False) -> None:
+def show(campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption = False,
+         with_steps: Annotated[bool, typer.Option(
+             "--steps", help="Every step of every trial: its duration, outcome and what it "
+             "observed (the proof of load's checks).")] = False) -> None:
     """Every trial of a campaign: variant, pool, status, counts, timings, where its load ran;
     and the variants skipped because they cannot be deployed (`git bisect skip`), with their
-    reasons."""
+    reasons. ``--json`` has each trial's steps."""
+    from orchestrator.cli.steps_view import step_json, step_lines
     from orchestrator.runner import unresolvable
 
     with user_errors(), Store.open(store) as db:
         spread = bool(db.get_campaign(campaign_id).spec.get("generators"))
         trials = db.trials(campaign_id, status=None)
         generators = {t.id: db.generators(t.id) for t in trials}
+        steps = db.campaign_steps(campaign_id)
     skipped = {variant_key(u.levels): u for u in unresolvable(trials)}
     rows = [
         {"seq": t.seq, "pool": t.pool, "status": t.status, "levels": t.levels,
          "counts": t.counts, "restarts": t.restarts, "wall_s": t.wall_s,
-         "stopped_early": t.stopped_early, "error": t.error, "log_events": t.events,
+         "stopped_early": t.stopped_early, "error": t.error, "failure": t.failure,
+         "log_events": t.events,
          "skipped": t.status == "failed" and variant_key(t.levels) in skipped,
          "generators": [{"node_id": g.node_id, "address": g.address, "sessions": g.sessions,
                          "finished": g.finished, "stopped": g.stopped}
-                        for g in generators[t.id]]}
+                        for g in generators[t.id]],
+         "steps": [step_json(step) for step in steps.get(t.id, [])]}
         for t in trials
     ]
     if as_json:
@@ -287,6 +294,11 @@ def show(campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption
                  _load(t, generators[t.id], spread)]
         table.add_row(*map(Text, cells))  # names, levels, addresses: never markup
     out.print(table)
+    for t in trials if with_steps else ():
+        variant = ",".join(f"{f}={lvl}" for f, lvl in t.levels.items())
+        lines = [line for step in steps.get(t.id, []) for line in step_lines(step)]
+        out.print("\n".join([f"trial {t.seq} on {t.pool} ({variant}): {t.status}",
+                             *(lines or ["  no steps stored"])]), highlight=False, markup=False)
     for u in skipped.values():
         variant = ",".join(f"{f}={lvl}" for f, lvl in u.levels.items())
         out.print(f"skipped {variant} ({u.attempts} attempts): {u.error.splitlines()[0]}",
