@@ -7,18 +7,20 @@ reaper is started first, in a session of its own (a Ctrl-C or a ``kill`` of the 
 group does not reach it), and reads the driver's messages on a pipe until end of file, which
 comes when the driver exits, however it exits:
 
+- in every case, if the driver was starting a Ray of its own, first: it kills Ray's processes
+  (the driver's process group, and the workers by the token file's path in their environment;
+  started after the driver, Ray's by name or path: a kill in the middle of ``ray.init`` leaves
+  no agent behind, and a pool's actor cannot deploy after the services are stopped) and
+  removes the Ray token file;
 - not told ``done`` (the driver died before restoring the nodes): it stops the services the
   campaign's process manager runs, each process group through its pid file, as
   ``ProcessServiceManager.stop``: on this machine and, over the campaign's own SSH transports,
   on its SSH nodes (systemd units are left to the resume: they may have run before the
-  campaign, and the resume puts them back as they were);
-- in every case, if the driver was starting a Ray of its own: it kills Ray's processes (the
-  driver's process group, started after the driver, Ray's by name or path: a kill in the
-  middle of ``ray.init`` leaves no agent behind) and removes the Ray token file.
+  campaign, and the resume puts them back as they were).
 
 Its pid is written in the node locks: a resumed campaign waits for it to finish before taking
 the locks over (``deploy.locks.LockInfo.holder_gone``), so it never stops the new driver's
-services. Services on SSH nodes are left to the resume, which stops and restores them first.
+services. The resume still restores every node (checkouts, patches, drop-ins).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -87,6 +90,11 @@ class Reaper:
     def remove_at_exit(self, path: str) -> None:
         self._send({"files": [path]})
 
+    def ray_marker(self, token_file: str) -> None:
+        """The token file's path is in the environment of every process of this driver's Ray:
+        how its workers, each in a process group of its own, are told from anyone else's."""
+        self._send({"ray": {"marker": f"RAY_AUTH_TOKEN_PATH={token_file}"}})
+
     def done(self) -> None:
         """The nodes are restored: services are no longer the reaper's business. Without a Ray
         to watch it exits now; with one, when this process does."""
@@ -121,18 +129,39 @@ def _is_ray(pid: int, package: bytes) -> bool:
     return name in (b"raylet", b"gcs_server") or argv.startswith(b"ray::") or package in argv
 
 
-def _kill_ray(group: int, after: int, package: str) -> None:
-    """Kill Ray's processes in ``group`` started at or after ``after`` (clock ticks)."""
+def _ray_processes(group: int, after: int, package: bytes, marker: bytes | None) -> list[int]:
+    """Ray's processes started at or after ``after`` (clock ticks) by this driver's Ray: in
+    its process group (raylet, GCS, the agents), or carrying its token file's path in their
+    environment (the workers, each in a process group of its own)."""
+    found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            pid = int(stat.parent.name)
+            ours = int(fields[2]) == group or (
+                marker is not None and marker in Path(f"/proc/{pid}/environ").read_bytes())
+        except (OSError, ValueError, IndexError):
             continue
-        pid = int(stat.parent.name)
-        if (int(fields[2]) == group and int(fields[19]) >= after and pid != os.getpid()
-                and _is_ray(pid, package.encode())):
+        if (ours and int(fields[19]) >= after and pid != os.getpid() and fields[0] != "Z"
+                and _is_ray(pid, package)):
+            found.append(pid)
+    return found
+
+
+def _kill_ray(group: int, after: int, package: str, marker: str | None,
+              settle_s: float = 5.0) -> None:
+    """Kill them, and again while some still appear (a raylet may be forking a worker as it
+    dies), for ``settle_s`` at most."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        pids = _ray_processes(group, after, package.encode(),
+                              marker.encode() if marker else None)
+        for pid in pids:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+        if not pids or time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
 
 
 def main() -> None:
@@ -151,10 +180,12 @@ def main() -> None:
             ray.update(message.get("ray", {}))
             files += message.get("files", [])
             done = done or bool(message.get("done"))
+    # Ray first: a pool's actor outlives its driver for a while and may still be deploying,
+    # starting a service after a stop that came first.
+    if ray and ray.get("after") is not None:
+        _kill_ray(int(ray["group"]), int(ray["after"]), str(ray["package"]), ray.get("marker"))
     if not done:
         _stop_services(services, nodes)
-    if ray and ray.get("after") is not None:
-        _kill_ray(int(ray["group"]), int(ray["after"]), str(ray["package"]))
     for path in files:
         with contextlib.suppress(OSError):
             os.unlink(path)

@@ -197,6 +197,7 @@ def run_campaign(
                 reaper.watch_ray()  # before: a kill while Ray starts leaves none of it
             if ensure_ray(ray_address) and (token := os.environ.get("RAY_AUTH_TOKEN_PATH")):
                 reaper.remove_at_exit(token)
+                reaper.ray_marker(token)
             if (unplaced := unplaceable(campaign.generators, len(campaign.pools))) is not None:
                 store.set_campaign_status(campaign_id, "failed")
                 raise RunFailed(unplaced)
