@@ -9,9 +9,9 @@ import pytest
 
 from orchestrator.evidence import TrialEvidence, variant_key
 from orchestrator.stats.compare import Answer, judge
-from orchestrator.strategies.adaptive import Adaptive, Replay, from_replay
+from orchestrator.strategies.adaptive import Adaptive, Replay, conclude_replay
 from orchestrator.strategies.base import Status
-from orchestrator.verdict import CostModel
+from orchestrator.verdict import CostModel, verdict_from
 
 Rate = Callable[[Mapping[str, str]], float]
 FOUR = {"index_k": ["fp8", "bf16"], "hicache": ["off", "on"], "topk_v2": ["off", "on"],
@@ -147,7 +147,8 @@ def test_verdict_from_the_replay_measures_the_culprit_and_keeps_the_trail() -> N
         return 0.15 if lv["index_k"] == "bf16" and lv["hicache"] == "on" else 0.0
 
     evidence, replay = campaign(Adaptive(FOUR, GOOD4, BAD4), rate)
-    verdict = from_replay(replay, evidence, FOUR, CostModel(90, 485, 16))
+    verdict = verdict_from(conclude_replay(replay, evidence, FOUR), evidence, FOUR,
+                           CostModel(90, 485, 16))
     document = verdict.to_json()
     assert verdict.status is Status.CULPRIT
     [culprit] = document["culprits"]
@@ -159,7 +160,8 @@ def test_verdict_from_the_replay_measures_the_culprit_and_keeps_the_trail() -> N
 
 def test_an_unfinished_replay_is_inconclusive() -> None:
     strategy = Adaptive(FOUR, GOOD4, BAD4)
-    verdict = from_replay(strategy.replay([]), [], FOUR, CostModel(90, 485, 16))
+    verdict = verdict_from(conclude_replay(strategy.replay([]), [], FOUR), [], FOUR,
+                           CostModel(90, 485, 16))
     assert verdict.status is Status.INCONCLUSIVE and "resume" in verdict.reason
 
 

@@ -48,9 +48,9 @@ from orchestrator.strategies.sequential import (
     VariantCounts,
     cells_of,
 )
-from orchestrator.verdict import CostModel, Verdict, judged_cells, verdict_from
+from orchestrator.verdict import judged_cells
 
-__all__ = ["Adaptive", "Replay", "Step", "conclude_replay", "from_replay"]
+__all__ = ["Adaptive", "Replay", "Step", "conclude_replay"]
 
 MAX_CULPRITS = 3
 # First looks pay when at least three flips can be let go: the sufficiency test costs about one
@@ -300,19 +300,6 @@ class Adaptive:
         factor = next(iter(spare), None) or next(
             (f for f in culprit if self.good[f] != culprit[f]), next(iter(culprit)))
         return self._flip(bad, factor)
-
-
-def from_replay(
-    replay: Replay,
-    evidence: Sequence[TrialEvidence],
-    factors: Mapping[str, Sequence[str]],
-    cost: CostModel,
-    unresolvable: Sequence[Unresolvable] = (),
-    alpha: float = 0.01,
-) -> Verdict:
-    """The adaptive verdict of ``replay`` (see ``conclude_replay``)."""
-    return verdict_from(conclude_replay(replay, evidence, factors, unresolvable), evidence,
-                        factors, cost, unresolvable, alpha)
 
 
 def conclude_replay(

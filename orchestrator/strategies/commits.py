@@ -38,7 +38,7 @@ from orchestrator.strategies.base import (
     Unresolvable,
     not_yet_running,
 )
-from orchestrator.verdict import CostModel, Verdict, judged_trials, verdict_from
+from orchestrator.verdict import judged_trials
 
 FACTOR = "commit"
 # Weak priors that still say "clean is clean, broken is broken": rates near 0 before the change,
@@ -243,20 +243,6 @@ class Commits:
         candidates = [i for i in range(1, last) if i not in skipped]
         scores = {i: expected_entropy(k, n, i, self.sessions) for i in candidates}
         return result((self.variant(min(scores, key=lambda i: (scores[i], i))),), None)
-
-
-def from_commit_replay(
-    replay: CommitReplay,
-    commits: Sequence[str],
-    evidence: Sequence[TrialEvidence],
-    factors: Mapping[str, Sequence[str]],
-    cost: CostModel,
-    unresolvable: Sequence[Unresolvable] = (),
-    alpha: float = 0.01,
-) -> Verdict:
-    """The commit search's verdict (see ``conclude_commit_replay``)."""
-    conclusion = conclude_commit_replay(replay, commits, evidence, unresolvable)
-    return verdict_from(conclusion, evidence, factors, cost, unresolvable, alpha)
 
 
 def conclude_commit_replay(
