@@ -1,47 +1,49 @@
 """What the benchmark compares: the strategies, two baselines and an oracle, on one scenario.
 
 Each returns the culprits it names ([] for "nothing to blame", None for no answer); its cost is
-what the pool ran. The strategies get their own stop rules, as `bisect run` gives them; the
-baselines are what an engineer does by hand (fixed trials, every trial in full).
+what the pool ran. The adaptive strategy and the oracle run on the real campaign loop
+(bench/simulated.py: the driver's loop, the store, the verdict as `bisect verdict` recomputes
+it), each with its own stop rules; the factorial strategy runs its fixed plan, every trial in
+full, and its verdict is the same function `bisect verdict` calls; the baselines are what an
+engineer does by hand (fixed trials, every trial in full).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from bench.scenarios import ALPHA, COST, Levels, Pool, Scenario
-from orchestrator.evidence import TrialEvidence
-from orchestrator.stats.exact import fisher_greater
-from orchestrator.strategies.adaptive import Adaptive
-from orchestrator.strategies.base import Status
-from orchestrator.strategies.factorial import Factorial, decide, fraction
+from experiments.campaign import Campaign
+from experiments.strategy_config import AdaptiveConfig
+from orchestrator.core.evidence import TrialEvidence
+from orchestrator.core.stats.exact import fisher_greater
+from orchestrator.core.strategies.adaptive import Adaptive
+from orchestrator.core.strategies.base import Status
+from orchestrator.core.strategies.factorial import Factorial, decide, fraction
+from orchestrator.core.strategies.registry import register
+from orchestrator.core.verdict import Verdict
 
-Contender = Callable[[Scenario, Pool], list[Levels] | None]
+Loop = Callable[[dict[str, Any]], Verdict]  # a `strategy:` section, run on the real loop
+Contender = Callable[[Scenario, Pool, Loop], list[Levels] | None]
 
 
 def _seen(s: Scenario, trials: Sequence[TrialEvidence]) -> list[TrialEvidence]:
-    """Trials as the strategy sees them (runner.evidence): wedges are the failures if targeted."""
+    """Trials as the strategy sees them (stored.evidence): wedges are the failures if targeted."""
     return [t.as_wedging() for t in trials] if s.target == "wedging" else list(trials)
 
 
-def run_adaptive(s: Scenario, pool: Pool) -> list[Levels] | None:
-    return _run(Adaptive(s.factors, s.good, s.bad, alpha=ALPHA, failure=s.target), s, pool)
+def _named(verdict: Verdict) -> list[Levels] | None:
+    if verdict.status is Status.CULPRIT:
+        return [dict(c.factors) for c in verdict.culprits]
+    return [] if verdict.status is Status.NOT_REPRODUCED else None
 
 
-def _run(strategy: Adaptive, s: Scenario, pool: Pool) -> list[Levels] | None:
-    done: list[TrialEvidence] = []
-    while proposals := strategy.propose(_seen(s, done), []):
-        for levels in proposals:
-            rule = strategy.stop_rule(levels, _seen(s, done))
-            done.append(pool.trial(levels, rule, s.target))
-    replay = strategy.replay(_seen(s, done))
-    if replay.outcome is Status.CULPRIT:
-        return [dict(c) for c in replay.culprits]
-    return [] if replay.outcome is Status.NOT_REPRODUCED else None
+def run_adaptive(s: Scenario, pool: Pool, loop: Loop) -> list[Levels] | None:
+    return _named(loop({"kind": "adaptive", "alpha": ALPHA}))
 
 
-def run_factorial(s: Scenario, pool: Pool, repeats: int = 2,
+def run_factorial(s: Scenario, pool: Pool, loop: Loop, repeats: int = 2,
                   fractional: bool = False) -> list[Levels] | None:
     """The factorial strategy, on every variant or on a resolution-V fraction (which is the full
     design up to 4 factors), ``repeats`` trials each, every trial in full."""
@@ -64,7 +66,7 @@ def _pair(trials: Sequence[TrialEvidence]) -> tuple[int, int]:
     return sum(t.corrupted for t in trials), sum(t.judged for t in trials)
 
 
-def run_one_at_a_time(s: Scenario, pool: Pool, trials: int = 2) -> list[Levels] | None:
+def run_one_at_a_time(s: Scenario, pool: Pool, loop: Loop, trials: int = 2) -> list[Levels] | None:
     """Flip each factor of known-bad alone; blame those whose flip clears the failure."""
     def counts(levels: Levels) -> tuple[int, int]:
         return _pair(_seen(s, [pool.trial(levels) for _ in range(trials)]))
@@ -77,13 +79,23 @@ def run_one_at_a_time(s: Scenario, pool: Pool, trials: int = 2) -> list[Levels] 
     return [blamed] if blamed else None
 
 
-class _Oracle(Adaptive):
-    """The adaptive strategy told the answer: it reproduces as adaptive does, with the same
-    sequential tests and early stops, then tests only the neighbours of each planted culprit."""
+class OracleConfig(AdaptiveConfig):
+    """The oracle's `strategy:` section: the adaptive one's, plus the planted culprits."""
 
-    def __init__(self, s: Scenario) -> None:
-        super().__init__(s.factors, s.good, s.bad, alpha=ALPHA, failure=s.target)
-        self.truth = s.culprits
+    kind: Literal["oracle"] = "oracle"  # type: ignore[assignment]
+    truth: list[dict[str, str]]
+
+
+class Oracle(Adaptive):
+    """The adaptive strategy told the answer: it reproduces as adaptive does, with the same
+    sequential tests and early stops, then tests only the neighbours of each planted culprit.
+    A plug-in strategy kind, registered here: the loop runs it as any other."""
+
+    def __init__(self, campaign: Campaign, plan: OracleConfig) -> None:
+        assert campaign.known_good is not None and campaign.known_bad is not None
+        super().__init__(campaign.level_names(), campaign.known_good, campaign.known_bad,
+                         alpha=plan.alpha, failure=plan.target)
+        self.truth = plan.truth
 
     def _culprit_in(self, run: Any, bad: dict[str, str]) -> tuple[dict[str, str], list[str]]:
         for culprit in self.truth:
@@ -92,16 +104,20 @@ class _Oracle(Adaptive):
         return {}, []
 
 
-def run_oracle(s: Scenario, pool: Pool) -> list[Levels] | None:
-    return _run(_Oracle(s), s, pool)
+register(OracleConfig, Oracle)
+
+
+def run_oracle(s: Scenario, pool: Pool, loop: Loop) -> list[Levels] | None:
+    return _named(loop({"kind": "oracle", "alpha": ALPHA, "truth": s.culprits}))
 
 
 CONTENDERS: dict[str, Contender] = {
     "adaptive": run_adaptive,
-    "fractional factorial x2": lambda s, pool: run_factorial(s, pool, fractional=True),
+    "fractional factorial x2": lambda s, pool, loop: run_factorial(s, pool, loop,
+                                                                  fractional=True),
     "factorial x2 (baseline)": run_factorial,
     "one-at-a-time x2 (baseline)": run_one_at_a_time,
     # the same with 4 trials per variant: what one-at-a-time costs to get closer to right
-    "one-at-a-time x4": lambda s, pool: run_one_at_a_time(s, pool, trials=4),
+    "one-at-a-time x4": lambda s, pool, loop: run_one_at_a_time(s, pool, loop, trials=4),
     "oracle": run_oracle,
 }

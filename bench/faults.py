@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from experiments.outcomes import is_corrupt
-from orchestrator.trial import TrialReport
+from orchestrator.executor.base import TrialReport
 from tests.conftest import free_port
 from tests.support import garbage_server
 from tests.support.fault_campaigns import TrialBench, campaign, twin_service
@@ -195,8 +195,8 @@ def lab_rows(work: Path, runs: int) -> list[Row]:
     from db.store import Store
     from deploy.lab import lab_down, lab_up
     from deploy.lab.registry import process_prefix
-    from orchestrator.ray_pool import ensure_ray
-    from orchestrator.runner import RunFailed, run_campaign
+    from orchestrator.executor.driver import RunFailed, run_campaign
+    from orchestrator.executor.ray_pool import ensure_ray
     from tests.test_node_faults import both, lab_spec, proxied_node, start, when
 
     ensure_ray()

@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from experiments.outcomes import CORRUPTION, INFRA, Outcome
-from orchestrator.evidence import TrialEvidence
-from orchestrator.stats.compare import StopWhenFailing
-from orchestrator.verdict import CostModel
+from orchestrator.core.evidence import TrialEvidence
+from orchestrator.core.stats.compare import StopWhenFailing
+from orchestrator.core.verdict import CostModel
 
 SESSIONS = 80
 ROUNDS = 4

@@ -3,10 +3,11 @@
 Each scenario (bench/scenarios.py) plants culprits among factors; a simulated pool draws every
 session of every trial (80 sessions, 4 rounds) and lets the strategies' stop rules end trials
 early, as real trials do. Every contender (bench/contenders.py) runs to its own end on the same
-seeds. Cost is `gpu_s_equivalent` at the seed investigation's real-world durations (90 s restart
-+ 485 s workload, 16 GPUs per pool): a full trial is 9,200 GPU-s.
+seeds; the strategies run on the driver's own loop (bench/simulated.py). Cost is
+`gpu_s_equivalent` at the seed investigation's real-world durations (90 s restart + 485 s
+workload, 16 GPUs per pool): a full trial is 9,200 GPU-s.
 
-    .venv/bin/python -m bench.strategies [--seeds 50] [--json out.json]
+    .venv/bin/python -m bench.strategies [--seeds 50] [--pools 1] [--json out.json]
 """
 
 from __future__ import annotations
@@ -14,18 +15,24 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.contenders import CONTENDERS
 from bench.scenarios import FULL_TRIAL_GPU_S, Levels, Scenario, scenarios
+from bench.simulated import run_strategy
+from db.store import Store
+from orchestrator.core.verdict import Verdict
 
 
 def _key(culprits: list[Levels]) -> list[tuple[tuple[str, str], ...]]:
     return sorted(tuple(sorted(c.items())) for c in culprits)
 
 
-def measure(scenario: Scenario, name: str, seeds: int) -> dict[str, Any]:
+def measure(store: Store, scenario: Scenario, name: str, seeds: int, pools: int = 1
+            ) -> dict[str, Any]:
     run = CONTENDERS[name]
     truth = _key(scenario.culprits)
     planted = {(f, lvl) for c in scenario.culprits for f, lvl in c.items()}
@@ -33,7 +40,13 @@ def measure(scenario: Scenario, name: str, seeds: int) -> dict[str, Any]:
     gpu_s, trials = [], []
     for seed in range(seeds):
         pool = scenario.pool(seed)
-        found = run(scenario, pool)
+        campaign_id = f"{scenario.name} / {name} / {seed}"
+
+        def loop(strategy: dict[str, Any], pool: Any = pool, campaign_id: str = campaign_id
+                 ) -> Verdict:
+            return run_strategy(store, campaign_id, scenario, strategy, pool, pools)
+
+        found = run(scenario, pool, loop)
         correct += found is not None and _key(found) == truth
         accused += found is not None and any(
             (f, lvl) not in planted for c in found for f, lvl in c.items())
@@ -64,18 +77,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--pools", type=int, default=1,
+                        help="pools the strategies' campaigns run on (1: each trial decided "
+                             "after every earlier one)")
     args = parser.parse_args()
     rows = []
     started = time.monotonic()
+    folder = tempfile.TemporaryDirectory(prefix="bisect-bench-")
+    store = Store.open(str(Path(folder.name) / "strategies.db"))  # every campaign, one file
     for scenario in scenarios():
         for name in CONTENDERS:
-            row = measure(scenario, name, args.seeds)
+            row = measure(store, scenario, name, args.seeds, args.pools)
             rows.append(row)
             print(f"{scenario.name:36} {name:28} correct {row['correct']:5.0%}  "
                   f"false {row['false_accusation']:5.1%}  trials {row['median_trials']:5.1f}  "
                   f"full-trial equivalents {row['median_gpu_s'] / FULL_TRIAL_GPU_S:5.2f}",
                   flush=True)
-    print(f"({args.seeds} seeds per cell, {time.monotonic() - started:.0f} s)\n")
+    print(f"({args.seeds} seeds per cell, {args.pools} pool(s), "
+          f"{time.monotonic() - started:.0f} s)\n")
     print(table(rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:

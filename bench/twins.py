@@ -23,9 +23,10 @@ import yaml
 
 from db.store import Store
 from experiments.campaign import Campaign
+from orchestrator.core.verdict import Status
 from orchestrator.demo import FAULT_MODEL, demo_campaign
-from orchestrator.runner import create_campaign, run_campaign
-from orchestrator.verdict import Status
+from orchestrator.executor.driver import run_campaign
+from orchestrator.stored import create_campaign
 
 SEED_RULE = FAULT_MODEL["rules"][0]
 # Known-good and known-bad differing in all four factors (the demo's differ in index_k only):

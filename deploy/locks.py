@@ -64,7 +64,7 @@ class LockInfo:
     host: str  # the driver's host name
     since: float  # epoch seconds, the driver's clock
     record: str = ""  # the lock file's text, exactly: what compare-and-delete compares
-    reaper: int = 0  # the driver's reaper (orchestrator/reaper.py), on the driver's host
+    reaper: int = 0  # the driver's reaper (orchestrator/executor/reaper.py), on the driver's host
 
     def holder_gone(self) -> bool:
         """True if this lock's driver is known dead: it ran on this host, its process is gone

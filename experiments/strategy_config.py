@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 Problems = list[tuple[Path_, str]]
 # The fractional designs bisect knows are tabulated for up to this many two-level factors
-# (orchestrator/strategies/design.py; a test keeps the two equal).
+# (orchestrator/core/strategies/design.py; a test keeps the two equal).
 FRACTIONAL_MAX_FACTORS = 11
 # A full factorial runs every variant: beyond this a campaign never ends (1,000 two-level factors
 # would be 2^1000), and a fraction or the adaptive strategy is the way.

@@ -93,7 +93,7 @@ def ray_cluster() -> Iterator[Cluster]:
     import ray
     from ray.cluster_utils import Cluster
 
-    from orchestrator.ray_pool import local_ray_environment
+    from orchestrator.executor.ray_pool import local_ray_environment
 
     # Ray's socket paths must stay under 108 bytes: a short private directory of its own.
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-", dir="/tmp")

@@ -7,11 +7,11 @@ from collections.abc import Callable, Mapping
 
 import pytest
 
-from orchestrator.evidence import TrialEvidence, variant_key
-from orchestrator.stats.compare import Answer, judge
-from orchestrator.strategies.adaptive import Adaptive, Replay, conclude_replay
-from orchestrator.strategies.base import Status
-from orchestrator.verdict import CostModel, verdict_from
+from orchestrator.core.evidence import TrialEvidence, variant_key
+from orchestrator.core.stats.compare import Answer, judge
+from orchestrator.core.strategies.adaptive import Adaptive, Replay, conclude_replay
+from orchestrator.core.strategies.base import Status
+from orchestrator.core.verdict import CostModel, verdict_from
 
 Rate = Callable[[Mapping[str, str]], float]
 FOUR = {"index_k": ["fp8", "bf16"], "hicache": ["off", "on"], "topk_v2": ["off", "on"],

@@ -14,7 +14,8 @@ from db.store import Store
 from experiments.campaign import Campaign
 from orchestrator.cli import app
 from orchestrator.demo import DEMO_FACTORS, twin_pool
-from orchestrator.runner import create_campaign, run_campaign
+from orchestrator.executor.driver import run_campaign
+from orchestrator.stored import create_campaign
 
 SESSIONS = 20
 FAULTS = {"seed": 11, "rules": [{

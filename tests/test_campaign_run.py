@@ -15,9 +15,10 @@ from typer.testing import CliRunner
 from db.store import Store
 from experiments.campaign import Campaign
 from orchestrator.cli import app
+from orchestrator.core.verdict import Status
 from orchestrator.demo import twin_pool
-from orchestrator.runner import create_campaign, run_campaign
-from orchestrator.verdict import Status
+from orchestrator.executor.driver import run_campaign
+from orchestrator.stored import create_campaign
 from tests.test_twin_support import race_faults
 
 HOSTILE_NAME = '<script>alert("x")</script> & [bold]co[/bold]'

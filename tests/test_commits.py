@@ -7,8 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from orchestrator.evidence import TrialEvidence
-from orchestrator.strategies.commits import (
+from orchestrator.core.evidence import TrialEvidence
+from orchestrator.core.strategies.commits import (
     CommitReplay,
     Commits,
     blocks,
@@ -144,8 +144,8 @@ def test_only_failures_of_the_commit_itself_skip_it() -> None:
     from datetime import UTC, datetime
 
     from db.records import TrialRecord
-    from orchestrator.runner import MAX_FAILED_ATTEMPTS, skipping, unresolvable
-    from orchestrator.trial import INFRA_ERROR
+    from orchestrator.executor.trial import INFRA_ERROR
+    from orchestrator.stored import MAX_FAILED_ATTEMPTS, skipping, unresolvable
 
     def failed(seq: int, commit: str, error: str) -> TrialRecord:
         failure = "infrastructure" if error.startswith(INFRA_ERROR) else "variant"

@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 from experiments.campaign import Campaign, CampaignError, load_campaign
 from experiments.campaign_checks import FRACTIONAL_MAX_FACTORS
 from orchestrator.cli import app
-from orchestrator.evidence import TrialEvidence, variant_key
-from orchestrator.runner import strategy_for
-from orchestrator.strategies.design import MAX_FACTORS, Design, DesignError, fraction
-from orchestrator.strategies.factorial import Factorial, decide
-from orchestrator.verdict import CostModel, Status, Verdict
+from orchestrator.core.evidence import TrialEvidence, variant_key
+from orchestrator.core.strategies.design import MAX_FACTORS, Design, DesignError, fraction
+from orchestrator.core.strategies.factorial import Factorial, decide
+from orchestrator.core.strategies.registry import strategy_for
+from orchestrator.core.verdict import CostModel, Status, Verdict
 
 COST = CostModel(restart_s=90, workload_s=485, gpus=16)
 NAMES = ["index_k", "hicache", "topk_v2", "cuda_graph", "overlap", "radix", "chunked", "spec",

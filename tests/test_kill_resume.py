@@ -112,7 +112,7 @@ def test_a_lock_is_taken_over_only_once_its_driver_and_reaper_are_gone(tmp_path:
 _DRIVER = """
 import sys, time
 from experiments.campaign import Campaign
-from orchestrator.reaper import Reaper
+from orchestrator.executor.reaper import Reaper
 reaper = Reaper(Campaign.model_validate_json(sys.stdin.read()))
 print(reaper.pid, flush=True)
 time.sleep(600)

@@ -25,13 +25,15 @@ from experiments.campaign import Campaign, CampaignError, parse_campaign
 from experiments.workload.spec import WorkloadSpec
 from experiments.yaml_lines import load_yaml
 from orchestrator.cli import app
+from orchestrator.core.stats.compare import StopWhenFailing
+from orchestrator.core.verdict import Status
 from orchestrator.demo import twin_pool
-from orchestrator.load_generators import split, unplaceable
-from orchestrator.ray_pool import PoolActors
-from orchestrator.runner import RunFailed, create_campaign, run_campaign, verdict_of
-from orchestrator.stats.compare import StopWhenFailing
-from orchestrator.trial import INFRA_ERROR, TrialOrder, TrialReport
-from orchestrator.verdict import Status
+from orchestrator.executor.base import TrialOrder, TrialReport
+from orchestrator.executor.driver import RunFailed, run_campaign
+from orchestrator.executor.load_generators import split, unplaceable
+from orchestrator.executor.ray_pool import PoolActors
+from orchestrator.executor.trial import INFRA_ERROR
+from orchestrator.stored import create_campaign, verdict_of
 
 LOADGEN = 4  # what the load machine advertises: two pools of two generators each
 LABEL = {"bisect-role": "load"}

@@ -27,7 +27,8 @@ from deploy.transports.factory import ssh_target
 from deploy.transports.ssh import SSHTransport
 from experiments.campaign import Campaign
 from orchestrator.cli import app
-from orchestrator.runner import INFRA_ERROR, RunFailed, create_campaign, run_campaign
+from orchestrator.executor.driver import INFRA_ERROR, RunFailed, run_campaign
+from orchestrator.stored import create_campaign
 from tests.support.fault_campaigns import (
     TrialBench,
     campaign,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.campaign import Campaign
-from orchestrator.placement import place, restarts_between
+from orchestrator.executor.placement import place, restarts_between
 
 GOOD = {"index_k": "fp8", "hicache": "off", "topk_v2": "off", "commit": "old"}
 BAD = {"index_k": "bf16", "hicache": "on", "topk_v2": "on", "commit": "old"}

@@ -19,7 +19,7 @@ import pytest
 # what the test needs and waits for its stdin to close.
 DRIVER = """
 import json, os, sys
-from orchestrator.ray_pool import ensure_ray
+from orchestrator.executor.ray_pool import ensure_ray
 import ray
 assert ensure_ray()
 @ray.remote(num_cpus=0)

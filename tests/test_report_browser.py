@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from db import Store
-from orchestrator.report import write_report
+from orchestrator.reports.html import write_report
 from tests.postgres_fixture import unavailable
 from tests.test_store import culprit_campaign
 

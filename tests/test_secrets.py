@@ -27,9 +27,9 @@ from experiments.workload.spec import WorkloadSpec
 from experiments.workload.stress import run_stress
 from orchestrator.cli import app
 from orchestrator.demo import twin_pool
-from orchestrator.ray_pool import private_temp_dir
-from orchestrator.runner import redacted
-from orchestrator.trial import TrialReport
+from orchestrator.executor.base import TrialReport
+from orchestrator.executor.driver import redacted
+from orchestrator.executor.ray_pool import private_temp_dir
 from tests.conftest import TwinFactory
 
 TOKEN_VAR = "BISECT_TEST_PLANTED_TOKEN"

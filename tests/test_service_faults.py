@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 from db.store import Store
 from experiments.campaign import Campaign
 from orchestrator.cli import app
-from orchestrator.runner import create_campaign, run_campaign
+from orchestrator.executor.driver import run_campaign
+from orchestrator.stored import create_campaign
 from tests.conftest import free_port
 from tests.support import garbage_server
 from tests.support.fault_campaigns import (

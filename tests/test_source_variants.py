@@ -17,9 +17,10 @@ from db.store import Store
 from deploy.transports.local import LocalTransport
 from deploy.variants.patch import FilePatch
 from experiments.campaign import Campaign
+from orchestrator.core.verdict import Status
 from orchestrator.demo import twin_pool
-from orchestrator.runner import create_campaign, run_campaign
-from orchestrator.verdict import Status
+from orchestrator.executor.driver import run_campaign
+from orchestrator.stored import create_campaign
 
 
 def model(probability: float) -> str:

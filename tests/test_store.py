@@ -33,7 +33,7 @@ from db.migrate import current_revision, downgrade, head_revision, upgrade
 from db.models import Base
 from experiments.campaign import Campaign
 from orchestrator.cli import app
-from orchestrator.runner import create_campaign
+from orchestrator.stored import create_campaign
 
 TABLES = {"campaign", "variant", "trial", "session", "metric_sample", "log_event", "node_lock",
           "trial_generator", "trial_step"}

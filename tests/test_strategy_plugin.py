@@ -18,22 +18,23 @@ from typer.testing import CliRunner
 from db.store import Store
 from experiments.campaign import Campaign, load_campaign
 from experiments.strategy_config import Problems, StrategyConfig
-from orchestrator.attribution import measure
 from orchestrator.cli import app
-from orchestrator.demo import twin_pool
-from orchestrator.evidence import Levels, TrialEvidence, variant_key
-from orchestrator.runner import create_campaign, run_campaign
-from orchestrator.stats.compare import StopWhenFailing
-from orchestrator.stats.exact import fisher_greater
-from orchestrator.strategies.base import (
+from orchestrator.core.attribution import measure
+from orchestrator.core.evidence import Levels, TrialEvidence, variant_key
+from orchestrator.core.stats.compare import StopWhenFailing
+from orchestrator.core.stats.exact import fisher_greater
+from orchestrator.core.strategies.base import (
     UNFINISHED,
     Conclusion,
     Status,
     Unresolvable,
     not_yet_running,
 )
-from orchestrator.strategies.registry import register, unregister
-from orchestrator.verdict import judged_cells
+from orchestrator.core.strategies.registry import register, unregister
+from orchestrator.core.verdict import judged_cells
+from orchestrator.demo import twin_pool
+from orchestrator.executor.driver import run_campaign
+from orchestrator.stored import create_campaign
 
 GOOD = {"index_k": "fp8", "topk_v2": "off"}
 BAD = {"index_k": "bf16", "topk_v2": "on"}

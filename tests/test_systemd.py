@@ -305,7 +305,8 @@ def test_a_campaign_through_systemd_units_finds_the_culprit_and_restores_the_uni
         tmp_path: Path) -> None:
     from db.store import Store
     from experiments.campaign import Campaign
-    from orchestrator.runner import create_campaign, run_campaign
+    from orchestrator.executor.driver import run_campaign
+    from orchestrator.stored import create_campaign
 
     host = sd_lab.host(1)
     faults = Path(host.workdir) / "faults.yaml"  # the container's /tmp is its own: use workdir
@@ -350,7 +351,8 @@ def test_a_unit_that_unsets_the_variant_s_env_makes_it_unresolvable_not_a_stoppe
     value systemd cannot hold (a control character), never a crashed pool."""
     from db.store import Store
     from experiments.campaign import Campaign
-    from orchestrator.runner import MAX_FAILED_ATTEMPTS, create_campaign, run_campaign
+    from orchestrator.executor.driver import run_campaign
+    from orchestrator.stored import MAX_FAILED_ATTEMPTS, create_campaign
 
     host = sd_lab.host(1)
     argv = [PY, "-m", "experiments.twin", "--host", host.address, "--port", str(PORT + 1)]

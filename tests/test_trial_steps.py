@@ -13,7 +13,8 @@ from db.store import Store
 from experiments.campaign import Campaign
 from orchestrator.cli import app
 from orchestrator.demo import DEMO_FACTORS, twin_pool
-from orchestrator.runner import MAX_FAILED_ATTEMPTS, create_campaign, run_campaign
+from orchestrator.executor.driver import run_campaign
+from orchestrator.stored import MAX_FAILED_ATTEMPTS, create_campaign
 
 SERVICE = "sglang-p"
 CHAIN = ["apply", "restart", "health", "prove", "hooks", "stress", "collect"]

@@ -11,10 +11,11 @@ import yaml
 
 from db.store import Store
 from experiments.campaign import Campaign
+from orchestrator.core.verdict import Status
 from orchestrator.demo import twin_pool
-from orchestrator.nodes import PreflightFailed
-from orchestrator.runner import MAX_FAILED_ATTEMPTS, create_campaign, run_campaign
-from orchestrator.verdict import Status
+from orchestrator.executor.driver import run_campaign
+from orchestrator.executor.nodes import PreflightFailed
+from orchestrator.stored import MAX_FAILED_ATTEMPTS, create_campaign
 
 
 def one_pool(tmp_path: Path, name: str, factors: list[dict[str, Any]]) -> dict[str, Any]:
@@ -99,7 +100,7 @@ def test_a_node_held_by_another_campaign_is_refused_until_unlocked(ray_cluster: 
     from deploy import locks
     from deploy.transports.local import LocalTransport
     from orchestrator.cli import app
-    from orchestrator.runner import RunFailed
+    from orchestrator.executor.driver import RunFailed
 
     workdir = tmp_path / "services"
     spec = one_pool(tmp_path, "locked", [{"name": "f", "levels": {"a": {}, "b": {}}}])

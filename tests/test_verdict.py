@@ -8,11 +8,11 @@ from collections.abc import Callable, Mapping
 
 import pytest
 
-from orchestrator.evidence import TrialEvidence, variant_key
-from orchestrator.stats.exact import fisher_greater, trials_greater
-from orchestrator.stats.proportions import newcombe_difference, wilson
-from orchestrator.strategies.factorial import Factorial, decide, gray_order
-from orchestrator.verdict import CostModel, Status
+from orchestrator.core.evidence import TrialEvidence, variant_key
+from orchestrator.core.stats.exact import fisher_greater, trials_greater
+from orchestrator.core.stats.proportions import newcombe_difference, wilson
+from orchestrator.core.strategies.factorial import Factorial, decide, gray_order
+from orchestrator.core.verdict import CostModel, Status
 
 FACTORS = {
     "index_k": ["fp8", "bf16"],

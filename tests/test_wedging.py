@@ -12,7 +12,8 @@ from db.store import Store
 from experiments.campaign import Campaign
 from orchestrator.cli import app
 from orchestrator.demo import twin_pool
-from orchestrator.runner import create_campaign, run_campaign
+from orchestrator.executor.driver import run_campaign
+from orchestrator.stored import create_campaign
 
 
 def test_the_switch_that_makes_the_server_fail_requests_is_named(ray_cluster: None,

@@ -25,9 +25,8 @@ from orchestrator.cli.common import (
     progress,
     user_errors,
 )
-from orchestrator.commit_range import expand_commits
-from orchestrator.evidence import variant_key
-from orchestrator.verdict import Verdict
+from orchestrator.core.evidence import variant_key
+from orchestrator.core.verdict import Verdict
 
 RayAddress = Annotated[str | None, typer.Option(
     "--ray-address", envvar="RAY_ADDRESS",
@@ -60,7 +59,7 @@ def _print_verdict(verdict: Verdict, campaign_id: str, as_json: bool) -> None:
 
 def _finish_run(store: Store, campaign_id: str, verdict: Verdict, report: Path | None,
                 as_json: bool) -> None:
-    from orchestrator.report import write_report
+    from orchestrator.reports.html import write_report
 
     if report is not None:
         write_report(store, campaign_id, report)
@@ -73,7 +72,8 @@ def _finish_run(store: Store, campaign_id: str, verdict: Verdict, report: Path |
 def _run_new(campaign: Campaign, source: str, store: str, report: Path | None, as_json: bool,
              ray_address: str | None) -> None:
     """Store a new campaign, run it to its verdict, print it (and the report)."""
-    from orchestrator.runner import create_campaign, read_secrets, run_campaign
+    from orchestrator.executor.driver import read_secrets, run_campaign
+    from orchestrator.stored import create_campaign
 
     try:  # a missing secret is bad input: no campaign is created
         read_secrets(campaign)
@@ -96,7 +96,8 @@ def demo(
 ) -> None:
     """Run a complete campaign against twin nodes on this machine (no GPU needed)."""
     from orchestrator.demo import prepare_demo
-    from orchestrator.runner import create_campaign, run_campaign
+    from orchestrator.executor.driver import run_campaign
+    from orchestrator.stored import create_campaign
 
     with user_errors():
         directory = directory.resolve()
@@ -118,6 +119,8 @@ def run(
     ray_address: RayAddress = None,
 ) -> None:
     """Run a campaign to its verdict."""
+    from orchestrator.executor.commit_range import expand_commits  # reaches the nodes (SSH)
+
     with user_errors():
         campaign = load_campaign(campaign_file)
         if campaign.commits is not None:  # the range becomes the factor `commit`, resolved now
@@ -138,6 +141,7 @@ def commits(
 ) -> None:
     """Find the first bad commit between --good and --bad (the campaign's `commits:` section
     names the tree, build and fixed levels)."""
+    from orchestrator.executor.commit_range import expand_commits  # reaches the nodes (SSH)
 
     with user_errors():
         campaign = expand_commits(load_campaign(campaign_file), good=good, bad=bad)
@@ -153,7 +157,7 @@ def resume(
     ray_address: RayAddress = None,
 ) -> None:
     """Continue an interrupted campaign from what the store holds."""
-    from orchestrator.runner import run_campaign
+    from orchestrator.executor.driver import run_campaign
 
     with user_errors(), Store.open(store) as db:
         db.get_campaign(campaign_id)
@@ -166,7 +170,7 @@ def verdict(
     campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption = False
 ) -> None:
     """Recompute and print a campaign's verdict from its stored trials."""
-    from orchestrator.runner import verdict_of
+    from orchestrator.stored import verdict_of
 
     with user_errors(), Store.open(store) as db:
         result = verdict_of(db, campaign_id)
@@ -181,7 +185,7 @@ def report(
     store: StoreOption = "bisect.db",
 ) -> None:
     """Write a campaign's HTML report."""
-    from orchestrator.report import write_report
+    from orchestrator.reports.html import write_report
 
     with user_errors(), Store.open(store) as db:
         path = write_report(db, campaign_id, output)
@@ -211,7 +215,7 @@ def list_campaigns(store: StoreOption = "bisect.db", as_json: JsonOption = False
 def decision_log(campaign_id: str, store: StoreOption = "bisect.db",
                  as_json: JsonOption = False) -> None:
     """The decision trail: every comparison the strategy made, its counts and its answer."""
-    from orchestrator.runner import verdict_of
+    from orchestrator.stored import verdict_of
 
     with user_errors(), Store.open(store) as db:
         trail = verdict_of(db, campaign_id).to_json()["log"]
@@ -256,7 +260,7 @@ def show(campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption
     and the variants skipped because they cannot be deployed (`git bisect skip`), with their
     reasons. ``--json`` has each trial's steps."""
     from orchestrator.cli.steps_view import step_json, step_lines
-    from orchestrator.runner import unresolvable
+    from orchestrator.stored import unresolvable
 
     with user_errors(), Store.open(store) as db:
         spread = bool(db.get_campaign(campaign_id).spec.get("generators"))

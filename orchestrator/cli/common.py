@@ -18,7 +18,7 @@ from rich.text import Text
 from db.errors import NotFound, StoreError
 from experiments.campaign import CampaignError
 from experiments.secrets import SecretMissing, redact
-from orchestrator.verdict import Status, Verdict
+from orchestrator.core.verdict import Status, Verdict
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -36,8 +36,8 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON documen
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Known failures become one sentence and an exit code; no traceback reaches a user."""
-    from orchestrator.nodes import PreflightFailed
-    from orchestrator.runner import RunFailed
+    from orchestrator.executor.driver import RunFailed
+    from orchestrator.executor.nodes import PreflightFailed
 
     try:
         yield

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import yaml
 
-from deploy.lab import Lab, LabError, lab_down, lab_status, lab_up
 from orchestrator.cli.common import JsonOption, app, error, out
+
+if TYPE_CHECKING:  # the lab (and SSH) is imported by its commands: `bisect verdict` needs none
+    from deploy.lab import Lab
 
 lab_app = typer.Typer(no_args_is_help=True, help="A lab of SSH test hosts (needs root).")
 app.add_typer(lab_app, name="lab")
@@ -28,6 +30,7 @@ def up(directory: DirOption = DEFAULT_DIR,
        hosts: Annotated[int, typer.Option(min=1, max=16)] = 2,
        systemd: SystemdOption = False) -> None:
     """Build the hosts (network namespaces, each with its own sshd) and a ready campaign file."""
+    from deploy.lab import LabError, lab_up
     from orchestrator.lab_campaign import write_lab_campaign
 
     try:
@@ -69,6 +72,8 @@ def _install_units(lab: Lab, campaign: Path) -> list[str]:
 @lab_app.command("down")
 def down(directory: DirOption = DEFAULT_DIR) -> None:
     """Stop everything the lab runs and remove its namespaces, links and bridge."""
+    from deploy.lab import LabError, lab_down
+
     try:
         lab_down(directory.resolve())
     except LabError as exc:
@@ -80,6 +85,8 @@ def down(directory: DirOption = DEFAULT_DIR) -> None:
 @lab_app.command("status")
 def status(directory: DirOption = DEFAULT_DIR, as_json: JsonOption = False) -> None:
     """What is up: hosts, addresses, sshd."""
+    from deploy.lab import lab_status
+
     state = lab_status(directory.resolve())
     if as_json:
         print(json.dumps(state.as_dict(), indent=2))

@@ -158,7 +158,7 @@ def validate(campaign_file: Path) -> None:
     shown = f"{variants} variants"
     plan = campaign.strategy
     if isinstance(plan, FactorialConfig) and plan.design == "fractional":
-        from orchestrator.strategies.factorial import fraction
+        from orchestrator.core.strategies.factorial import fraction
 
         design = fraction(campaign.level_names(), plan.resolution,
                           campaign.known_bad)

@@ -1,8 +1,8 @@
 """Small campaigns for the fault-injection tests, and one trial run in this process.
 
-A trial's pipeline is ``PoolRunner`` (orchestrator/trial.py); the tests run it here, without
-Ray, when they judge what one fault does to one trial, and run whole campaigns (with Ray) when
-they judge what the driver makes of it (retries, unresolvable variants, a failed run).
+A trial's pipeline is ``PoolRunner`` (orchestrator/executor/trial.py); the tests run it here,
+without Ray, when they judge what one fault does to one trial, and run whole campaigns (with
+Ray) when they judge what the driver makes of it (retries, unresolvable variants, a failed run).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 
 from db.records import TrialRecord
 from experiments.outcomes import is_corrupt
-from orchestrator.trial import PoolRunner, TrialOrder, TrialReport
+from orchestrator.executor.base import TrialOrder, TrialReport
+from orchestrator.executor.trial import PoolRunner
 
 # One factor whose levels restart the twin (a flag) but change nothing it serves.
 RESTARTING_FACTOR: dict[str, Any] = {"name": "page", "levels": {

@@ -11,7 +11,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from db.store import Store
 from experiments.outcomes import is_corrupt
-from orchestrator.runner import campaign_of, verdict_of
+from orchestrator.stored import campaign_of, verdict_of
 
 MAX_EVIDENCE = 20
 MAX_EVIDENCE_CHARS = 400

@@ -28,6 +28,7 @@ from experiments.workload import triage
 from experiments.workload.results import SessionResult, StressResult
 from experiments.workload.spec import WorkloadSpec
 from experiments.workload.stress import run_stress
+from orchestrator.executor.base import GeneratorRun
 
 
 class GeneratorFailed(RuntimeError):
@@ -41,17 +42,6 @@ class GeneratorNode:
 
     node_id: str  # its Ray node
     address: str  # that node's IP address: the machine a user can find
-
-
-@dataclass(frozen=True)
-class GeneratorRun:
-    """What one generator did in one trial."""
-
-    node_id: str  # the Ray node it ran on
-    address: str  # the IP address of that node
-    sessions: int  # sessions it was given
-    finished: int  # sessions it reported
-    stopped: bool  # told to stop while some of its sessions were still to run
 
 
 @dataclass(frozen=True)

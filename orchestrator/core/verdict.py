@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.outcomes import WEDGE_LOG_KINDS
-from orchestrator.attribution import Culprit, find_culprits
-from orchestrator.evidence import Cell, TrialEvidence, cells, variant_key
-from orchestrator.stats.proportions import wilson
-from orchestrator.strategies.base import Conclusion, Status, Unresolvable
-from orchestrator.strategies.design import Design
-from orchestrator.strategies.design_effects import estimate_effects
+from orchestrator.core.attribution import Culprit, find_culprits
+from orchestrator.core.evidence import Cell, TrialEvidence, cells, variant_key
+from orchestrator.core.stats.proportions import wilson
+from orchestrator.core.strategies.base import Conclusion, Status, Unresolvable
+from orchestrator.core.strategies.design import Design
+from orchestrator.core.strategies.design_effects import estimate_effects
 
 __all__ = ["MAX_INFRA_SHARE", "CostModel", "Status", "Unresolvable", "Verdict", "judged_cells",
            "judged_trials", "variant_cells", "verdict_from", "wedging"]

@@ -28,17 +28,17 @@ from typing import Any
 import numpy as np
 from scipy.special import betaln, gammaln
 
-from orchestrator.attribution import Culprit, measure
-from orchestrator.evidence import Levels, TrialEvidence, cells
-from orchestrator.stats.compare import Answer, StopWhenFailing, reproduced
-from orchestrator.strategies.base import (
+from orchestrator.core.attribution import Culprit, measure
+from orchestrator.core.evidence import Levels, TrialEvidence, cells
+from orchestrator.core.stats.compare import Answer, StopWhenFailing, reproduced
+from orchestrator.core.strategies.base import (
     UNFINISHED,
     Conclusion,
     Status,
     Unresolvable,
     not_yet_running,
 )
-from orchestrator.verdict import judged_trials
+from orchestrator.core.verdict import judged_trials
 
 FACTOR = "commit"
 # Weak priors that still say "clean is clean, broken is broken": rates near 0 before the change,

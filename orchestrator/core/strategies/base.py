@@ -3,7 +3,7 @@ evidence concludes; with the one vocabulary of conclusions, ``Status``.
 
 A strategy sees plain values only (no store, no Ray) so it can be tested and simulated in
 milliseconds. It returns an empty list, with nothing pending, when it is done. A kind of
-strategy is registered once (orchestrator/strategies/registry.py): its config class and the
+strategy is registered once (orchestrator/core/strategies/registry.py): its config class and the
 factory that builds it from a campaign.
 """
 
@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from orchestrator.evidence import Levels, TrialEvidence, variant_key
-from orchestrator.stats.compare import StopWhenFailing
+from orchestrator.core.evidence import Levels, TrialEvidence, variant_key
+from orchestrator.core.stats.compare import StopWhenFailing
 
 if TYPE_CHECKING:
-    from orchestrator.attribution import Culprit
-    from orchestrator.strategies.design import Design
+    from orchestrator.core.attribution import Culprit
+    from orchestrator.core.strategies.design import Design
 
 
 class Status(StrEnum):

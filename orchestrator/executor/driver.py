@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import secrets
 from collections.abc import Callable
-from datetime import UTC, datetime
 
-from db.records import TrialRecord
 from db.store import Store
 from deploy.locks import NodeLocked
 from deploy.services.systemd import SystemdServiceManager
@@ -23,101 +20,26 @@ from experiments.campaign import Campaign
 from experiments.outcomes import is_corrupt
 from experiments.secrets import SecretMissing, SecretValues, redact, redact_any
 from experiments.workload.http_client import bearer, header_lines
-from orchestrator.evidence import TrialEvidence, variant_key
-from orchestrator.load_generators import unplaceable
-from orchestrator.nodes import PreflightFailed, check_nodes, locked
-from orchestrator.placement import place
-from orchestrator.ray_pool import PoolActors, PoolCrashed, ensure_ray, ray_started
-from orchestrator.reaper import Reaper
-from orchestrator.source_variants import recover_nodes
-from orchestrator.strategies.base import Strategy
-from orchestrator.strategies.registry import strategy_for
-from orchestrator.trial import (
-    INFRA_ERROR,
-    TrialOrder,
-    TrialReport,
-    generator_rows,
-    service_manager,
-)
-from orchestrator.verdict import CostModel, Unresolvable, Verdict, variant_cells, verdict_from
+from orchestrator.core.evidence import variant_key
+from orchestrator.core.strategies.base import Strategy
+from orchestrator.core.strategies.registry import strategy_for
+from orchestrator.core.verdict import Verdict
+from orchestrator.executor.base import Executor, PoolCrashed, TrialOrder, TrialReport
+from orchestrator.executor.load_generators import unplaceable
+from orchestrator.executor.nodes import PreflightFailed, check_nodes, locked
+from orchestrator.executor.placement import place
+from orchestrator.executor.ray_pool import PoolActors, ensure_ray, ray_started
+from orchestrator.executor.reaper import Reaper
+from orchestrator.executor.source_variants import recover_nodes
+from orchestrator.executor.trial import INFRA_ERROR, generator_rows, service_manager
+from orchestrator.stored import campaign_of, evidence, skipping, unresolvable, verdict_of
 
-MAX_FAILED_ATTEMPTS = 2  # then the variant is unresolvable, like `git bisect skip`
 MAX_INFRA_ATTEMPTS = 3  # infrastructure failures of one variant in one run: then the run stops
 Progress = Callable[[str], None]
 
 
 class RunFailed(RuntimeError):
     """The campaign could not go on (not a bad variant: a broken run)."""
-
-
-def new_campaign_id(name: str) -> str:
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{secrets.token_hex(2)}"
-
-
-def evidence(trials: list[TrialRecord], target: str = "corruption",
-             planned: int = 0) -> list[TrialEvidence]:
-    """Finished trials as the strategies see them; for a wedging campaign, errors and timeouts
-    are the failures (``TrialEvidence.as_wedging``). ``planned``: sessions per trial."""
-    done = [
-        TrialEvidence(levels=t.levels, counts=t.counts, restarts=t.restarts,
-                      wall_s=t.wall_s or 0.0, workload_s=t.workload_s or 0.0,
-                      stopped_early=t.stopped_early, events=t.events, planned=planned)
-        for t in trials
-        if t.status == "done"
-    ]
-    return [t.as_wedging() for t in done] if target == "wedging" else done
-
-
-def campaign_of(store: Store, campaign_id: str) -> Campaign:
-    return Campaign.model_validate(store.get_campaign(campaign_id).spec)
-
-
-def unresolvable(trials: list[TrialRecord]) -> list[Unresolvable]:
-    """Variants whose deploys failed MAX_FAILED_ATTEMPTS times: skipped, with the last reason.
-
-    What counts is a failure of the variant itself: its checkout or build failed, its server
-    exited or never became healthy, or it could not be proven loaded (for a commit: ``git bisect
-    skip``). A failure of the way to the node (SSH drop, command timeout: the trial's
-    ``failure`` is "infrastructure", stored by the exception's type) says
-    nothing about the variant: it is retried, and stops the run when it persists."""
-    failures: dict[str, list[TrialRecord]] = {}
-    for trial in trials:
-        if trial.status == "failed" and trial.failure == "variant":
-            failures.setdefault(variant_key(trial.levels), []).append(trial)
-    return [
-        Unresolvable(failed[-1].levels, len(failed), failed[-1].error or "unknown error")
-        for failed in failures.values()
-        if len(failed) >= MAX_FAILED_ATTEMPTS
-    ]
-
-
-def verdict_of(store: Store, campaign_id: str) -> Verdict:
-    """Recompute the verdict from the stored trials."""
-    campaign = campaign_of(store, campaign_id)
-    trials = store.trials(campaign_id, status=None)
-    target = campaign.strategy.target
-    done = evidence(trials, target, campaign.workload.sessions)
-    skipped = unresolvable(trials)
-    cost = CostModel(campaign.cost.restart_s, campaign.cost.workload_s, campaign.cost.gpus)
-    strategy = skipping(strategy_for(campaign), skipped)
-    verdict = verdict_from(strategy.conclude(done, skipped), done, campaign.level_names(), cost,
-                           skipped, campaign.strategy.alpha)
-    if target == "wedging":  # decided on errors and timeouts; the variants shown as they were
-        shown = variant_cells(evidence(trials), campaign.level_names())
-        verdict = dataclasses.replace(verdict, cells=tuple(shown))
-    return dataclasses.replace(verdict, target=target)
-
-
-def skipping(strategy: Strategy, skipped: list[Unresolvable]) -> Strategy:
-    """The strategy told which variants cannot be deployed (``Strategy.meeting``)."""
-    return strategy.meeting(skipped)
-
-
-def create_campaign(store: Store, campaign: Campaign, source: str) -> str:
-    campaign_id = new_campaign_id(campaign.name)
-    store.create_campaign(campaign_id, campaign.name, campaign.model_dump(mode="json"), source)
-    return campaign_id
 
 
 def read_secrets(campaign: Campaign) -> SecretValues:
@@ -203,7 +125,9 @@ def run_campaign(
                 raise RunFailed(unplaced)
             was_running = running_before(campaign, transports)
             try:
-                _drive(store, campaign_id, campaign, progress, secrets)
+                actors = PoolActors(pools_spec(campaign), [p.name for p in campaign.pools],
+                                    secrets.values)
+                drive(store, campaign_id, campaign, actors, progress)
             except BaseException:
                 _best_effort(lambda: restore_services(campaign, transports, was_running),
                              progress, "restore the nodes")
@@ -242,13 +166,14 @@ def stop_leftovers(campaign: Campaign, transports: Transports) -> None:
                 service_manager(service, transports, workdirs).stop(service.name)
 
 
-def _drive(store: Store, campaign_id: str, campaign: Campaign, progress: Progress,
-           secrets: SecretValues) -> None:
-    """Propose, dispatch, store, until the strategy is done; the actors stop their services."""
+def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
+          progress: Progress = lambda _: None) -> None:
+    """Propose, dispatch, store, until the strategy is done; then the executor stops the pools'
+    services. The loop knows pools only through ``actors`` (Ray's, or the benchmark's simulated
+    ones) and nodes not at all: ``run_campaign`` prepares them first."""
     base = strategy_for(campaign)
     target, planned = campaign.strategy.target, campaign.workload.sessions
     infra_failures: dict[str, int] = {}  # this run's, per variant
-    actors = PoolActors(pools_spec(campaign), [p.name for p in campaign.pools], secrets.values)
     pending: dict[int, dict[str, str]] = {}
     running: dict[str, dict[str, str]] = {}  # what each pool ran last (restart economy)
     status = "failed"

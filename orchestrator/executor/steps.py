@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from db.records import LogRow, StepRow
 from deploy.health import HealthTimeout, wait_healthy
@@ -31,12 +31,13 @@ from deploy.variants.base import VariantError
 from experiments.campaign import Service
 from experiments.collect import Sample
 from experiments.workload.stress import StressResult
-from orchestrator.load_generators import GeneratorFailed
+from orchestrator.executor.base import Failure
+from orchestrator.executor.load_generators import GeneratorFailed
 
 if TYPE_CHECKING:
-    from orchestrator.trial import PoolRunner, TrialOrder
+    from orchestrator.executor.base import TrialOrder
+    from orchestrator.executor.trial import PoolRunner
 
-Failure = Literal["infrastructure", "variant"]
 Details = dict[str, Any]
 LOG_TAIL_LINES = 20
 
@@ -103,7 +104,7 @@ class Apply:
 
     @staticmethod
     def _apply(pool: PoolRunner, trial: TrialState) -> Details:
-        from orchestrator.trial import level_settings  # trial imports this module
+        from orchestrator.executor.trial import level_settings  # trial imports this module
 
         levels = trial.order.levels
         trial.settings = level_settings(pool.campaign, levels, pool.secrets)

@@ -1,4 +1,4 @@
-"""One trial on one pool: its chain of steps (orchestrator.steps), apply → stress → collect.
+"""One trial on one pool: its chain of steps (executor/steps.py), apply → stress → collect.
 
 Runs inside the pool's Ray actor. It never writes the store: it returns a TrialReport value (with
 its steps) and the driver, the only writer, stores it. A server that misbehaves is data
@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
-from db.records import GeneratorRow, LogRow, MetricRow, SessionRow, StepRow, TrialTiming
+from db.records import GeneratorRow, LogRow, MetricRow, SessionRow, TrialTiming
 from deploy.render import LevelSettings
 from deploy.services.base import ServiceConfig, ServiceManager
 from deploy.services.factory import manager_for
@@ -23,12 +22,12 @@ from experiments.collect import Sample, log_events, poll_metrics
 from experiments.outcomes import is_corrupt, is_infra
 from experiments.secrets import SecretValues, shown
 from experiments.workload.stress import SessionResult, StressResult, run_stress
-from orchestrator.load_generators import GeneratorRun, LoadGenerators
-from orchestrator.source_variants import SourceVariants
-from orchestrator.stats.compare import StopWhenFailing
-from orchestrator.steps import (
+from orchestrator.core.stats.compare import StopWhenFailing
+from orchestrator.executor.base import GeneratorRun, TrialOrder, TrialReport
+from orchestrator.executor.load_generators import LoadGenerators
+from orchestrator.executor.source_variants import SourceVariants
+from orchestrator.executor.steps import (
     DEPLOY_STEPS,
-    Failure,
     TrialState,
     chain,
     failure_of,
@@ -36,30 +35,8 @@ from orchestrator.steps import (
 )
 
 # Begins the error text of an infrastructure failure, for people: the class itself is the
-# report's ``failure``, decided by type (orchestrator.steps) and stored as a column.
+# report's ``failure``, decided by type (orchestrator.executor.steps) and stored as a column.
 INFRA_ERROR = "infrastructure error: "
-
-
-@dataclass(frozen=True)
-class TrialOrder:
-    trial_id: int
-    levels: dict[str, str]
-    seed: int
-    stop_rule: StopWhenFailing | None = None  # a sequential test may end the workload early
-    target: str = "corruption"  # what the stop rule counts: corrupt sessions, or wedged ones
-
-
-@dataclass(frozen=True)
-class TrialReport:
-    trial_id: int
-    error: str | None
-    timing: TrialTiming
-    sessions: list[SessionRow] = field(default_factory=list)
-    metrics: list[MetricRow] = field(default_factory=list)
-    logs: list[LogRow] = field(default_factory=list)
-    generators: tuple[GeneratorRun, ...] = ()  # the load generators that ran the workload
-    failure: Failure | None = None  # a failed trial's class (orchestrator.steps.failure_of)
-    steps: tuple[StepRow, ...] = ()  # its chain of steps as they ran
 
 
 def generator_rows(runs: Iterable[GeneratorRun]) -> list[GeneratorRow]:
@@ -111,7 +88,7 @@ class PoolRunner:
         self.generators = LoadGenerators(generators) if generators is not None else None
 
     async def run_trial(self, order: TrialOrder) -> TrialReport:
-        """One trial: its chain of steps (orchestrator.steps), each timed and reported."""
+        """One trial: its chain of steps (orchestrator.executor.steps), each timed and reported."""
         started = time.monotonic()
         trial = TrialState(order)
         steps, failed = await run_chain(chain(self.pool.services), self, trial)

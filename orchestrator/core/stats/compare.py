@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from orchestrator.stats.exact import fisher_greater
+from orchestrator.core.stats.exact import fisher_greater
 
 Counts = tuple[int, int]  # (corrupted, judged)
 # A pass must look like known-good, not merely better than known-bad: a variant at 3/80 against

@@ -23,11 +23,10 @@ from experiments.strategy_config import (
     StrategyConfig,
     kind_of,
 )
-from orchestrator.commit_range import commit_levels
-from orchestrator.strategies.adaptive import Adaptive
-from orchestrator.strategies.base import Strategy
-from orchestrator.strategies.commits import Commits
-from orchestrator.strategies.factorial import Factorial, fraction
+from orchestrator.core.strategies.adaptive import Adaptive
+from orchestrator.core.strategies.base import Strategy
+from orchestrator.core.strategies.commits import Commits
+from orchestrator.core.strategies.factorial import Factorial, fraction
 
 C = TypeVar("C", bound=StrategyConfig)
 _FACTORIES: dict[str, Callable[[Campaign, Any], Strategy]] = {}
@@ -73,8 +72,10 @@ def _adaptive(campaign: Campaign, plan: AdaptiveConfig) -> Adaptive:
 
 
 def _commits(campaign: Campaign, plan: CommitsConfig) -> Commits:
-    assert campaign.commits is not None  # validated
-    return Commits(commit_levels(campaign), sessions=campaign.workload.sessions,
+    # The range resolved into commits when the campaign was created (executor/commit_range.py),
+    # oldest (known good) first.
+    assert campaign.commits is not None and campaign.commits.resolved  # validated, expanded
+    return Commits(list(campaign.commits.resolved), sessions=campaign.workload.sessions,
                    alpha=plan.alpha, max_trials=plan.max_trials,
                    reproduce_trials=plan.reproduce_trials, background=campaign.commits.levels)
 

@@ -17,7 +17,8 @@ from ray._raylet import Config  # type: ignore[attr-defined]
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from orchestrator.trial import PoolRunner, TrialOrder, TrialReport
+from orchestrator.executor.base import PoolCrashed, TrialOrder, TrialReport
+from orchestrator.executor.trial import PoolRunner
 
 
 def ray_started() -> bool:
@@ -85,17 +86,14 @@ def private_temp_dir() -> str:
     return path
 
 
-class PoolCrashed(RuntimeError):
-    """A pool's actor died or raised: a broken run, not evidence about a variant."""
-
-
 class PoolActors:
-    """One actor per pool. Actors hold no CPU reservation: they mostly wait on the network."""
+    """The ``Executor`` on Ray: one actor per pool. Actors hold no CPU reservation: they mostly
+    wait on the network."""
 
     def __init__(self, campaign_json: dict[str, Any], pool_names: list[str],
                  secret_values: dict[str, str] | None = None) -> None:
         # On the driver's machine: `transport: local` nodes are this machine, and only load
-        # generators (orchestrator/load_generators.py) go to the cluster's other machines.
+        # generators (orchestrator/executor/load_generators.py) go to the cluster's other machines.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         actor = ray.remote(num_cpus=0)(PoolRunner).options(scheduling_strategy=here)
         self.actors: dict[str, Any] = {

@@ -11,13 +11,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from orchestrator.evidence import TrialEvidence, variant_key
-from orchestrator.stats.compare import Answer, Counts, Judgement, judge
-from orchestrator.stats.exact import fisher_greater
-from orchestrator.strategies.base import Status
+from orchestrator.core.evidence import TrialEvidence, variant_key
+from orchestrator.core.stats.compare import Answer, Counts, Judgement, judge
+from orchestrator.core.stats.exact import fisher_greater
+from orchestrator.core.strategies.base import Status
 
 if TYPE_CHECKING:
-    from orchestrator.strategies.adaptive import Adaptive
+    from orchestrator.core.strategies.adaptive import Adaptive
 
 # A first look at a flip is let go once it looks failing at this level: one corrupt session
 # against known-good's clean 0 of 160 gives p = 1/3. It proves nothing; the caller proves it

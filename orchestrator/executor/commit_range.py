@@ -10,13 +10,7 @@ from deploy.variants.base import VariantError
 from deploy.variants.gitref import check_refs, resolve_range
 from experiments.campaign import Campaign, CampaignError, Factor
 
-COMMIT = "commit"
-
-
-def commit_levels(campaign: Campaign) -> list[str]:
-    """The level names of the commit factor, oldest (known good) first."""
-    assert campaign.commits is not None and campaign.commits.resolved  # expanded at creation
-    return list(campaign.commits.resolved)
+COMMIT = "commit"  # the factor the range becomes
 
 
 def expand_commits(campaign: Campaign, *, good: str | None = None,

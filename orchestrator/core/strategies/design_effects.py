@@ -8,7 +8,7 @@ two-sided Fisher exact p-value, so a half with no corrupt session at all is no p
 fraction, each estimate also carries its aliases: the effects it cannot be told apart from.
 
 This is evidence for the reader; the culprit itself is named by the conjunction search
-(orchestrator/attribution.py), which also checks the effect trial by trial.
+(orchestrator/core/attribution.py), which also checks the effect trial by trial.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 
 from scipy.stats import fisher_exact
 
-from orchestrator.evidence import Cell, pooled
-from orchestrator.stats.proportions import newcombe_difference
-from orchestrator.strategies.design import Design, effect_name
+from orchestrator.core.evidence import Cell, pooled
+from orchestrator.core.stats.proportions import newcombe_difference
+from orchestrator.core.strategies.design import Design, effect_name
 
 
 def _sign(cell: Cell, effect: Sequence[str], design: Design) -> int:

@@ -29,18 +29,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from orchestrator.attribution import Culprit, measure
-from orchestrator.evidence import Levels, TrialEvidence, variant_key
-from orchestrator.stats.compare import Answer, StopWhenFailing, reproduced
-from orchestrator.stats.proportions import wilson
-from orchestrator.strategies.base import (
+from orchestrator.core.attribution import Culprit, measure
+from orchestrator.core.evidence import Levels, TrialEvidence, variant_key
+from orchestrator.core.stats.compare import Answer, StopWhenFailing, reproduced
+from orchestrator.core.stats.proportions import wilson
+from orchestrator.core.strategies.base import (
     UNFINISHED,
     Conclusion,
     Status,
     Unresolvable,
     not_yet_running,
 )
-from orchestrator.strategies.sequential import (
+from orchestrator.core.strategies.sequential import (
     Concluded,
     NeedTrials,
     Step,
@@ -48,7 +48,7 @@ from orchestrator.strategies.sequential import (
     VariantCounts,
     cells_of,
 )
-from orchestrator.verdict import judged_cells
+from orchestrator.core.verdict import judged_cells
 
 __all__ = ["Adaptive", "Replay", "Step", "conclude_replay"]
 

@@ -60,7 +60,7 @@ class Reaper:
 
     def __init__(self, campaign: Campaign) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.reaper"], stdin=subprocess.PIPE,
+            [sys.executable, "-m", "orchestrator.executor.reaper"], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         self.watching_ray = False

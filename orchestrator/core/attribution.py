@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.evidence import Cell, pooled
-from orchestrator.stats.exact import fisher_greater, trials_greater
-from orchestrator.stats.proportions import newcombe_difference
+from orchestrator.core.evidence import Cell, pooled
+from orchestrator.core.stats.exact import fisher_greater, trials_greater
+from orchestrator.core.stats.proportions import newcombe_difference
 
 MAX_CULPRITS = 4
 TRIAL_ALPHA = 0.05

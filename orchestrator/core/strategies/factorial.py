@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from orchestrator.attribution import Culprit, find_culprits
-from orchestrator.evidence import Levels, TrialEvidence, pooled, variant_key
-from orchestrator.stats.compare import StopWhenFailing
-from orchestrator.stats.proportions import wilson
-from orchestrator.strategies.base import Conclusion, Status, Unresolvable
-from orchestrator.strategies.design import Design, effect_name, fraction, gray_order
-from orchestrator.verdict import CostModel, Verdict, judged_cells, verdict_from
+from orchestrator.core.attribution import Culprit, find_culprits
+from orchestrator.core.evidence import Levels, TrialEvidence, pooled, variant_key
+from orchestrator.core.stats.compare import StopWhenFailing
+from orchestrator.core.stats.proportions import wilson
+from orchestrator.core.strategies.base import Conclusion, Status, Unresolvable
+from orchestrator.core.strategies.design import Design, effect_name, fraction, gray_order
+from orchestrator.core.verdict import CostModel, Verdict, judged_cells, verdict_from
 
 __all__ = ["Factorial", "conclude_factorial", "decide", "fraction", "gray_order"]
 

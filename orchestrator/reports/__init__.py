@@ -1,0 +1,1 @@
+"""Reports: built from the store through ``orchestrator.stored``, never from the executor."""

@@ -1,0 +1,81 @@
+"""The layout's rules, checked on the source: the pure core imports no I/O, dependencies point
+one way, and what a user reads (verdict, log, show, report) loads neither Ray nor SSH."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+# What the core may not import: I/O libraries, the store, the nodes, the executor, the reports.
+IO_MODULES = ("ray", "paramiko", "sqlalchemy", "alembic", "jinja2", "aiohttp", "httptools",
+              "uvloop", "orjson", "socket", "subprocess", "asyncio", "threading", "urllib",
+              "http", "ssl", "shutil", "tempfile", "db", "deploy", "experiments.twin",
+              "experiments.workload", "experiments.collect", "orchestrator.executor",
+              "orchestrator.reports", "orchestrator.cli", "orchestrator.stored")
+
+
+def imported(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any depth of the file (lazy imports included)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def within(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def sources(folder: str) -> list[Path]:
+    return sorted((REPO / folder).rglob("*.py"))
+
+
+def test_the_core_imports_no_io() -> None:
+    found = {f"{path.relative_to(REPO)}: {name}"
+             for path in sources("orchestrator/core") for name in imported(path)
+             if within(name, IO_MODULES)}
+    assert sources("orchestrator/core") and not found, sorted(found)
+
+
+@pytest.mark.parametrize("package", ["deploy", "experiments", "db"])
+def test_lower_layers_never_import_the_orchestrator(package: str) -> None:
+    found = {f"{path.relative_to(REPO)}: {name}"
+             for path in sources(package) for name in imported(path)
+             if within(name, ("orchestrator",))}
+    assert not found, sorted(found)
+
+
+def test_the_executor_is_reached_by_the_driver_and_the_cli_alone() -> None:
+    """The core, the store's read path and the reports never import the executor."""
+    readers = [*sources("orchestrator/core"), *sources("orchestrator/reports"),
+               REPO / "orchestrator/stored.py"]
+    found = {f"{path.relative_to(REPO)}: {name}" for path in readers
+             for name in imported(path) if within(name, ("orchestrator.executor",))}
+    assert not found, sorted(found)
+
+
+def test_reading_a_campaign_loads_neither_ray_nor_ssh() -> None:
+    """In a fresh interpreter: the core, the read path, the reports and the CLI itself (every
+    command registered) leave Ray and paramiko unloaded; the driver then loads both (the check
+    can see them)."""
+    probe = (
+        "import sys, pkgutil, importlib, orchestrator.core\n"
+        "for m in pkgutil.walk_packages(orchestrator.core.__path__, 'orchestrator.core.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "import orchestrator.stored, orchestrator.reports.html, orchestrator.cli\n"
+        "print(sorted(m for m in ('ray', 'paramiko') if m in sys.modules))\n"
+        "import orchestrator.executor.driver\n"
+        "print(sorted(m for m in ('ray', 'paramiko') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert done.stdout.split("\n")[:2] == ["[]", "['paramiko', 'ray']"], done.stdout
