@@ -16,7 +16,7 @@ from typing import Any, Literal
 from bench.scenarios import ALPHA, COST, Levels, Pool, Scenario
 from experiments.campaign import Campaign
 from experiments.strategy_config import AdaptiveConfig
-from orchestrator.core.evidence import TrialEvidence
+from orchestrator.core.evidence import TrialEvidence, failing_for
 from orchestrator.core.stats.exact import fisher_greater
 from orchestrator.core.strategies.adaptive import Adaptive
 from orchestrator.core.strategies.base import Status
@@ -29,8 +29,9 @@ Contender = Callable[[Scenario, Pool, Loop], list[Levels] | None]
 
 
 def _seen(s: Scenario, trials: Sequence[TrialEvidence]) -> list[TrialEvidence]:
-    """Trials as the strategy sees them (stored.evidence): wedges are the failures if targeted."""
-    return [t.as_wedging() for t in trials] if s.target == "wedging" else list(trials)
+    """Trials as the strategy sees them (stored.evidence): judged against the scenario's
+    target (wedges are the failures if targeted)."""
+    return [t.judged_as(failing_for(s.target)) for t in trials]
 
 
 def _named(verdict: Verdict) -> list[Levels] | None:
@@ -50,7 +51,7 @@ def run_factorial(s: Scenario, pool: Pool, loop: Loop, repeats: int = 2,
     strategy = Factorial(s.factors, repeats, fraction(s.factors, 5, s.bad) if fractional else None)
     trials = [pool.trial(levels) for levels in strategy.plan]
     verdict = decide(_seen(s, trials), s.factors, alpha=ALPHA, clean_rate=0.02, cost=COST,
-                     known_bad=s.bad, design=strategy.design)
+                     known_bad=s.bad, design=strategy.design, failing=failing_for(s.target))
     if verdict.status is Status.CULPRIT:
         return [dict(c.factors) for c in verdict.culprits]
     return [] if verdict.status in (Status.NO_CULPRIT, Status.NOT_REPRODUCED) else None
@@ -63,7 +64,7 @@ def _flip(levels: Levels, factor: str, s: Scenario) -> Levels:
 
 
 def _pair(trials: Sequence[TrialEvidence]) -> tuple[int, int]:
-    return sum(t.corrupted for t in trials), sum(t.judged for t in trials)
+    return sum(t.failures for t in trials), sum(t.judged for t in trials)
 
 
 def run_one_at_a_time(s: Scenario, pool: Pool, loop: Loop, trials: int = 2) -> list[Levels] | None:
@@ -94,7 +95,7 @@ class Oracle(Adaptive):
     def __init__(self, campaign: Campaign, plan: OracleConfig) -> None:
         assert campaign.known_good is not None and campaign.known_bad is not None
         super().__init__(campaign.level_names(), campaign.known_good, campaign.known_bad,
-                         alpha=plan.alpha, failure=plan.target)
+                         alpha=plan.alpha, failing=failing_for(plan.target))
         self.truth = plan.truth
 
     def _culprit_in(self, run: Any, bad: dict[str, str]) -> tuple[dict[str, str], list[str]]:

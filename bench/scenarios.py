@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from experiments.outcomes import CORRUPTION, INFRA, Outcome
-from orchestrator.core.evidence import TrialEvidence
+from experiments.outcomes import Outcome
+from orchestrator.core.evidence import CORRUPTING, Failing, TrialEvidence
 from orchestrator.core.stats.compare import StopWhenFailing
 from orchestrator.core.verdict import CostModel
 
@@ -63,10 +63,10 @@ class Pool:
         return [self.failure if self.rng.random() < p else Outcome.OK for _ in range(SESSIONS)]
 
     def trial(self, levels: Levels, rule: StopWhenFailing | None = None,
-              target: str = "corruption") -> TrialEvidence:
-        """One trial of ``levels``; ``rule`` may end it once its answer is decided."""
+              failing: Failing = CORRUPTING) -> TrialEvidence:
+        """One trial of ``levels``; ``rule`` may end it once its answer is decided, counting
+        the sessions whose outcome is in ``failing``."""
         self.trials += 1
-        failing = INFRA if target == "wedging" else CORRUPTION
         ended = sorted((self._end_time(o), self.rng.random(), o) for o in self.outcomes(levels))
         finished: list[Outcome] = []
         share, early, failed = 1.0, False, 0
@@ -81,7 +81,7 @@ class Pool:
         self.gpu_s += (COST.restart_s + share * COST.workload_s) * COST.gpus
         return TrialEvidence(dict(levels), dict(Counter(o.value for o in finished)), restarts=1,
                              workload_s=share * COST.workload_s, stopped_early=early,
-                             planned=SESSIONS)
+                             planned=SESSIONS, failing=failing)
 
     def _end_time(self, outcome: Outcome) -> float:
         """When a session ends, as a share of the workload: a failing turn (a corrupt reply, or a

@@ -25,7 +25,8 @@ from orchestrator.stored import verdict_of
 class SimulatedPools:
     """The ``Executor`` of simulated pools that share one scenario's draws. A trial runs when
     its report is asked for, in the order trials were submitted: the draws come in the order the
-    driver reads them, and with one pool each trial is decided after every earlier one."""
+    driver reads them, and with one pool each trial is decided after every earlier one. Its
+    report has no performance figures (nothing is timed)."""
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
@@ -41,7 +42,7 @@ class SimulatedPools:
 
     def next_report(self) -> tuple[str, TrialReport]:
         name, order = self.orders.popleft()
-        seen = self.pool.trial(order.levels, order.stop_rule, order.target)
+        seen = self.pool.trial(order.levels, order.stop_rule, order.failing)
         outcomes = [outcome for outcome, n in sorted(seen.counts.items()) for _ in range(n)]
         sessions = [SessionRow(idx, f"s{idx}", outcome, ROUNDS, None, None, 0.0)
                     for idx, outcome in enumerate(outcomes)]

@@ -7,7 +7,7 @@ seeds; the strategies run on the driver's own loop (bench/simulated.py). Cost is
 `gpu_s_equivalent` at the seed investigation's real-world durations (90 s restart + 485 s
 workload, 16 GPUs per pool): a full trial is 9,200 GPU-s.
 
-    .venv/bin/python -m bench.strategies [--seeds 50] [--pools 1] [--json out.json]
+    .venv/bin/python -m bench.strategies [--seeds 50] [--pools 2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _key(culprits: list[Levels]) -> list[tuple[tuple[str, str], ...]]:
     return sorted(tuple(sorted(c.items())) for c in culprits)
 
 
-def measure(store: Store, scenario: Scenario, name: str, seeds: int, pools: int = 1
+def measure(store: Store, scenario: Scenario, name: str, seeds: int, pools: int = 2
             ) -> dict[str, Any]:
     run = CONTENDERS[name]
     truth = _key(scenario.culprits)
@@ -77,9 +77,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--json", default=None)
-    parser.add_argument("--pools", type=int, default=1,
-                        help="pools the strategies' campaigns run on (1: each trial decided "
-                             "after every earlier one)")
+    parser.add_argument("--pools", type=int, default=2,
+                        help="pools the strategies' campaigns run on (2, as the demo's; with 1 "
+                             "each trial is proposed after every earlier one has ended)")
     args = parser.parse_args()
     rows = []
     started = time.monotonic()

@@ -124,6 +124,8 @@ class Trial(Base):
     seed: Mapped[int] = mapped_column(BigInt)
     stopped_early: Mapped[bool] = mapped_column(default=False, server_default=false())
     failure: Mapped[str | None]  # a failed trial's class: "infrastructure" or "variant"
+    # what its workload measured (StressResult.performance); NULL: failed, or stored before 0007
+    performance_json: Mapped[str | None] = mapped_column(Text)
 
 
 class TrialSession(Base):

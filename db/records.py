@@ -69,6 +69,9 @@ class TrialRecord:
     """The services' log events of this trial tallied by kind (experiments.collect)."""
     failure: str | None = None
     """A failed trial's class (FAILURE_CLASSES); None for any other status."""
+    performance: dict[str, Any] | None = None
+    """What its workload measured (``StressResult.performance``: throughput, goodput, latency
+    percentiles); None for a trial not done, or stored before they were (0007)."""
 
     @property
     def sessions(self) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, fields
 from types import TracebackType
@@ -73,8 +73,21 @@ def _variant(row: Variant) -> VariantRecord:
 
 def _trial(row: Trial, levels_json: str, counts: dict[str, int],
            events: dict[str, int]) -> TrialRecord:
+    performance = None if row.performance_json is None else json.loads(row.performance_json)
     return _record(TrialRecord, row, levels=json.loads(levels_json), counts=counts,
-                   events=events)
+                   events=events, performance=performance)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite number made None: JSON has no such numbers (and a
+    figure that is not one is none)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _record(cls: type[R], row: Any, **computed: Any) -> R:
@@ -319,10 +332,12 @@ class Store:
         logs: Sequence[LogRow],
         generators: Sequence[GeneratorRow] = (),
         steps: Sequence[StepRow] = (),
+        performance: Mapping[str, Any] | None = None,
     ) -> None:
         """Store everything the trial observed and mark it done, all in one transaction.
         ``generators``: the load generators that ran its sessions, in order (none: the pool's
-        actor ran them); ``steps``: its chain of steps, in order.
+        actor ran them); ``steps``: its chain of steps, in order; ``performance``: what its
+        workload measured (``StressResult.performance``), JSON-able.
 
         Metric samples whose value is NaN are left out (a gap, as a missed scrape)."""
         with self._session(f"finish trial {trial_id}") as s:
@@ -351,6 +366,9 @@ class Store:
                 ])
             _add_steps(s, trial_id, steps)
             _apply_timing(row, timing)
+            if performance is not None:
+                row.performance_json = json.dumps(_finite(dict(performance)), sort_keys=True,
+                                                  allow_nan=False)
             row.status = "done"
             row.finished_at = utcnow()
 

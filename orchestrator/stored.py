@@ -5,17 +5,25 @@ this module alone: no Ray, no SSH, no executor.
 
 from __future__ import annotations
 
-import dataclasses
 import secrets
 from datetime import UTC, datetime
+from typing import Any
 
 from db.records import TrialRecord
 from db.store import Store
 from experiments.campaign import Campaign
-from orchestrator.core.evidence import TrialEvidence, variant_key
+from orchestrator.core.evidence import (
+    CORRUPTING,
+    Failing,
+    Latency,
+    Performance,
+    TrialEvidence,
+    failing_for,
+    variant_key,
+)
 from orchestrator.core.strategies.base import Strategy
 from orchestrator.core.strategies.registry import strategy_for
-from orchestrator.core.verdict import CostModel, Unresolvable, Verdict, variant_cells, verdict_from
+from orchestrator.core.verdict import CostModel, Unresolvable, Verdict, verdict_from
 
 MAX_FAILED_ATTEMPTS = 2  # then the variant is unresolvable, like `git bisect skip`
 
@@ -25,18 +33,33 @@ def new_campaign_id(name: str) -> str:
     return f"{stamp}-{secrets.token_hex(2)}"
 
 
-def evidence(trials: list[TrialRecord], target: str = "corruption",
+def evidence(trials: list[TrialRecord], failing: Failing = CORRUPTING,
              planned: int = 0) -> list[TrialEvidence]:
-    """Finished trials as the strategies see them; for a wedging campaign, errors and timeouts
-    are the failures (``TrialEvidence.as_wedging``). ``planned``: sessions per trial."""
-    done = [
+    """Finished trials as the strategies see them, judged against ``failing`` (the campaign's
+    target, ``failing_for``). ``planned``: sessions per trial."""
+    return [
         TrialEvidence(levels=t.levels, counts=t.counts, restarts=t.restarts,
                       wall_s=t.wall_s or 0.0, workload_s=t.workload_s or 0.0,
-                      stopped_early=t.stopped_early, events=t.events, planned=planned)
+                      stopped_early=t.stopped_early, events=t.events, planned=planned,
+                      failing=failing, performance=performance(t.performance))
         for t in trials
         if t.status == "done"
     ]
-    return [t.as_wedging() for t in done] if target == "wedging" else done
+
+
+def performance(stored: dict[str, Any] | None) -> Performance | None:
+    """A trial's stored figures (``StressResult.performance``) as the core's value; None for a
+    trial stored before they were (0007). Keys a later version adds are left out."""
+    if stored is None:
+        return None
+    latencies = {name: None if (got := stored.get(name)) is None else
+                 Latency(got["p50_ms"], got["p90_ms"], got["p99_ms"])
+                 for name in ("ttft", "tpot", "itl", "e2e")}
+    return Performance(
+        wall_s=stored["wall_s"], requests=stored["requests"], completed=stored["completed"],
+        output_tokens=stored["output_tokens"], good_sessions=stored["good_sessions"],
+        request_throughput=stored["request_throughput"],
+        output_throughput=stored["output_throughput"], goodput=stored["goodput"], **latencies)
 
 
 def campaign_of(store: Store, campaign_id: str) -> Campaign:
@@ -66,17 +89,13 @@ def verdict_of(store: Store, campaign_id: str) -> Verdict:
     """Recompute the verdict from the stored trials."""
     campaign = campaign_of(store, campaign_id)
     trials = store.trials(campaign_id, status=None)
-    target = campaign.strategy.target
-    done = evidence(trials, target, campaign.workload.sessions)
+    failing = failing_for(campaign.strategy.target)
+    done = evidence(trials, failing, campaign.workload.sessions)
     skipped = unresolvable(trials)
     cost = CostModel(campaign.cost.restart_s, campaign.cost.workload_s, campaign.cost.gpus)
     strategy = skipping(strategy_for(campaign), skipped)
-    verdict = verdict_from(strategy.conclude(done, skipped), done, campaign.level_names(), cost,
-                           skipped, campaign.strategy.alpha)
-    if target == "wedging":  # decided on errors and timeouts; the variants shown as they were
-        shown = variant_cells(evidence(trials), campaign.level_names())
-        verdict = dataclasses.replace(verdict, cells=tuple(shown))
-    return dataclasses.replace(verdict, target=target)
+    return verdict_from(strategy.conclude(done, skipped), done, campaign.level_names(), cost,
+                        skipped, campaign.strategy.alpha, failing)
 
 
 def skipping(strategy: Strategy, skipped: list[Unresolvable]) -> Strategy:

@@ -231,6 +231,18 @@ def test_is_running_is_false_once_the_service_exits(
     assert manager.read_log("svc") == "bye\n"
 
 
+def test_leftovers_and_leaving_as_found_stop_what_bisect_started(
+    manager: ProcessServiceManager, child: list[str]
+) -> None:
+    # A process service exists only while bisect runs it: whatever the pid file names goes.
+    for leave in (lambda: manager.stop_leftover("svc"),
+                  lambda: manager.leave_as_found("svc", was_running=False)):
+        started = manager.start(ServiceConfig.of("svc", child, {}))
+        leave()
+        assert not manager.is_running("svc") and not group_alive(started.pid)
+        assert manager.pid("svc") is None
+
+
 def test_stop_and_inspect_a_never_started_service_are_no_ops(
     manager: ProcessServiceManager,
 ) -> None:

@@ -253,7 +253,7 @@ def test_zero_count_cells_and_unjudged_runs() -> None:
     wedged = design.runs()[3]
     trials = simulate(design, lambda v: 0.25 if v["index_k"] == "on" and v["hicache"] == "on"
                       else 0.0, seed=9, infra=lambda v: 1.0 if v == wedged else 0.0)
-    assert sum(t.corrupted for t in trials if not (t.levels["index_k"] == "on" and
+    assert sum(t.failures for t in trials if not (t.levels["index_k"] == "on" and
                                                    t.levels["hicache"] == "on")) == 0
     verdict = judge(design, trials)
     assert verdict.unjudged_trials == 2 and len(verdict.cells) == 15

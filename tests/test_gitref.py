@@ -1,4 +1,4 @@
-"""Git-ref variants on a real repository, on this machine and over SSH into a lab host: checkout,
+"""Git-ref changes on a real repository, on this machine and over SSH into a lab host: checkout,
 bytecode purge, build, exact revert (branch and HEAD), dirty trees, the commit range, and refs or
 paths that look like shell."""
 
@@ -8,10 +8,19 @@ from pathlib import Path
 
 import pytest
 
+from deploy.changes import ChangeError, Expected, GitRef, NodeChanges, check_refs, resolve_range
 from deploy.transports.base import Transport
-from deploy.variants import GitRef, NodeVariants, VariantError, check_refs, resolve_range
-from tests import variants_support as support
-from tests.variants_support import HOSTILE, PY, compile_caches, git, make_repo, pwned, run_value
+from tests import changes_support as support
+from tests.changes_support import (
+    HOSTILE,
+    PY,
+    compile_caches,
+    git,
+    make_repo,
+    mismatches,
+    pwned,
+    run_value,
+)
 
 node, local_node, ssh_node = support.node, support.local_node, support.ssh_node  # the fixtures
 
@@ -27,9 +36,9 @@ def test_checkout_purges_builds_and_reverts_exactly(node: Transport, tmp_path: P
     repo = tmp_path / "src"
     v1, _, v3 = make_repo(repo)
     caches = compile_caches(repo)
-    variant = GitRef(str(repo), v1[:10], str(tmp_path / "work"), build=BUILD)
+    change = GitRef(str(repo), v1[:10], str(tmp_path / "work"), build=BUILD)
 
-    applied = variant.apply(node)
+    applied = change.apply(node)
     assert _head(repo) == (v1, "HEAD")  # detached at the resolved commit
     assert not any(path.exists() for path in caches)
     assert run_value(repo) == "1"
@@ -38,26 +47,26 @@ def test_checkout_purges_builds_and_reverts_exactly(node: Transport, tmp_path: P
     detail = applied.detail
     assert (detail["commit"], detail["original"], detail["branch"]) == (v1, v3, "refs/heads/main")
     assert detail["purged"] == 2 and detail["build"]["tail"] == "1"
-    variant.verify(node)
+    assert applied.expected == Expected(git=(str(repo), v1))  # what the proof of load checks
+    assert mismatches(node, applied.expected) == []
 
     compile_caches(repo)  # the server ran at v1 and left bytecode of v1
-    assert variant.revert(node) is True
+    assert change.revert(node) is True
     assert _head(repo) == (v3, "refs/heads/main")  # back on the branch, not a detached v3
     assert not any(path.exists() for path in caches)
     assert (repo / "out" / "builds.log").read_text() == "1\n3\n"  # rebuilt at the original
     assert not list((tmp_path / "work").rglob("git-*"))  # the record is gone
-    assert variant.revert(node) is False  # nothing left to undo
-    with pytest.raises(VariantError, match="is not at"):
-        variant.verify(node)
+    assert change.revert(node) is False  # nothing left to undo
+    assert mismatches(node, applied.expected) == [f"{repo} is at {v3}, not {v1}"]
 
 
 def test_a_detached_original_is_restored_detached(local_node: Transport, tmp_path: Path) -> None:
     repo = tmp_path / "src"
     _, v2, v3 = make_repo(repo)
     git(repo, "checkout", "-q", "--detach", v2)
-    variant = GitRef(str(repo), "main", str(tmp_path / "work"))
-    assert variant.apply(local_node).detail["commit"] == v3
-    variant.revert(local_node)
+    change = GitRef(str(repo), "main", str(tmp_path / "work"))
+    assert change.apply(local_node).detail["commit"] == v3
+    change.revert(local_node)
     assert _head(repo) == (v2, "HEAD")
 
 
@@ -66,7 +75,7 @@ def test_moving_between_refs_keeps_the_original_and_builds_once_per_move(
     repo = tmp_path / "src"
     v1, v2, v3 = make_repo(repo)
     work = str(tmp_path / "work")
-    stack = NodeVariants(node)
+    stack = NodeChanges(node)
     assert stack.move_to([GitRef(str(repo), v1, work, build=BUILD)]) is True
     assert stack.move_to([GitRef(str(repo), v1, work, build=BUILD)]) is False  # no change
     assert stack.move_to([GitRef(str(repo), v2, work, build=BUILD)]) is True
@@ -83,7 +92,7 @@ def test_a_dirty_tree_is_refused_and_left_as_it_was(node: Transport, tmp_path: P
     compile_caches(repo)  # bytecode alone is not dirt: it is purged anyway
     (repo / "pkg" / "value.py").write_text("VALUE = 'local edit'\n")
     (repo / "pkg" / "new file.py").write_text("x = 1\n")
-    with pytest.raises(VariantError) as error:
+    with pytest.raises(ChangeError) as error:
         GitRef(str(repo), v1, str(tmp_path / "work")).apply(node)
     message = str(error.value)
     assert message.startswith(f"{node.node}: ") and "uncommitted changes" in message
@@ -98,15 +107,15 @@ def test_revert_refuses_to_clobber_changes_made_after_apply(node: Transport,
                                                              tmp_path: Path) -> None:
     repo = tmp_path / "src"
     v1, _, v3 = make_repo(repo)
-    variant = GitRef(str(repo), v1, str(tmp_path / "work"))
-    variant.apply(node)
+    change = GitRef(str(repo), v1, str(tmp_path / "work"))
+    change.apply(node)
     (repo / "pkg" / "value.py").write_text("VALUE = 'hotfix'\n")
-    with pytest.raises(VariantError, match=r"uncommitted changes.*pkg/value\.py"):
-        variant.revert(node)
+    with pytest.raises(ChangeError, match=r"uncommitted changes.*pkg/value\.py"):
+        change.revert(node)
     assert _head(repo) == (v1, "HEAD")
     assert (repo / "pkg" / "value.py").read_text() == "VALUE = 'hotfix'\n"
     git(repo, "checkout", "--", "pkg/value.py")
-    assert variant.revert(node) is True and _head(repo) == (v3, "refs/heads/main")
+    assert change.revert(node) is True and _head(repo) == (v3, "refs/heads/main")
 
 
 def test_a_failed_build_returns_the_tree_to_its_original(local_node: Transport,
@@ -116,20 +125,20 @@ def test_a_failed_build_returns_the_tree_to_its_original(local_node: Transport,
     # Broken at v1 only: the restore rebuilds the original, which must work.
     broken = ("sh", "-c", f"echo compiling; [ $({PY} -B -m pkg.value) != 1 ] "
                           "|| { echo 'error: kernel does not build' >&2; exit 3; }")
-    with pytest.raises(VariantError, match=r"(?s)exited 3: .*kernel does not build; the tree is "
+    with pytest.raises(ChangeError, match=r"(?s)exited 3: .*kernel does not build; the tree is "
                                            r"back at its original HEAD and rebuilt"):
         GitRef(str(repo), v1, work, build=broken).apply(local_node)
     assert _head(repo) == (v3, "refs/heads/main")
     assert not list((tmp_path / "work").rglob("git-*"))
 
     always = ("sh", "-c", "exit 7")  # the original does not build either: say so, keep the record
-    with pytest.raises(VariantError, match=r"(?s)restoring the original HEAD failed.*record stays"):
+    with pytest.raises(ChangeError, match=r"(?s)restoring the original HEAD failed.*record stays"):
         GitRef(str(repo), v1, work, build=always).apply(local_node)
     assert _head(repo) == (v3, "refs/heads/main")
     assert GitRef(str(repo), v1, work).revert(local_node) is True  # without the build: done
 
     slow = ("sleep", "30")
-    with pytest.raises(VariantError, match=r"timed out after 0\.5s"):
+    with pytest.raises(ChangeError, match=r"timed out after 0\.5s"):
         GitRef(str(repo), v1, work, build=slow, build_timeout_s=0.5).apply(local_node)
     assert _head(repo) == (v3, "refs/heads/main")
 
@@ -142,13 +151,13 @@ def test_refs_and_paths_that_look_like_shell_are_only_names(node: Transport,
     refs = [value.format(dir=tmp_path) for value in HOSTILE]
     refs += [f"--output={tmp_path}/PWNED_o", f"main; touch {tmp_path}/PWNED_s", "-b"]
     for ref in refs:
-        with pytest.raises(VariantError, match="has no commit named by the ref"):
+        with pytest.raises(ChangeError, match="has no commit named by the ref"):
             GitRef(str(repo), ref, work).apply(node)
     assert check_refs(node, str(repo), [*refs, "main"]) == {**dict.fromkeys(refs), "main": v3}
-    variant = GitRef(str(repo), v1, work, build=("sh", "-c", 'printf "%s" "$0"', refs[0]))
-    assert variant.apply(node).detail["build"]["tail"] == refs[0]  # build argv verbatim
+    change = GitRef(str(repo), v1, work, build=("sh", "-c", 'printf "%s" "$0"', refs[0]))
+    assert change.apply(node).detail["build"]["tail"] == refs[0]  # build argv verbatim
     assert run_value(repo) == "1"
-    variant.revert(node)
+    change.revert(node)
     assert _head(repo) == (v3, "refs/heads/main")
     assert pwned(tmp_path) == []
 
@@ -164,18 +173,18 @@ def test_resolve_range_lists_oldest_first_and_names_bad_input(node: Transport,
     (repo / "side.txt").write_text("side\n")
     git(repo, "add", "side.txt")
     git(repo, "commit", "-q", "-m", "side")
-    with pytest.raises(VariantError, match="not a descendant of good"):
+    with pytest.raises(ChangeError, match="not a descendant of good"):
         resolve_range(node, tree, v3, v1)
-    with pytest.raises(VariantError, match="not a descendant of good"):
+    with pytest.raises(ChangeError, match="not a descendant of good"):
         resolve_range(node, tree, v2, "side")
-    with pytest.raises(VariantError, match="good ref 'nope' names no commit"):
+    with pytest.raises(ChangeError, match="good ref 'nope' names no commit"):
         resolve_range(node, tree, "nope", v3)
     hostile = HOSTILE[1].format(dir=tmp_path)
-    with pytest.raises(VariantError, match=r"bad ref .* names no commit"):
+    with pytest.raises(ChangeError, match=r"bad ref .* names no commit"):
         resolve_range(node, tree, v1, hostile)
-    with pytest.raises(VariantError, match="same commit"):
+    with pytest.raises(ChangeError, match="same commit"):
         resolve_range(node, tree, v3, "main")
-    with pytest.raises(VariantError, match="is not a git work tree"):
+    with pytest.raises(ChangeError, match="is not a git work tree"):
         resolve_range(node, str(tmp_path), v1, v3)
     assert pwned(tmp_path) == []
 

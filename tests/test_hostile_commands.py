@@ -2,7 +2,7 @@
 
 Hostile NAMES and VALUES for environment variables, arguments, programs, git refs and hooks go
 through the real deploy layer: the process manager on this machine and over real SSH into a lab
-host, the preflight, the hooks and git variants, the systemd manager in a systemd lab host, and
+host, the preflight, the hooks and git changes, the systemd manager in a systemd lab host, and
 ``bisect validate``. Each one is either refused with a clear error before anything runs, or
 reaches the process byte for byte; the marker file the hostile words would create never appears.
 """
@@ -22,6 +22,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from deploy.changes.base import ChangeError
+from deploy.changes.gitref import GitRef, check_refs, resolve_range
+from deploy.changes.hooks import Hook, run_hook
+from deploy.changes.patch import FilePatch
 from deploy.lab import Lab, lab_down, lab_up
 from deploy.lab.registry import process_prefix
 from deploy.lab.units import install_unit, service_unit
@@ -34,10 +38,6 @@ from deploy.transports.base import Transport, TransportError
 from deploy.transports.local import LocalTransport
 from deploy.transports.ssh import SSHTransport
 from deploy.transports.ssh_config import SSHTarget
-from deploy.variants.base import VariantError
-from deploy.variants.gitref import GitRef, check_refs, resolve_range
-from deploy.variants.hooks import Hook, run_hook
-from deploy.variants.patch import FilePatch
 from experiments.campaign import CampaignError, load_campaign
 from orchestrator.cli import app
 
@@ -185,12 +185,12 @@ def test_what_bisect_writes_on_a_node_is_owner_only(node: Node, tmp_path: Path) 
     (root / "config.py").write_text("SECRET = 1\n")
     diff = ("--- a/config.py\n+++ b/config.py\n@@ -1 +1 @@\n-SECRET = 1\n+SECRET = 2\n"
             "--- /dev/null\n+++ b/new.py\n@@ -0,0 +1 @@\n+x = 1\n")
-    variants = node.workdir / "variants"
-    FilePatch(diff, str(root), str(variants)).apply(node.transport)
-    assert stat.S_IMODE((variants / "bisect-variants").stat().st_mode) == 0o700
+    changes = node.workdir / "changes"
+    FilePatch(diff, str(root), str(changes)).apply(node.transport)
+    assert stat.S_IMODE((changes / "bisect-variants").stat().st_mode) == 0o700
     assert stat.S_IMODE((root / "new.py").stat().st_mode) == 0o666 & ~int(node_umask, 8)
     tree = git_tree(tmp_path / "src")
-    ref = GitRef(str(tree), "HEAD~1", str(variants))
+    ref = GitRef(str(tree), "HEAD~1", str(changes))
     ref.apply(node.transport)
     assert stat.S_IMODE(os.stat(ref.record).st_mode) == 0o600
     ref.revert(node.transport)
@@ -221,7 +221,7 @@ def test_hooks_run_exactly_as_written(node: Node) -> None:
                                              "import sys; print(repr(sys.argv[1:]))", *words)))
     assert printed.stdout_tail == repr(words)
     for command in OPTION_COMMANDS:
-        with pytest.raises(VariantError, match="command not found"):
+        with pytest.raises(ChangeError, match="command not found"):
             run_hook(node.transport, Hook(tuple(filled(command, node.marker))))
     for name in filled(HOSTILE_NAMES, node.marker):
         with pytest.raises(ValueError):

@@ -33,7 +33,7 @@ from db.migrate import current_revision, downgrade, head_revision, upgrade
 from db.models import Base
 from experiments.campaign import Campaign
 from orchestrator.cli import app
-from orchestrator.stored import create_campaign
+from orchestrator.stored import create_campaign, evidence, verdict_of
 
 TABLES = {"campaign", "variant", "trial", "session", "metric_sample", "log_event", "node_lock",
           "trial_generator", "trial_step"}
@@ -70,6 +70,12 @@ STEPS = [StepRow("apply", None, AT, 0.5, "ok", {"restarting": ["p"]}),
          StepRow("stress", None, AT, 0.0, "skipped", {"reason": "an earlier step failed"})]
 GENERATORS = [GeneratorRow(NODE_A, "10.0.0.2", sessions=40, finished=12, stopped=True),
               GeneratorRow(NODE_B, "10.0.0.3", sessions=40, finished=40, stopped=False)]
+# A trial's figures as StressResult.performance gives them; a NaN is stored as null.
+PERFORMANCE: dict[str, Any] = {
+    "wall_s": 10.0, "requests": 80, "completed": 80, "output_tokens": 2400, "good_sessions": 80,
+    "request_throughput": 8.0, "output_throughput": 240.0, "goodput": float("nan"),
+    "ttft": {"p50_ms": 300.0, "p90_ms": 600.0, "p99_ms": 900.0}, "tpot": None, "itl": None,
+    "e2e": {"p50_ms": 300.0, "p90_ms": 600.0, "p99_ms": 900.0}}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -177,6 +183,36 @@ class TestStore:
                     "infrastructure error: here: ssh dropped"]
         finally:
             engine.dispose()
+
+    def test_0007_a_store_from_before_keeps_its_trials_without_performance(
+            self, store: Store, url: str) -> None:
+        campaign_id = culprit_campaign(store)
+        variant = store.variant(campaign_id, CULPRIT).id
+        measured = store.start_trial(campaign_id, variant, seq=99, pool="pool-1", seed=99)
+        store.finish_trial(measured, TIMING, sessions(80, leaks=12), [], [],
+                           performance=PERFORMANCE)
+        assert store.get_trial(measured).performance == {**PERFORMANCE, "goodput": None}
+        before = verdict_of(store, campaign_id).to_json()
+        store.close()
+        downgrade(url, "0006")  # the figures go with their column; the trials stay
+        engine = create_engine(url)
+        try:
+            columns = {c["name"] for c in inspect(engine).get_columns("trial")}
+            assert "performance_json" not in columns and "failure" in columns
+        finally:
+            engine.dispose()
+        with Store.open(url) as again:  # back to head: every trial as stored before 0007
+            trials = again.trials(campaign_id)
+            assert len(trials) == 13 and all(t.performance is None for t in trials)
+            assert trials[-1].counts == {"ok": 68, "leak": 12}
+            assert all(t.performance is None for t in evidence(trials))
+            assert verdict_of(again, campaign_id).to_json() == before  # never read them
+            later = again.start_trial(campaign_id, variant, seq=100, pool="pool-1", seed=100)
+            again.finish_trial(later, TIMING, sessions(80), [], [], performance=PERFORMANCE)
+            [shown] = evidence([again.get_trial(later)])
+            assert shown.performance is not None and shown.performance.goodput is None
+            assert shown.performance.e2e is not None and shown.performance.e2e.p99_ms == 900.0
+            assert shown.performance.itl is None and shown.performance.request_throughput == 8.0
 
     def test_steps_are_stored_with_the_trial_s_end(self, store: Store) -> None:
         store.create_campaign("c", "c", {}, "demo")

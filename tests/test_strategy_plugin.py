@@ -82,10 +82,10 @@ class Toy:
         if bad is None or good is None or len(bad.trials) < self.runs or \
                 len(good.trials) < self.runs:
             return Conclusion(Status.INCONCLUSIVE, UNFINISHED)
-        p = fisher_greater(bad.corrupted, bad.judged, good.corrupted, good.judged)
+        p = fisher_greater(bad.failures, bad.judged, good.failures, good.judged)
         log = tuple({"phase": f"toy {name}", "levels": dict(cell.levels),
                      "answer": "fail" if p <= self.alpha else "pass",
-                     "corrupted": cell.corrupted, "sessions": cell.judged,
+                     "corrupted": cell.failures, "sessions": cell.judged,
                      "trials": len(cell.trials), "p_fail": p, "p_pass": 1.0}
                     for name, cell in (("bad", bad), ("good", good)))
         if p > self.alpha:

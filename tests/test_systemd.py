@@ -201,6 +201,32 @@ def test_removing_the_dropin_restores_the_unit_exactly(
 
 
 @needs_root
+def test_leaving_a_unit_as_found_keeps_a_running_one_running_and_a_stopped_one_stopped(
+    sd_lab: Lab, node: SSHTransport, twin_unit: str, manager: SystemdServiceManager
+) -> None:
+    url = f"http://{sd_lab.host(1).address}:{PORT}"
+    manager.stop_leftover("twin")  # the operator's unit is never a leftover: untouched
+    node.run(["systemctl", "start", "twin.service"]).check()  # the operator's, running
+    manager.stop_leftover("twin")
+    operators = manager.main_pid("twin")
+    assert manager.is_running("twin") and operators > 0
+    manager.start(ServiceConfig.of("twin", twin_argv(sd_lab, "--disable-cuda-graph"),
+                                   {"X": "1"}))
+    manager.leave_as_found("twin", was_running=True)
+    wait_healthy(f"{url}/health", 30, alive=lambda: manager.is_running("twin"))
+    assert manager.describe("twin") == twin_unit  # no drop-in: the operator's unit exactly
+    argv, env = manager.process(manager.main_pid("twin"))
+    assert manager.main_pid("twin") != operators  # started again, not a variant left running
+    assert argv == twin_argv(sd_lab) and "X" not in env and env["PYTHONUNBUFFERED"] == "1"
+
+    manager.stop("twin")  # not running before this campaign: not running after it
+    manager.start(ServiceConfig.of("twin", SLEEPER, {"X": "2"}))
+    manager.leave_as_found("twin", was_running=False)
+    assert not manager.is_running("twin") and manager.describe("twin") == twin_unit
+    assert node.run(["test", "-e", f"{UNIT_DIR}/twin.service.d"]).returncode == 1
+
+
+@needs_root
 def test_a_missing_unit_or_an_overriding_environment_is_refused(
     sd_lab: Lab, node: SSHTransport, twin_unit: str
 ) -> None:

@@ -14,7 +14,7 @@ from experiments.campaign import Campaign
 from orchestrator.cli import app
 from orchestrator.demo import DEMO_FACTORS, twin_pool
 from orchestrator.executor.driver import run_campaign
-from orchestrator.stored import MAX_FAILED_ATTEMPTS, create_campaign
+from orchestrator.stored import MAX_FAILED_ATTEMPTS, create_campaign, evidence
 
 SERVICE = "sglang-p"
 CHAIN = ["apply", "restart", "health", "prove", "hooks", "stress", "collect"]
@@ -47,6 +47,10 @@ def test_every_step_of_every_trial_is_stored_and_shown(ray_cluster: None,
         campaign_id = create_campaign(store, campaign(tmp_path), "test")
         run_campaign(store, campaign_id)
         trials = store.trials(campaign_id, status=None)
+    measured = [t.performance for t in evidence(trials)]  # as the core sees them
+    assert len(measured) == 2 and all(p is not None and p.e2e is not None and
+                                      p.e2e.p50_ms <= p.e2e.p99_ms and p.goodput > 0
+                                      for p in measured)
     runner = CliRunner()
     shown = runner.invoke(app, ["show", campaign_id, "--store", store_path, "--json"])
     assert shown.exit_code == 0, shown.output
@@ -76,6 +80,17 @@ def test_every_step_of_every_trial_is_stored_and_shown(ray_cluster: None,
             m for m in checks["markers"] if f"dtype={dtype}" in m): True}
         assert checks["absent_markers"] == {"host memory for hierarchical KV cache": True}
         assert steps[5]["details"]["sessions"] == 6
+        # what the workload measured: 6 one-round sessions, all ok (no faults), unstreamed
+        figures = row["performance"]
+        assert (figures["requests"], figures["completed"], figures["good_sessions"]) == (6, 6, 6)
+        assert figures["request_throughput"] > 0 and figures["goodput"] > 0
+        assert figures["output_tokens"] > 0 and figures["output_throughput"] > 0
+        assert 0 < figures["wall_s"] <= steps[5]["duration_s"]
+        for name in ("ttft", "e2e"):
+            latency = figures[name]
+            assert 0 < latency["p50_ms"] <= latency["p90_ms"] <= latency["p99_ms"]
+            assert latency["p99_ms"] <= figures["wall_s"] * 1000
+        assert figures["itl"] is None and figures["tpot"] is None  # a stream's figures
 
     failed = [row for row in rows if row["status"] == "failed"]
     assert all(row["levels"]["hicache"] == "v9" and row["failure"] == "variant"
@@ -84,6 +99,7 @@ def test_every_step_of_every_trial_is_stored_and_shown(ray_cluster: None,
         steps = row["steps"]
         assert [s["name"] for s in steps] == CHAIN
         assert [s["outcome"] for s in steps[3:]] == ["failed", "skipped", "skipped", "skipped"]
+        assert row["performance"] is None  # never stressed
         proof = steps[3]["details"]
         assert proof["failure"] == "variant" and "hicache_v9=1" in proof["error"]
         assert proof["checks"]["markers"]["hicache_v9=1"] is False

@@ -8,11 +8,19 @@ from collections.abc import Callable, Mapping
 
 import pytest
 
-from orchestrator.core.evidence import TrialEvidence, variant_key
+from experiments.outcomes import CORRUPTION, INFRA
+from orchestrator.core.evidence import (
+    CORRUPTING,
+    WEDGING,
+    TrialEvidence,
+    failing_for,
+    target_of,
+    variant_key,
+)
 from orchestrator.core.stats.exact import fisher_greater, trials_greater
 from orchestrator.core.stats.proportions import newcombe_difference, wilson
 from orchestrator.core.strategies.factorial import Factorial, decide, gray_order
-from orchestrator.core.verdict import CostModel, Status
+from orchestrator.core.verdict import CostModel, Status, judged_trials
 
 FACTORS = {
     "index_k": ["fp8", "bf16"],
@@ -170,9 +178,9 @@ def test_verdict_json_has_the_contract_fields() -> None:
     assert len(document["variants"]) == 16
 
 
-def test_wedging_is_attributed_separately_from_corruption() -> None:
-    # eager decode wedges the server (timeouts) without corrupting anything; bf16 x HiCache
-    # corrupts without wedging.
+def wedges_and_leaks() -> list[TrialEvidence]:
+    """Eager decode wedges the server (timeouts) without corrupting anything; bf16 x HiCache
+    corrupts without wedging."""
     rng = random.Random(4)
     trials = []
     for combo in itertools.product(*FACTORS.values()):
@@ -189,8 +197,47 @@ def test_wedging_is_attributed_separately_from_corruption() -> None:
                 else:
                     counts["ok"] += 1
             trials.append(TrialEvidence(levels, counts, restarts=1))
-    verdict = judge(trials)
+    return trials
+
+
+def test_wedging_is_attributed_separately_from_corruption() -> None:
+    verdict = judge(wedges_and_leaks())
     assert [dict(c.factors) for c in verdict.culprits] == [{"index_k": "bf16", "hicache": "on"}]
     assert [dict(c.factors) for c in verdict.wedge_culprits] == [{"cuda_graph": "off"}]
     document = verdict.to_json()
+    assert document["target"] == "corruption"
     assert document["wedge_culprits"][0]["factors"] == {"cuda_graph": "off"}
+
+
+def test_one_trial_is_judged_for_corruption_or_for_wedging_its_counts_unchanged() -> None:
+    counts = {"ok": 50, "leak": 10, "no_tool": 2, "error": 30, "timeout": 8}
+    trial = TrialEvidence({"a": "x"}, counts)
+    assert trial.failing == CORRUPTING == failing_for("corruption")
+    assert (trial.failures, trial.judged, trial.infra) == (12, 62, 38)
+    wedged = trial.judged_as(failing_for("wedging"))
+    assert wedged.failing == WEDGING and wedged.counts == counts  # judged, never rewritten
+    assert (wedged.failures, wedged.judged, wedged.infra) == (38, 100, 38)
+    assert wedged.rate == pytest.approx(0.38) and wedged.judged_as(CORRUPTING) == trial
+    assert {o.value for o in CORRUPTION} == CORRUPTING and {o.value for o in INFRA} == WEDGING
+    assert [target_of(f) for f in (CORRUPTING, WEDGING)] == ["corruption", "wedging"]
+    # mostly errors: no verdict of its own on corruption, every session judged for wedging
+    wrecked = TrialEvidence({"a": "x"}, {"ok": 20, "error": 80})
+    assert judged_trials([wrecked]) == [] and judged_trials([wrecked.judged_as(WEDGING)])
+
+
+def test_a_wedging_campaign_is_decided_on_its_wedges_and_shown_as_it_ran() -> None:
+    trials = wedges_and_leaks()
+    wedged = [t.judged_as(WEDGING) for t in trials]
+    verdict = judge(wedged, failing=WEDGING)
+    assert [dict(c.factors) for c in verdict.culprits] == [{"cuda_graph": "off"}]
+    assert verdict.wedge_culprits == ()  # its culprits are the wedge's
+    assert [t.counts for t in verdict.trials] == [t.counts for t in trials]
+    document = verdict.to_json()
+    assert document["target"] == "wedging" and document["wedge_culprits"] == []
+    assert document["reason"].startswith("wedging follows cuda_graph=off")
+    # the variants as they ran: timeouts are infra, leaks are corrupted, whatever the target
+    assert document["variants"] == judge(trials).to_json()["variants"]
+    off = [v for v in document["variants"] if v["levels"]["cuda_graph"] == "off"]
+    assert all(v["infra"] > 0 and v["judged"] == v["sessions"] - v["infra"] for v in off)
+    assert sum(v["corrupted"] for v in document["variants"]) == sum(
+        t.counts["leak"] for t in trials)

@@ -11,9 +11,10 @@ from typer.testing import CliRunner
 from db.store import Store
 from experiments.campaign import Campaign
 from orchestrator.cli import app
+from orchestrator.core.evidence import failing_for
 from orchestrator.demo import twin_pool
 from orchestrator.executor.driver import run_campaign
-from orchestrator.stored import create_campaign
+from orchestrator.stored import create_campaign, evidence
 
 
 def test_the_switch_that_makes_the_server_fail_requests_is_named(ray_cluster: None,
@@ -40,6 +41,11 @@ def test_the_switch_that_makes_the_server_fail_requests_is_named(ray_cluster: No
     with Store.open(str(tmp_path / "bisect.db")) as store:
         campaign_id = create_campaign(store, campaign, "test")
         verdict = run_campaign(store, campaign_id).to_json()
+        trials = store.trials(campaign_id)
+    # judged for wedging, its counts as stored: every session judged, the errors failing
+    seen = evidence(trials, failing_for("wedging"), 20)
+    assert [t.counts for t in seen] == [t.counts for t in trials]
+    assert all(t.judged == t.sessions and t.failures == t.infra for t in seen)
     assert verdict["target"] == "wedging" and verdict["status"] == "culprit"
     assert [c["factors"] for c in verdict["culprits"]] == [{"cuda_graph": "off"}]
     assert verdict["reason"].startswith("wedging follows")

@@ -20,6 +20,7 @@ from experiments.agent import find_canary, find_session_key
 from experiments.outcomes import Outcome
 from experiments.workload.context import CHARS_PER_TOKEN
 from experiments.workload.metrics import RequestMetrics, aggregate
+from experiments.workload.results import SessionResult, StressResult
 from experiments.workload.spec import SLO, Arrival, WorkloadSpec, parse_slo
 from experiments.workload.stress import arrival_offsets, summary_table, write_jsonl
 from tests.test_workload import AgentServer, completion, stress
@@ -174,6 +175,35 @@ def test_aggregate_matches_numpy_and_counts_only_completed() -> None:
     good = aggregate(requests, 2.0, SLO(e2e_ms=350, itl_ms=40))
     assert good["good_requests"] == 3 and good["goodput"] == pytest.approx(1.5)
     assert aggregate(requests, 2.0, SLO(itl_ms=20))["good_requests"] == 0  # the 30 ms gap
+
+
+def test_a_trial_stores_throughput_goodput_and_latency_percentiles() -> None:
+    e2e = [0.1, 0.2, 0.3, 0.4, 1.0]
+
+    def session(index: int, seconds: float) -> SessionResult:
+        request = RequestMetrics(1, True, seconds, ttft_s=seconds / 2, itl_s=(0.01, 0.03),
+                                 completion_tokens=5, streamed=True)
+        outcome = Outcome.LEAK if index == 1 else Outcome.OK
+        return SessionResult(index, f"s0-{index}", outcome, 1, None, None, seconds, (seconds,),
+                             (request,))
+
+    sessions = tuple(session(i, seconds) for i, seconds in enumerate(e2e))
+    figures = StressResult(sessions, 2.0, False).performance()
+    assert (figures["requests"], figures["completed"], figures["output_tokens"]) == (5, 5, 25)
+    assert figures["request_throughput"] == pytest.approx(2.5)
+    assert figures["output_throughput"] == pytest.approx(12.5)
+    assert figures["good_sessions"] == 4 and figures["goodput"] == pytest.approx(2.0)  # a leak
+    assert figures["e2e"] == pytest.approx(
+        {f"p{p}_ms": np.percentile(e2e, p) * 1000 for p in (50, 90, 99)})
+    assert figures["ttft"]["p50_ms"] == pytest.approx(150) and figures["itl"]["p50_ms"] == \
+        pytest.approx(20)
+    json.dumps(figures, allow_nan=False)  # plain values only
+    # with an SLO a good session is also on time: 0.1 s and 0.3 s (0.2 s leaked)
+    on_time = StressResult(sessions, 2.0, False, SLO(e2e_ms=350)).performance()
+    assert on_time["good_sessions"] == 2 and on_time["goodput"] == pytest.approx(1.0)
+    nothing = StressResult((), 0.0, True).performance()
+    assert nothing["goodput"] == nothing["request_throughput"] == 0.0
+    assert all(nothing[name] is None for name in ("ttft", "tpot", "itl", "e2e"))
 
 
 def test_goodput_counts_only_requests_within_the_slo() -> None:

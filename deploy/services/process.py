@@ -83,6 +83,16 @@ class ProcessServiceManager:
         )
         self._sh(script, timeout_s=_STOP_GRACE_S + 30)
 
+    def stop_leftover(self, name: str) -> None:
+        """Whatever runs from the pid file is bisect's: a process service exists only while a
+        campaign runs it."""
+        self.stop(name)
+
+    def leave_as_found(self, name: str, was_running: bool) -> None:
+        """Stopped: bisect started it (``was_running`` is False, since ``stop_leftover`` came
+        first)."""
+        self.stop(name)
+
     def pid(self, name: str) -> int | None:
         out = self._sh(f"cat -- {shlex.quote(self.pid_file(name))} 2>/dev/null || true").strip()
         return int(out) if out.isdigit() else None

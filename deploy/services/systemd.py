@@ -269,6 +269,18 @@ class SystemdServiceManager:
         """Start the unit as the operator configured it (after ``remove_dropin``)."""
         self._sh('systemctl start -- "$1"', self.unit(name), timeout_s=self.start_timeout_s)
 
+    def stop_leftover(self, name: str) -> None:
+        """Nothing: the unit is the operator's and may have run before the campaign; a drop-in
+        an earlier run left goes in ``leave_as_found``, at the end."""
+
+    def leave_as_found(self, name: str, was_running: bool) -> None:
+        """Stopped, bisect's drop-in removed, and started again exactly as the operator
+        configured it if it was running before."""
+        self.stop(name)
+        self.remove_dropin(name)
+        if was_running:
+            self.start_unchanged(name)
+
     def describe(self, name: str) -> str:
         """``systemctl cat``: the unit as systemd loaded it, drop-ins included."""
         return self._sh('systemctl cat -- "$1"', self.unit(name))

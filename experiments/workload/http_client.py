@@ -1,13 +1,12 @@
 """A lean HTTP/1.1 keep-alive client: the stress workload's load path.
 
-Why not aiohttp here: against an instant stub at 1,000 streaming sessions (BENCHMARKS.md, "Stress
-harness"), ``run_stress`` over aiohttp cost 0.60 ms of client CPU per request, exactly what a bare
-aiohttp client costs, and a profile put ~45% of it in aiohttp's request/response machinery. The
-load generator must cost far less than the server it stresses, so this module does only what the
-workload needs: an ``asyncio.Protocol`` per connection, responses parsed by ``httptools`` (llhttp,
-as uvicorn uses; it also undoes chunked encoding), one write per request, and one wake-up of the
-reader per batch of bytes received. With it (and orjson, uvloop) the same run costs 0.26 ms, 2.6x
-less than the bare aiohttp client. aiohttp stays for the twin and the metric collector.
+Why not aiohttp here: over aiohttp, ``run_stress`` cost what a bare aiohttp client costs per
+request, most of it in aiohttp's request/response machinery (the figures: BENCHMARKS.md, "Stress
+harness"). The load generator must cost far less than the server it stresses, so this module does
+only what the workload needs: an ``asyncio.Protocol`` per connection, responses parsed by
+``httptools`` (llhttp, as uvicorn uses; it also undoes chunked encoding), one write per request,
+and one wake-up of the reader per batch of bytes received. aiohttp stays for the twin and the
+metric collector.
 
 What it does: a pool of keep-alive connections per origin (a request on a pooled connection that
 the server had closed before any response byte is retried once on a fresh one; a connection idle

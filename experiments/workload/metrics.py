@@ -82,6 +82,25 @@ def _stats(name: str, values_s: Sequence[float]) -> dict[str, float | None]:
     return dict(zip(keys, numbers, strict=True))
 
 
+def latency_samples(requests: Iterable[RequestMetrics]) -> dict[str, list[float]]:
+    """Each latency's samples in seconds (``LATENCIES``), over the completed requests."""
+    done = [r for r in requests if r.completed]
+    return {
+        "ttft": [r.ttft_s for r in done if r.ttft_s is not None],
+        "tpot": [t for r in done if (t := r.tpot_s) is not None],
+        "itl": [gap for r in done for gap in r.itl_s],
+        "e2e": [r.e2e_s for r in done],
+    }
+
+
+def percentiles_ms(values_s: Sequence[float]) -> dict[str, float] | None:
+    """``p50_ms``, ``p90_ms`` and ``p99_ms`` of ``values_s``; None when there are none."""
+    if not values_s:
+        return None
+    found = np.percentile(np.asarray(values_s, dtype=float) * 1000, PERCENTILES)
+    return {f"p{p}_ms": float(v) for p, v in zip(PERCENTILES, found, strict=True)}
+
+
 def aggregate(
     requests: Iterable[RequestMetrics], duration_s: float, slo: SLO | None = None
 ) -> dict[str, Any]:
@@ -90,12 +109,7 @@ def aggregate(
     done = [r for r in every if r.completed]
     per_s = 1 / duration_s if duration_s > 0 else 0.0
     output_tokens = sum(r.completion_tokens or 0 for r in done)
-    samples: dict[str, list[float]] = {
-        "ttft": [r.ttft_s for r in done if r.ttft_s is not None],
-        "tpot": [t for r in done if (t := r.tpot_s) is not None],
-        "itl": [gap for r in done for gap in r.itl_s],
-        "e2e": [r.e2e_s for r in done],
-    }
+    samples = latency_samples(done)
     good = sum(r.meets(slo) for r in done) if slo is not None else None
     summary: dict[str, Any] = {
         "requests": len(every),

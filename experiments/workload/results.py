@@ -9,7 +9,13 @@ from typing import Any
 from scipy.stats import binomtest
 
 from experiments.outcomes import CORRUPTION, INFRA, Outcome
-from experiments.workload.metrics import RequestMetrics, aggregate
+from experiments.workload.metrics import (
+    LATENCIES,
+    RequestMetrics,
+    aggregate,
+    latency_samples,
+    percentiles_ms,
+)
 from experiments.workload.spec import SLO
 
 
@@ -68,6 +74,37 @@ class StressResult:
     def requests(self) -> Iterator[RequestMetrics]:
         for session in self.sessions:
             yield from session.requests
+
+    def good_sessions(self) -> int:
+        """Sessions that finished ok and, where the run had an SLO, met it with every request."""
+        slo = self.slo
+        return sum(s.outcome is Outcome.OK
+                   and (slo is None or all(r.meets(slo) for r in s.requests))
+                   for s in self.sessions)
+
+    def performance(self) -> dict[str, Any]:
+        """What a trial stores of the run's speed (JSON; a stored observation the search and the
+        sweeps read): requests sent and completed, output tokens, per second of ``wall_s``
+        completed requests (``request_throughput``), output tokens (``output_throughput``) and
+        good sessions (``goodput``, ``good_sessions``), and the p50/p90/p99 of each latency in
+        ``LATENCIES`` (None where the run measured none: ITL and TPOT need streaming)."""
+        every = list(self.requests())
+        done = [r for r in every if r.completed]
+        per_s = 1 / self.wall_s if self.wall_s > 0 else 0.0
+        output_tokens = sum(r.completion_tokens or 0 for r in done)
+        good = self.good_sessions()
+        samples = latency_samples(done)
+        return {
+            "wall_s": self.wall_s,
+            "requests": len(every),
+            "completed": len(done),
+            "output_tokens": output_tokens,
+            "good_sessions": good,
+            "request_throughput": len(done) * per_s,
+            "output_throughput": output_tokens * per_s,
+            "goodput": good * per_s,
+            **{name: percentiles_ms(samples[name]) for name in LATENCIES},
+        }
 
     def summary(self) -> dict[str, Any]:
         """Outcome counts and the corruption rate, then bench_serving-style latency metrics."""

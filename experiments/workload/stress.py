@@ -272,7 +272,7 @@ async def run_stress(
 
 def run_stress_sync(url: str, spec: WorkloadSpec, **options: Any) -> StressResult:
     """``run_stress`` from synchronous code (``bisect stress``), on uvloop's event loop when
-    uvloop imports (BENCHMARKS.md: ~10% less client CPU per request than asyncio's own loop).
+    uvloop imports (less client CPU per request than asyncio's own loop: BENCHMARKS.md).
 
     The result leaves through a list, not as the main task's result: ``asyncio.run`` restores
     its SIGINT handler through ``signal.getsignal``, which formats the handler's repr, the

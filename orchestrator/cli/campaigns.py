@@ -258,7 +258,7 @@ def show(campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption
              "observed (the proof of load's checks).")] = False) -> None:
     """Every trial of a campaign: variant, pool, status, counts, timings, where its load ran;
     and the variants skipped because they cannot be deployed (`git bisect skip`), with their
-    reasons. ``--json`` has each trial's steps."""
+    reasons. ``--json`` has each trial's steps and performance figures."""
     from orchestrator.cli.steps_view import step_json, step_lines
     from orchestrator.stored import unresolvable
 
@@ -277,7 +277,10 @@ def show(campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption
          "generators": [{"node_id": g.node_id, "address": g.address, "sessions": g.sessions,
                          "finished": g.finished, "stopped": g.stopped}
                         for g in generators[t.id]],
-         "steps": [step_json(step) for step in steps.get(t.id, [])]}
+         "steps": [step_json(step) for step in steps.get(t.id, [])],
+         # what its workload measured (throughput, goodput, latency percentiles); null for a
+         # trial not done, or stored before it was measured
+         "performance": t.performance}
         for t in trials
     ]
     if as_json:

@@ -1,6 +1,8 @@
 """Evidence as the pure core sees it: finished trials reduced to plain values.
 
 Built from the store by the runner; strategies and the verdict never see ORM rows or Ray.
+What counts as failing is one value, a set of outcome names (``Failing``): a trial is judged
+against it, its counts never rewritten.
 """
 
 from __future__ import annotations
@@ -12,11 +14,63 @@ from dataclasses import dataclass, field
 from experiments.outcomes import CORRUPTION, INFRA
 
 Levels = Mapping[str, str]
+Failing = frozenset[str]  # the outcome names (experiments.outcomes) that count as failing
+
+CORRUPTING: Failing = frozenset(outcome.value for outcome in CORRUPTION)
+# A server that hangs or refuses under load, as 75 of 80 sessions did in the investigation.
+WEDGING: Failing = frozenset(outcome.value for outcome in INFRA)
+# The campaign file's `strategy.target`, and the verdict JSON's `target`.
+TARGETS: Mapping[str, Failing] = {"corruption": CORRUPTING, "wedging": WEDGING}
+
+
+def failing_for(target: str) -> Failing:
+    """The outcomes a campaign's `target:` (corruption | wedging) counts as failing."""
+    return TARGETS[target]
+
+
+def target_of(failing: Failing) -> str:
+    """The name of a failing set as campaign files and the verdict JSON spell it."""
+    return next((name for name, outcomes in TARGETS.items() if outcomes == failing),
+                ",".join(sorted(failing)))
 
 
 def variant_key(levels: Levels) -> str:
     """Canonical name of a variant: ``a=x,b=y`` in factor-name order."""
     return ",".join(f"{name}={levels[name]}" for name in sorted(levels))
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Percentiles of one latency over a trial's completed requests, in milliseconds."""
+
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+
+
+@dataclass(frozen=True)
+class Performance:
+    """What a trial's workload measured (experiments.workload.results.StressResult.performance;
+    the names of sglang ``bench_serving``). Rates are per second of the workload's wall time;
+    a trial stopped early measured only the sessions that finished before the stop.
+
+    ``goodput``: sessions per second that finished ``ok`` (every turn judged correct: no
+    corruption, no error, no timeout) and, where the workload sets an SLO, whose every request
+    met it. (``bisect stress``'s ``goodput`` is vLLM's: requests per second within the SLO.)
+    A latency is None where the workload did not measure it (ITL and TPOT need streaming)."""
+
+    wall_s: float
+    requests: int  # sent
+    completed: int  # a whole response arrived
+    output_tokens: int  # of the completed requests, as the server's usage counted them
+    good_sessions: int
+    request_throughput: float  # completed requests per second
+    output_throughput: float  # output tokens per second
+    goodput: float  # good sessions per second
+    ttft: Latency | None = None
+    tpot: Latency | None = None
+    itl: Latency | None = None
+    e2e: Latency | None = None
 
 
 @dataclass(frozen=True)
@@ -29,23 +83,29 @@ class TrialEvidence:
     stopped_early: bool = False
     events: Mapping[str, int] = field(default_factory=dict)  # service log events by kind
     planned: int = 0  # sessions the workload planned (0: not known)
+    failing: Failing = CORRUPTING  # what counts as failing: the campaign's target
+    performance: Performance | None = None  # None: stored before it was measured
 
     @property
     def sessions(self) -> int:
         return sum(self.counts.values())
 
     @property
-    def corrupted(self) -> int:
-        return sum(self.counts.get(outcome.value, 0) for outcome in CORRUPTION)
+    def failures(self) -> int:
+        """Sessions whose outcome is in ``failing``."""
+        return sum(n for outcome, n in self.counts.items() if outcome in self.failing)
 
     @property
     def infra(self) -> int:
+        """Errors and timeouts, whatever the target."""
         return sum(self.counts.get(outcome.value, 0) for outcome in INFRA)
 
     @property
     def judged(self) -> int:
-        """Sessions that reached a verdict of their own: errors and timeouts excluded."""
-        return self.sessions - self.infra
+        """Sessions that reached a verdict of their own. An error or a timeout says nothing of
+        corruption: not judged, unless it is what fails (for wedging every session is judged)."""
+        return self.sessions - sum(self.counts.get(outcome.value, 0) for outcome in INFRA
+                                   if outcome not in self.failing)
 
     @property
     def unfinished(self) -> int:
@@ -54,13 +114,11 @@ class TrialEvidence:
 
     @property
     def rate(self) -> float:
-        return self.corrupted / self.judged if self.judged else 0.0
+        return self.failures / self.judged if self.judged else 0.0
 
-    def as_wedging(self) -> TrialEvidence:
-        """The same trial seen for wedging: errors and timeouts are the failures, every session
-        is judged. The corruption machinery (cells, tests, attribution) then applies as is."""
-        return dataclasses.replace(
-            self, counts={"leak": self.infra, "ok": self.sessions - self.infra})
+    def judged_as(self, failing: Failing) -> TrialEvidence:
+        """The same trial judged against another failing set (its counts unchanged)."""
+        return dataclasses.replace(self, failing=failing)
 
 
 @dataclass(frozen=True)
@@ -75,8 +133,8 @@ class Cell:
         return sum(t.sessions for t in self.trials)
 
     @property
-    def corrupted(self) -> int:
-        return sum(t.corrupted for t in self.trials)
+    def failures(self) -> int:
+        return sum(t.failures for t in self.trials)
 
     @property
     def judged(self) -> int:
@@ -88,7 +146,7 @@ class Cell:
 
     @property
     def rate(self) -> float:
-        return self.corrupted / self.judged if self.judged else 0.0
+        return self.failures / self.judged if self.judged else 0.0
 
     def events(self, kinds: Iterable[str]) -> dict[str, int]:
         """The trials' log events of these kinds, summed; kinds never seen are left out."""
@@ -107,5 +165,5 @@ def cells(evidence: Iterable[TrialEvidence]) -> list[Cell]:
 
 
 def pooled(group: Sequence[Cell]) -> tuple[int, int]:
-    """(corrupted, judged) over a group of cells."""
-    return sum(c.corrupted for c in group), sum(c.judged for c in group)
+    """(failures, judged) over a group of cells."""
+    return sum(c.failures for c in group), sum(c.judged for c in group)

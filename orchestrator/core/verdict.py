@@ -11,7 +11,16 @@ from typing import Any
 
 from experiments.outcomes import WEDGE_LOG_KINDS
 from orchestrator.core.attribution import Culprit, find_culprits
-from orchestrator.core.evidence import Cell, TrialEvidence, cells, variant_key
+from orchestrator.core.evidence import (
+    CORRUPTING,
+    WEDGING,
+    Cell,
+    Failing,
+    TrialEvidence,
+    cells,
+    target_of,
+    variant_key,
+)
 from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.strategies.base import Conclusion, Status, Unresolvable
 from orchestrator.core.strategies.design import Design
@@ -45,7 +54,7 @@ class Verdict:
     log: tuple[dict[str, Any], ...] = ()  # the decision trail, where the strategy keeps one
     wedge_culprits: tuple[Culprit, ...] = ()  # what makes servers error, hang or time out
     unresolvable: tuple[Unresolvable, ...] = ()
-    target: str = "corruption"  # what `culprits` explain: corruption, or wedging
+    failing: Failing = CORRUPTING  # what `culprits` explain (the JSON's `target`)
     design: Design | None = None  # a factorial campaign's design: what its runs can tell apart
     commits: Mapping[str, Any] | None = None  # a commit search: first bad commit(s), skips
 
@@ -56,7 +65,7 @@ class Verdict:
         return {
             **design,
             **commits,
-            "target": self.target,
+            "target": target_of(self.failing),
             "unresolvable": [
                 {"levels": dict(u.levels), "attempts": u.attempts, "error": u.error}
                 for u in self.unresolvable
@@ -119,13 +128,13 @@ def _culprit_json(culprit: Culprit) -> dict[str, Any]:
 
 
 def _cell_json(cell: Cell) -> dict[str, Any]:
-    low, high = wilson(cell.corrupted, cell.judged)
+    low, high = wilson(cell.failures, cell.judged)
     return {
         "key": variant_key(cell.levels),
         "levels": dict(cell.levels),
         "sessions": cell.sessions,
         "judged": cell.judged,
-        "corrupted": cell.corrupted,
+        "corrupted": cell.failures,  # as the cells were judged: for corruption (verdict_from)
         "infra": cell.infra,
         "rate": _round(cell.rate),
         "ci95": [_round(low), _round(high)],
@@ -144,8 +153,10 @@ def judged_cells(
 
 
 def judged_trials(evidence: Sequence[TrialEvidence]) -> list[TrialEvidence]:
-    """The trials that are not mostly infrastructure errors."""
-    return [t for t in evidence if t.sessions and t.infra / t.sessions <= MAX_INFRA_SHARE]
+    """The trials that are not mostly sessions without a verdict of their own (errors and
+    timeouts, unless they are what fails)."""
+    return [t for t in evidence
+            if t.sessions and (t.sessions - t.judged) / t.sessions <= MAX_INFRA_SHARE]
 
 
 def variant_cells(evidence: Sequence[TrialEvidence],
@@ -161,7 +172,7 @@ def wedging(
     evidence: Sequence[TrialEvidence], factors: Mapping[str, Sequence[str]], alpha: float
 ) -> tuple[Culprit, ...]:
     """Culprits for errors and timeouts, on every stored trial (a wedge is never corruption)."""
-    cells_ = cells(t.as_wedging() for t in evidence if t.sessions)
+    cells_ = cells(t.judged_as(WEDGING) for t in evidence if t.sessions)
     return tuple(find_culprits(cells_, factors, alpha))
 
 
@@ -172,10 +183,16 @@ def verdict_from(
     cost: CostModel,
     unresolvable: Sequence[Unresolvable] = (),
     alpha: float = 0.01,
+    failing: Failing = CORRUPTING,
 ) -> Verdict:
-    """A strategy's conclusion with what every strategy's verdict shows."""
-    judged, grouped = judged_cells(evidence, factors)
-    return Verdict(conclusion.status, conclusion.reason, conclusion.culprits, tuple(grouped),
+    """A strategy's conclusion with what every strategy's verdict shows; ``failing``: what the
+    evidence was judged against (the campaign's target). The variants are shown judged for
+    corruption whatever the target (a wedged variant: its errors and timeouts beside 0
+    corrupted); a wedging campaign's culprits are its wedge culprits already."""
+    judged = judged_trials(evidence)
+    shown = variant_cells([t.judged_as(CORRUPTING) for t in judged], factors)
+    wedge = () if failing == WEDGING else wedging(evidence, factors, alpha)
+    return Verdict(conclusion.status, conclusion.reason, conclusion.culprits, tuple(shown),
                    tuple(evidence), len(evidence) - len(judged), cost, conclusion.log,
-                   wedging(evidence, factors, alpha), tuple(unresolvable),
-                   design=conclusion.design, commits=conclusion.commits)
+                   wedge, tuple(unresolvable), failing, design=conclusion.design,
+                   commits=conclusion.commits)

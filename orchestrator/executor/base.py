@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from db.records import LogRow, MetricRow, SessionRow, StepRow, TrialTiming
+from orchestrator.core.evidence import CORRUPTING, Failing
 from orchestrator.core.stats.compare import StopWhenFailing
 
 Failure = Literal["infrastructure", "variant"]  # a failed trial's class, decided by type
@@ -23,7 +24,7 @@ class TrialOrder:
     levels: dict[str, str]
     seed: int
     stop_rule: StopWhenFailing | None = None  # a sequential test may end the workload early
-    target: str = "corruption"  # what the stop rule counts: corrupt sessions, or wedged ones
+    failing: Failing = CORRUPTING  # the outcomes the stop rule counts (the campaign's target)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class TrialReport:
     generators: tuple[GeneratorRun, ...] = ()  # the load generators that ran the workload
     failure: Failure | None = None  # a failed trial's class (steps.failure_of)
     steps: tuple[StepRow, ...] = ()  # its chain of steps as they ran
+    performance: dict[str, Any] | None = None  # StressResult.performance, for a trial done
 
 
 class PoolCrashed(RuntimeError):

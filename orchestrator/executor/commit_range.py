@@ -5,9 +5,9 @@ never changes, whatever happens to the branches afterwards."""
 
 from __future__ import annotations
 
+from deploy.changes.base import ChangeError
+from deploy.changes.gitref import check_refs, resolve_range
 from deploy.transports.factory import Transports
-from deploy.variants.base import VariantError
-from deploy.variants.gitref import check_refs, resolve_range
 from experiments.campaign import Campaign, CampaignError, Factor
 
 COMMIT = "commit"  # the factor the range becomes
@@ -33,7 +33,7 @@ def expand_commits(campaign: Campaign, *, good: str | None = None,
             if missing:
                 raise CampaignError(f"node {node}: {spec.tree} lacks {len(missing)} commit(s) "
                                     f"of the range, e.g. {missing[0]}")
-    except VariantError as exc:
+    except ChangeError as exc:
         raise CampaignError(f"commits: {exc}") from None
     finally:
         transports.close()

@@ -13,14 +13,13 @@ from collections.abc import Callable
 
 from db.store import Store
 from deploy.locks import NodeLocked
-from deploy.services.systemd import SystemdServiceManager
 from deploy.transports.base import TransportError
 from deploy.transports.factory import Transports
 from experiments.campaign import Campaign
 from experiments.outcomes import is_corrupt
 from experiments.secrets import SecretMissing, SecretValues, redact, redact_any
 from experiments.workload.http_client import bearer, header_lines
-from orchestrator.core.evidence import variant_key
+from orchestrator.core.evidence import failing_for, variant_key
 from orchestrator.core.strategies.base import Strategy
 from orchestrator.core.strategies.registry import strategy_for
 from orchestrator.core.verdict import Verdict
@@ -30,7 +29,7 @@ from orchestrator.executor.nodes import PreflightFailed, check_nodes, locked
 from orchestrator.executor.placement import place
 from orchestrator.executor.ray_pool import PoolActors, ensure_ray, ray_started
 from orchestrator.executor.reaper import Reaper
-from orchestrator.executor.source_variants import recover_nodes
+from orchestrator.executor.source_changes import recover_nodes
 from orchestrator.executor.trial import INFRA_ERROR, generator_rows, service_manager
 from orchestrator.stored import campaign_of, evidence, skipping, unresolvable, verdict_of
 
@@ -69,29 +68,25 @@ def redacted(report: TrialReport) -> TrialReport:
 
 
 def running_before(campaign: Campaign, transports: Transports) -> dict[str, bool]:
-    """Which systemd units were running before the campaign: they are running after it."""
+    """Which services were running before the campaign (asked after ``stop_leftovers``, so a
+    process service is not): ``leave_as_found`` has them running after it."""
     workdirs = {node.name: node.workdir for node in campaign.nodes}
     return {
         service.name: service_manager(service, transports, workdirs).is_running(service.name)
-        for pool in campaign.pools for service in pool.services if service.manager == "systemd"
+        for pool in campaign.pools for service in pool.services
     }
 
 
 def restore_services(campaign: Campaign, transports: Transports,
                      was_running: dict[str, bool]) -> None:
     """Leave the nodes as found, from the driver (the safety net behind the actors): our own
-    processes stopped; a systemd unit stripped of bisect's drop-in and running again if it was."""
+    processes stopped; a systemd unit stripped of bisect's drop-in and running again if it was
+    (each manager knows how: ``ServiceManager.leave_as_found``)."""
     workdirs = {node.name: node.workdir for node in campaign.nodes}
     for pool in campaign.pools:
         for service in reversed(pool.services):
-            manager = service_manager(service, transports, workdirs)
-            if isinstance(manager, SystemdServiceManager):
-                manager.stop(service.name)
-                manager.remove_dropin(service.name)
-                if was_running.get(service.name):
-                    manager.start_unchanged(service.name)
-            else:
-                manager.stop(service.name)
+            service_manager(service, transports, workdirs).leave_as_found(
+                service.name, was_running.get(service.name, False))
 
 
 def run_campaign(
@@ -157,13 +152,13 @@ def refused(store: Store, campaign_id: str) -> None:
 
 
 def stop_leftovers(campaign: Campaign, transports: Transports) -> None:
-    """Stop the process-manager services a killed driver left running, before the pools start
-    anything (its reaper stops them too, unless it could not reach a node then)."""
+    """Stop what a killed driver left running (the process manager's services; a systemd unit
+    is left for ``leave_as_found``), before the pools start anything (its reaper stops them
+    too, unless it could not reach a node then)."""
     workdirs = {node.name: node.workdir for node in campaign.nodes}
     for pool in campaign.pools:
         for service in reversed(pool.services):
-            if service.manager == "process":
-                service_manager(service, transports, workdirs).stop(service.name)
+            service_manager(service, transports, workdirs).stop_leftover(service.name)
 
 
 def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
@@ -172,7 +167,7 @@ def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
     services. The loop knows pools only through ``actors`` (Ray's, or the benchmark's simulated
     ones) and nodes not at all: ``run_campaign`` prepares them first."""
     base = strategy_for(campaign)
-    target, planned = campaign.strategy.target, campaign.workload.sessions
+    failing, planned = failing_for(campaign.strategy.target), campaign.workload.sessions
     infra_failures: dict[str, int] = {}  # this run's, per variant
     pending: dict[int, dict[str, str]] = {}
     running: dict[str, dict[str, str]] = {}  # what each pool ran last (restart economy)
@@ -184,7 +179,7 @@ def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
             blocked = {variant_key(u.levels) for u in skipped}
             strategy: Strategy = skipping(base, skipped)
             free = [p.name for p in campaign.pools if p.name not in actors.busy]
-            seen = evidence(trials, target, planned)
+            seen = evidence(trials, failing, planned)
             proposals = [
                 levels
                 for levels in strategy.propose(seen, list(pending.values()))
@@ -197,7 +192,7 @@ def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
                 trial_id = store.start_trial(campaign_id, variant.id, next_seq, pool, seed)
                 pending[trial_id] = levels
                 rule = strategy.stop_rule(levels, seen)
-                actors.submit(pool, TrialOrder(trial_id, levels, seed, rule, target))
+                actors.submit(pool, TrialOrder(trial_id, levels, seed, rule, failing))
                 running[pool] = levels
                 progress(f"trial {next_seq} on {pool}: {variant.key}")
                 next_seq += 1
@@ -212,7 +207,7 @@ def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
             if report.error is None:
                 store.finish_trial(report.trial_id, report.timing, report.sessions,
                                    report.metrics, report.logs, generator_rows(report.generators),
-                                   report.steps)
+                                   report.steps, report.performance)
                 corrupt = sum(is_corrupt(s.outcome) for s in report.sessions)
                 early = " (stopped early: decided)" if report.timing.stopped_early else ""
                 progress(f"  done on {pool}: {corrupt}/{len(report.sessions)} corrupt{early}")

@@ -12,11 +12,11 @@ comes when the driver exits, however it exits:
   started after the driver, Ray's by name or path: a kill in the middle of ``ray.init`` leaves
   no agent behind, and a pool's actor cannot deploy after the services are stopped) and
   removes the Ray token file;
-- not told ``done`` (the driver died before restoring the nodes): it stops the services the
-  campaign's process manager runs, each process group through its pid file, as
-  ``ProcessServiceManager.stop``: on this machine and, over the campaign's own SSH transports,
-  on its SSH nodes (systemd units are left to the resume: they may have run before the
-  campaign, and the resume puts them back as they were).
+- not told ``done`` (the driver died before restoring the nodes): it asks every service's
+  manager to stop what bisect left (``ServiceManager.stop_leftover``): the process manager's
+  groups, each through its pid file, on this machine and, over the campaign's own SSH
+  transports, on its SSH nodes (systemd units are left to the resume: they may have run before
+  the campaign, and the resume puts them back as they were).
 
 Its pid is written in the node locks: a resumed campaign waits for it to finish before taking
 the locks over (``deploy.locks.LockInfo.holder_gone``), so it never stops the new driver's
@@ -36,18 +36,18 @@ from pathlib import Path
 from typing import IO, Any
 
 from deploy import procs
-from deploy.services.process import ProcessServiceManager
+from deploy.services.factory import manager_for
 from deploy.transports.base import Transport
 from deploy.transports.factory import transport_for
 from deploy.transports.local import LocalTransport
 from experiments.campaign import Campaign, Node
 
 
-def process_services(campaign: Campaign) -> list[tuple[str, str, str]]:
-    """(node, workdir, service) of every service the process manager runs, on any node."""
+def services_of(campaign: Campaign) -> list[dict[str, Any]]:
+    """Every service as plain values: enough to build its manager after the driver is gone."""
     workdirs = {n.name: n.workdir for n in campaign.nodes}
-    return [(s.node, workdirs[s.node], s.name) for pool in campaign.pools for s in pool.services
-            if s.manager == "process"]
+    return [{"node": s.node, "manager": s.manager, "workdir": workdirs[s.node], "name": s.name,
+             "unit": s.unit} for pool in campaign.pools for s in pool.services]
 
 
 def ssh_nodes(campaign: Campaign) -> dict[str, dict[str, Any]]:
@@ -64,7 +64,7 @@ class Reaper:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         self.watching_ray = False
-        self._send({"services": process_services(campaign), "nodes": ssh_nodes(campaign)})
+        self._send({"services": services_of(campaign), "nodes": ssh_nodes(campaign)})
 
     @property
     def pid(self) -> int:
@@ -105,15 +105,18 @@ class Reaper:
             self.process.wait()
 
 
-def _stop_services(services: list[list[str]], nodes: dict[str, dict[str, Any]]) -> None:
-    transports: dict[str, Transport] = {}
+def _stop_services(services: list[dict[str, Any]], nodes: dict[str, dict[str, Any]]) -> None:
+    transports: dict[str, Transport] = {}  # connected on first use: not for a no-op
     try:
-        for node, workdir, name in services:
+        for service in services:
             with contextlib.suppress(Exception):  # one that cannot be stopped: stop the others
+                node = service["node"]
                 if node not in transports:
                     transports[node] = (transport_for(Node.model_validate(nodes[node]))
                                         if node in nodes else LocalTransport(node))
-                ProcessServiceManager(transports[node], workdir).stop(name)
+                manager_for(service["manager"], transports[node], service=service["name"],
+                            workdir=service["workdir"], unit=service["unit"],
+                            ).stop_leftover(service["name"])
     finally:
         for transport in transports.values():
             with contextlib.suppress(Exception):
@@ -167,7 +170,7 @@ def _kill_ray(group: int, after: int, package: str, marker: str | None,
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the end of the pipe ends it
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    services: list[list[str]] = []
+    services: list[dict[str, Any]] = []
     nodes: dict[str, dict[str, Any]] = {}
     ray: dict[str, Any] = {}
     files: list[str] = []

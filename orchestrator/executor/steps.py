@@ -21,13 +21,13 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from db.records import LogRow, StepRow
+from deploy.changes.base import ChangeError
 from deploy.health import HealthTimeout, wait_healthy
 from deploy.proof import node_clock, prove_loaded
 from deploy.render import LevelSettings, render_service
 from deploy.services.base import ServiceConfig, Started
 from deploy.services.systemd import VariantNotApplied
 from deploy.transports.base import TransportError
-from deploy.variants.base import VariantError
 from experiments.campaign import Service
 from experiments.collect import Sample
 from experiments.workload.stress import StressResult
@@ -52,7 +52,7 @@ class DeployFailed(RuntimeError):
         self.details = details or {}
 
 
-VARIANT_FAILURES: tuple[type[Exception], ...] = (DeployFailed, HealthTimeout, VariantError,
+VARIANT_FAILURES: tuple[type[Exception], ...] = (DeployFailed, HealthTimeout, ChangeError,
                                                   VariantNotApplied)
 TRIAL_FAILURES = INFRASTRUCTURE_FAILURES + VARIANT_FAILURES  # anything else crashes the pool
 
@@ -78,6 +78,7 @@ class TrialState:
     result: StressResult | None = None
     samples: list[Sample] = field(default_factory=list)
     logs: list[LogRow] = field(default_factory=list)
+    performance: dict[str, Any] | None = None  # what the workload measured (collect)
 
 
 class Step(Protocol):
@@ -241,7 +242,8 @@ class Stress:
 
     async def run(self, pool: PoolRunner, trial: TrialState) -> Details:
         order = trial.order
-        trial.result, trial.samples = await pool.stress(order.seed, order.stop_rule, order.target)
+        trial.result, trial.samples = await pool.stress(order.seed, order.stop_rule,
+                                                        order.failing)
         return {"sessions": len(trial.result.sessions), "samples": len(trial.samples),
                 "stopped_early": trial.result.stopped_early}
 
@@ -253,6 +255,8 @@ class Collect:
 
     async def run(self, pool: PoolRunner, trial: TrialState) -> Details:
         trial.logs = await asyncio.to_thread(pool.collect_logs)
+        if trial.result is not None:  # throughput, goodput, latency percentiles
+            trial.performance = trial.result.performance()
         return {"log_events": len(trial.logs)}
 
 

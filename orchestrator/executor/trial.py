@@ -19,13 +19,13 @@ from deploy.services.factory import manager_for
 from deploy.transports.factory import Transports
 from experiments.campaign import Campaign, Pool, Service
 from experiments.collect import Sample, log_events, poll_metrics
-from experiments.outcomes import is_corrupt, is_infra
 from experiments.secrets import SecretValues, shown
 from experiments.workload.stress import SessionResult, StressResult, run_stress
+from orchestrator.core.evidence import Failing
 from orchestrator.core.stats.compare import StopWhenFailing
 from orchestrator.executor.base import GeneratorRun, TrialOrder, TrialReport
 from orchestrator.executor.load_generators import LoadGenerators
-from orchestrator.executor.source_variants import SourceVariants
+from orchestrator.executor.source_changes import SourceChanges
 from orchestrator.executor.steps import (
     DEPLOY_STEPS,
     TrialState,
@@ -83,7 +83,7 @@ class PoolRunner:
         }
         self.applied: dict[str, ServiceConfig] = {}
         self.log_read: dict[str, int] = {}  # bytes of each service log already examined
-        self.sources = SourceVariants(self.campaign, self.pool, self.transports)
+        self.sources = SourceChanges(self.campaign, self.pool, self.transports)
         generators = self.campaign.generators
         self.generators = LoadGenerators(generators) if generators is not None else None
 
@@ -112,7 +112,7 @@ class PoolRunner:
                    for m in trial.samples]
         used = self.generators.runs if self.generators is not None else ()
         return TrialReport(order.trial_id, None, timing, sessions, metrics, trial.logs, used,
-                           steps=tuple(steps))
+                           steps=tuple(steps), performance=trial.performance)
 
     def _deploy(self, levels: dict[str, str]) -> int:
         """Only the deploy steps (apply to hooks), raising what fails; the restarts needed."""
@@ -124,17 +124,16 @@ class PoolRunner:
         return trial.restarts
 
     async def stress(
-        self, seed: int, rule: StopWhenFailing | None, target: str
+        self, seed: int, rule: StopWhenFailing | None, failing: Failing
     ) -> tuple[StressResult, list[Sample]]:
         urls = {s.name: s.metrics_url for s in self.pool.services if s.metrics_url}
         planned = self.campaign.workload.sessions
-        corrupted = 0
+        failures = 0
 
         def decided(session: SessionResult) -> bool:
-            nonlocal corrupted
-            failing = is_infra if target == "wedging" else is_corrupt
-            corrupted += failing(session.outcome)
-            return rule is not None and rule.decided(corrupted, planned)
+            nonlocal failures
+            failures += session.outcome in failing
+            return rule is not None and rule.decided(failures, planned)
 
         stop = asyncio.Event()
         poller = asyncio.create_task(poll_metrics(urls, stop))

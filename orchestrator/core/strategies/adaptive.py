@@ -30,7 +30,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.core.attribution import Culprit, measure
-from orchestrator.core.evidence import Levels, TrialEvidence, variant_key
+from orchestrator.core.evidence import (
+    CORRUPTING,
+    Failing,
+    Levels,
+    TrialEvidence,
+    target_of,
+    variant_key,
+)
 from orchestrator.core.stats.compare import Answer, StopWhenFailing, reproduced
 from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.strategies.base import (
@@ -83,23 +90,22 @@ class Adaptive:
         reproduce_trials: int = 2,
         max_trials_per_variant: int = 6,
         max_trials: int = 120,
-        failure: str = "corruption",
+        failing: Failing = CORRUPTING,
     ) -> None:
         self.factors = {name: list(levels) for name, levels in factors.items()}
         self.good, self.bad = dict(good), dict(bad)
         self.alpha, self.clean_rate = alpha, clean_rate
         self.min_trials, self.reproduce_trials = min_trials, reproduce_trials
         self.max_trials_per_variant, self.max_trials = max_trials_per_variant, max_trials
-        self.failure = failure  # what failing means here, for the reason given
+        self.failing = failing  # what counts as failing: named in the reason given
 
     def pass_alpha(self, good: VariantCounts) -> float:
         """The level a PASS needs against known-bad. A PASS accuses a level, and the scan gives
         every innocent factor several looks at passing by luck: half of alpha. When known-good
         fails too (background noise), "no worse than known-good" no longer holds a weaker
         failure back, so the comparison with known-bad carries it alone, Bonferroni over the
-        factors. (bench/strategies.py: false accusations 1.7% -> 0.3% on "single factor, 6%"
-        over 300 seeds, 2% -> 0.5% on "1% noise + 6% 2-way" over 200.)"""
-        return self.alpha / (max(2, len(self.factors)) if good.corrupted else 2)
+        factors. (What it bought in false accusations: BENCHMARKS.md, "Strategies".)"""
+        return self.alpha / (max(2, len(self.factors)) if good.failures else 2)
 
     # -- the protocol -------------------------------------------------------------------------
 
@@ -121,7 +127,7 @@ class Adaptive:
     def replay(self, evidence: Sequence[TrialEvidence]) -> Replay:
         good = [t for t in evidence if variant_key(t.levels) == variant_key(self.good)]
         run = Tests(self, cells_of(evidence), len(evidence),
-                    good_was_clean=not any(t.corrupted for t in good[:self.reproduce_trials]))
+                    good_was_clean=not any(t.failures for t in good[:self.reproduce_trials]))
         culprits: list[dict[str, str]] = []
         try:
             self._reproduce(run)
@@ -140,7 +146,7 @@ class Adaptive:
             return Replay((), stop.outcome, tuple(culprits), tuple(run.trail), stop.reason)
         names = "; ".join(" AND ".join(f"{f}={v}" for f, v in c.items()) for c in culprits)
         return Replay((), Status.CULPRIT, tuple(culprits), tuple(run.trail),
-                      f"{self.failure} follows {names}")
+                      f"{target_of(self.failing)} follows {names}")
 
     def conclude(self, done: Sequence[TrialEvidence],
                  unresolvable: Sequence[Unresolvable]) -> Conclusion:
@@ -160,21 +166,21 @@ class Adaptive:
             run.need(*[self.bad] * (self.reproduce_trials - bad.trials))
         if self._clean(bad):
             raise Concluded(Status.NOT_REPRODUCED,
-                        f"known-bad: {bad.corrupted} of {bad.judged} sessions corrupt")
-        if bad.corrupted <= self.clean_rate * bad.judged and \
+                        f"known-bad: {bad.failures} of {bad.judged} sessions corrupt")
+        if bad.failures <= self.clean_rate * bad.judged and \
                 bad.trials < self.max_trials_per_variant:
             run.need(self.bad)  # it does not look failing yet: only more of known-bad can tell
         if good.trials < self.reproduce_trials:
             run.need(*[self.good] * (self.reproduce_trials - good.trials))
         answer, p = reproduced(bad.pair, good.pair, self.alpha)
-        run.trail.append(Step("reproduce", self.bad, answer.value, bad.corrupted, bad.judged,
+        run.trail.append(Step("reproduce", self.bad, answer.value, bad.failures, bad.judged,
                               bad.trials, p, 1.0))
         if answer is Answer.FAIL:
             return
         if bad.trials >= self.max_trials_per_variant:
             raise Concluded(Status.NOT_REPRODUCED,
-                        f"known-bad ({bad.corrupted}/{bad.judged}) is not worse than known-good "
-                        f"({good.corrupted}/{good.judged}) at alpha {self.alpha:g}")
+                        f"known-bad ({bad.failures}/{bad.judged}) is not worse than known-good "
+                        f"({good.failures}/{good.judged}) at alpha {self.alpha:g}")
         run.need(self.bad, self.good)
 
     def _clean(self, cell: VariantCounts) -> bool:
@@ -311,7 +317,7 @@ def conclude_replay(
     """The adaptive strategy's conclusion, with each culprit measured on every explored cell."""
     log = tuple(
         {"phase": s.phase, "levels": dict(s.levels), "answer": s.answer,
-         "corrupted": s.corrupted, "sessions": s.judged, "unfinished": s.unfinished,
+         "corrupted": s.failures, "sessions": s.judged, "unfinished": s.unfinished,
          "trials": s.trials, "p_fail": s.p_fail, "p_pass": s.p_pass}
         for s in replay.trail
     )

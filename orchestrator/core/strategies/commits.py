@@ -188,7 +188,7 @@ class Commits:
         for trial in evidence:
             i = index.get(trial.levels.get(FACTOR, ""))
             if i is not None:
-                k[i] += trial.corrupted
+                k[i] += trial.failures
                 n[i] += trial.judged
                 trials[i] += 1
         post = posterior(k, n)
@@ -272,7 +272,7 @@ def conclude_commit_replay(
     tested = {sha: [t for t in judged if t.levels.get(FACTOR) == sha] for sha in commits}
     log = ({"phase": "skipped" if sha in replay.skipped else "posterior",
             "levels": {FACTOR: sha}, "answer": f"{p:.4f}",
-            "corrupted": sum(t.corrupted for t in tested[sha]),
+            "corrupted": sum(t.failures for t in tested[sha]),
             "sessions": sum(t.judged for t in tested[sha]), "trials": len(tested[sha]),
             "p_fail": p, "p_pass": 0.0,
             **({"reason": why[sha].error.splitlines()[0]} if sha in why else {})}

@@ -7,7 +7,16 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from orchestrator.core.attribution import Culprit, find_culprits
-from orchestrator.core.evidence import Levels, TrialEvidence, pooled, variant_key
+from orchestrator.core.evidence import (
+    CORRUPTING,
+    WEDGING,
+    Failing,
+    Levels,
+    TrialEvidence,
+    pooled,
+    target_of,
+    variant_key,
+)
 from orchestrator.core.stats.compare import StopWhenFailing
 from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.strategies.base import Conclusion, Status, Unresolvable
@@ -27,11 +36,11 @@ class Factorial:
     def __init__(self, factors: Mapping[str, Sequence[str]], repeats: int,
                  design: Design | None = None, *, alpha: float = 0.01,
                  clean_rate: float = 0.02, known_bad: Mapping[str, str] | None = None,
-                 failure: str = "corruption") -> None:
+                 failing: Failing = CORRUPTING) -> None:
         self.factors = {name: list(levels) for name, levels in factors.items()}
         self.repeats = repeats
         self.design = design
-        self.alpha, self.clean_rate, self.failure = alpha, clean_rate, failure
+        self.alpha, self.clean_rate, self.failing = alpha, clean_rate, failing
         self.known_bad = None if known_bad is None else dict(known_bad)
         # Each pass runs the Gray order, alternating direction so passes join without a jump.
         one_pass = design.runs() if design is not None else gray_order(factors)
@@ -65,7 +74,7 @@ class Factorial:
         return conclude_factorial(
             done, self.factors, alpha=self.alpha, clean_rate=self.clean_rate,
             known_bad=self.known_bad, design=self.design or Design.full(self.factors),
-            failure=self.failure)
+            failing=self.failing)
 
     def meeting(self, unresolvable: Sequence[Unresolvable]) -> Factorial:
         return self  # a fixed design: the verdict lists the variants that could not be deployed
@@ -81,12 +90,12 @@ def decide(
     known_bad: Mapping[str, str] | None = None,
     unresolvable: Sequence[Unresolvable] = (),
     design: Design | None = None,
-    failure: str = "corruption",
+    failing: Failing = CORRUPTING,
 ) -> Verdict:
     """The factorial verdict on ``evidence`` (see ``conclude_factorial``)."""
     conclusion = conclude_factorial(evidence, factors, alpha=alpha, clean_rate=clean_rate,
-                                    known_bad=known_bad, design=design, failure=failure)
-    return verdict_from(conclusion, evidence, factors, cost, unresolvable, alpha)
+                                    known_bad=known_bad, design=design, failing=failing)
+    return verdict_from(conclusion, evidence, factors, cost, unresolvable, alpha, failing)
 
 
 def conclude_factorial(
@@ -97,17 +106,18 @@ def conclude_factorial(
     clean_rate: float,
     known_bad: Mapping[str, str] | None = None,
     design: Design | None = None,
-    failure: str = "corruption",
+    failing: Failing = CORRUPTING,
 ) -> Conclusion:
-    """``failure`` names what the evidence's failing sessions are (``wedging`` when errors and
-    timeouts were made the failures, ``TrialEvidence.as_wedging``), for the reason given."""
+    """``failing``: what the evidence was judged against, named in the reason given."""
     _, grouped = judged_cells(evidence, factors)
-    failing = "corrupt" if failure == "corruption" else "wedged (an error or a timeout)"
+    failure = target_of(failing)
+    said = {CORRUPTING: "corrupt", WEDGING: "wedged (an error or a timeout)"}.get(
+        failing, "failing")
 
     def verdict(status: Status, reason: str, culprits: Sequence[Culprit] = ()) -> Conclusion:
         return Conclusion(status, reason, tuple(culprits), design=design)
 
-    corrupted, sessions = pooled(grouped)
+    failed, sessions = pooled(grouped)
     if sessions == 0:
         return verdict(Status.INCONCLUSIVE, "no session could be judged")
     culprits = find_culprits(grouped, factors, alpha)
@@ -131,16 +141,16 @@ def conclude_factorial(
                                        f"aliased with each other)", culprits)
     if culprits:
         return verdict(Status.CULPRIT, f"{failure} follows {names}", culprits)
-    if corrupted == 0 and known_bad is not None:
+    if failed == 0 and known_bad is not None:
         return verdict(Status.NOT_REPRODUCED, f"the known-bad variant showed no {failure}")
-    upper = wilson(corrupted, sessions)[1]
+    upper = wilson(failed, sessions)[1]
     if upper <= clean_rate:
         return verdict(
             Status.NO_CULPRIT,
-            f"{corrupted} of {sessions} sessions {failing}; upper 95% bound {upper:.2%} "
+            f"{failed} of {sessions} sessions {said}; upper 95% bound {upper:.2%} "
             f"is within the clean rate {clean_rate:.2%}",
         )
-    if corrupted == 0:
+    if failed == 0:
         return verdict(
             Status.INCONCLUSIVE,
             f"no {failure} in {sessions} sessions, too few to call the deployment clean (upper "
@@ -148,6 +158,6 @@ def conclude_factorial(
         )
     return verdict(
         Status.INCONCLUSIVE,
-        f"{corrupted} of {sessions} sessions {failing}, but no factor or interaction explains it "
+        f"{failed} of {sessions} sessions {said}, but no factor or interaction explains it "
         f"at alpha {alpha:g}",
     )

@@ -23,6 +23,7 @@ from experiments.strategy_config import (
     StrategyConfig,
     kind_of,
 )
+from orchestrator.core.evidence import failing_for
 from orchestrator.core.strategies.adaptive import Adaptive
 from orchestrator.core.strategies.base import Strategy
 from orchestrator.core.strategies.commits import Commits
@@ -58,7 +59,7 @@ def _factorial(campaign: Campaign, plan: FactorialConfig) -> Factorial:
         if plan.design == "fractional" else None
     return Factorial(factors, plan.repeats, design, alpha=plan.alpha,
                      clean_rate=plan.clean_rate, known_bad=campaign.known_bad,
-                     failure=plan.target)
+                     failing=failing_for(plan.target))
 
 
 def _adaptive(campaign: Campaign, plan: AdaptiveConfig) -> Adaptive:
@@ -66,7 +67,7 @@ def _adaptive(campaign: Campaign, plan: AdaptiveConfig) -> Adaptive:
     return Adaptive(
         campaign.level_names(), campaign.known_good, campaign.known_bad,
         alpha=plan.alpha, clean_rate=plan.clean_rate, min_trials=plan.min_trials,
-        failure=plan.target, reproduce_trials=plan.reproduce_trials,
+        failing=failing_for(plan.target), reproduce_trials=plan.reproduce_trials,
         max_trials_per_variant=plan.max_trials_per_variant, max_trials=plan.max_trials,
     )
 

@@ -32,7 +32,7 @@ class Step:
     phase: str
     levels: Mapping[str, str]
     answer: str
-    corrupted: int
+    failures: int
     judged: int
     trials: int
     p_fail: float
@@ -54,24 +54,24 @@ class Concluded(Exception):
 
 @dataclass
 class VariantCounts:
-    corrupted: int = 0
+    failures: int = 0
     judged: int = 0
     trials: int = 0
     unfinished: int = 0  # planned sessions of trials stopped early that never finished
     stopped: Counts = (0, 0)  # what the trials stopped early had judged
     first: tuple[int, int, int] = (0, 0, 0)  # the first trial alone (what a look saw):
-    # corrupted, judged, unfinished
+    # failures, judged, unfinished
 
     @property
     def pair(self) -> Counts:
         """Full trials only: a trial stopped early ended with its failing sessions, which
         finish first, so its share of failures is no rate."""
-        return (self.corrupted - self.stopped[0], self.judged - self.stopped[1])
+        return (self.failures - self.stopped[0], self.judged - self.stopped[1])
 
     @property
     def curtailed(self) -> Counts:
         """Every trial, each unfinished session counted clean: what a FAIL may rest on."""
-        return (self.corrupted, self.judged + self.unfinished)
+        return (self.failures, self.judged + self.unfinished)
 
 
 def cells_of(evidence: Sequence[TrialEvidence]) -> dict[str, VariantCounts]:
@@ -79,13 +79,13 @@ def cells_of(evidence: Sequence[TrialEvidence]) -> dict[str, VariantCounts]:
     for trial in evidence:
         cell = cells.setdefault(variant_key(trial.levels), VariantCounts())
         if not cell.trials:
-            cell.first = (trial.corrupted, trial.judged, trial.unfinished)
-        cell.corrupted += trial.corrupted
+            cell.first = (trial.failures, trial.judged, trial.unfinished)
+        cell.failures += trial.failures
         cell.judged += trial.judged
         cell.trials += 1
         if trial.stopped_early:
             cell.unfinished += trial.unfinished
-            cell.stopped = (cell.stopped[0] + trial.corrupted, cell.stopped[1] + trial.judged)
+            cell.stopped = (cell.stopped[0] + trial.failures, cell.stopped[1] + trial.judged)
     return cells
 
 
@@ -114,7 +114,7 @@ class Tests:
         known = {variant_key(s.bad): Answer.FAIL, variant_key(s.good): Answer.PASS}
         if variant_key(levels) in known:  # reproduced already: no trial of its own
             answer = known[variant_key(levels)]
-            self.trail.append(Step(phase, levels, f"{answer.value} (known)", cell.corrupted,
+            self.trail.append(Step(phase, levels, f"{answer.value} (known)", cell.failures,
                                    cell.judged, cell.trials, float("nan"), float("nan")))
             return answer
         stop_at = {variant_key(levels): LOOKS_FAILING} if look and not cell.trials else {}
@@ -136,7 +136,7 @@ class Tests:
                 # than known-good: under background noise the suspicion margin can stay unmet
                 # for ever by chance, so the evidence at hand decides.
                 answer, said = Answer.PASS, "pass (at budget)"
-        self.trail.append(Step(phase, levels, said, cell.corrupted, cell.judged, cell.trials,
+        self.trail.append(Step(phase, levels, said, cell.failures, cell.judged, cell.trials,
                                j.p_fail, j.p_pass, cell.unfinished))
         return answer
 
@@ -144,13 +144,13 @@ class Tests:
               good: VariantCounts) -> Answer | None:
         """What the first trial alone says: FAIL if it proves it, UNKNOWN ("looks failing") if
         it looks failing, None if the variant may pass (it is then tested as any other)."""
-        corrupted, judged, unfinished = cell.first
-        p = fisher_greater(corrupted, judged + unfinished, *good.pair)
+        failures, judged, unfinished = cell.first
+        p = fisher_greater(failures, judged + unfinished, *good.pair)
         if p > LOOKS_FAILING:
             return None
         answer = Answer.FAIL if p <= self.strategy.alpha else Answer.UNKNOWN
         said = "fail (first look)" if answer is Answer.FAIL else "looks failing"
-        self.trail.append(Step(phase, levels, said, corrupted, judged, 1, p, float("nan"),
+        self.trail.append(Step(phase, levels, said, failures, judged, 1, p, float("nan"),
                                unfinished))
         return answer
 

@@ -14,9 +14,9 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from deploy.changes.base import ChangeError, run_sh, tail
 from deploy.safe_words import check_argv, check_environment, env_name_error
 from deploy.transports.base import Transport
-from deploy.variants.base import VariantError, run_sh, tail
 
 # "$1" the directory ("" for the login directory), "$2" the timeout, "$3" how many NAME=VALUE
 # words follow, then the argv. `export "$1"` assigns the word verbatim: no expansion of the value.
@@ -60,7 +60,7 @@ class HookResult:
 
 
 def run_hook(transport: Transport, hook: Hook, phase: str = "hook") -> HookResult:
-    """Run one hook; a non-zero exit or a timeout is a VariantError naming the hook and showing
+    """Run one hook; a non-zero exit or a timeout is a ChangeError naming the hook and showing
     the tail of its stderr (or of stdout when stderr is empty)."""
     words = [f"{key}={value}" for key, value in hook.env.items()]
     began = time.monotonic()
@@ -78,7 +78,7 @@ def run_hook(transport: Transport, hook: Hook, phase: str = "hook") -> HookResul
         else:
             why = f"exited {result.returncode}"
         output = tail(result.stderr or result.stdout, 1500)
-        raise VariantError(transport.node, f"{phase} hook `{hook.name}` {why}: {output}".rstrip())
+        raise ChangeError(transport.node, f"{phase} hook `{hook.name}` {why}: {output}".rstrip())
     return HookResult(hook.name, result.returncode, seconds, tail(result.stdout, 1000),
                       tail(result.stderr, 1000))
 

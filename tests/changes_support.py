@@ -1,5 +1,6 @@
-"""What the variant tests share: the node fixture (this machine, and a lab host over SSH), a small
-git repository of a Python package, and file checksums."""
+"""What the change tests share: the node fixture (this machine, and a lab host over SSH), a small
+git repository of a Python package, file checksums, and asking a node whether a change's
+expectation holds there."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy.changes.base import Expected
 from deploy.lab import Lab
 from deploy.transports.base import Transport
 from deploy.transports.local import LocalTransport
@@ -104,3 +106,21 @@ def sha256(path: Path) -> str:
 def pwned(directory: Path) -> list[Path]:
     """Files the hostile values would create (directories named after them do not count)."""
     return sorted(path for path in directory.iterdir() if path.name.startswith("PWNED"))
+
+
+def mismatches(transport: Transport, expected: Expected) -> list[str]:
+    """What the node shows that a change's expectation (``Applied.expected``) does not say,
+    asked through the transport as the proof of load asks: each file's sha256 and the tree's
+    HEAD. Empty: the change is in effect."""
+    problems = []
+    for path, want in expected.files.items():
+        done = transport.run(["sha256sum", "--", path])
+        got = done.stdout.split()[0] if done.ok else "-"
+        if got != want:
+            problems.append(f"{path} has sha256 {got}, not {want}")
+    if expected.git is not None:
+        tree, commit = expected.git
+        head = transport.run(["git", "-C", tree, "rev-parse", "HEAD"]).stdout.strip()
+        if head != commit:
+            problems.append(f"{tree} is at {head}, not {commit}")
+    return problems

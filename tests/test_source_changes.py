@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 
 from db.store import Store
+from deploy.changes.patch import FilePatch
 from deploy.transports.local import LocalTransport
-from deploy.variants.patch import FilePatch
 from experiments.campaign import Campaign
 from orchestrator.core.verdict import Status
 from orchestrator.demo import twin_pool
@@ -52,7 +52,7 @@ def source_tree(tmp_path: Path) -> tuple[Path, str, str]:
 def campaign_of(tmp_path: Path, tree: Path, factors: list[dict[str, Any]],
                 good: dict[str, str], bad: dict[str, str]) -> Campaign:
     return Campaign.model_validate({
-        "name": "source variants",
+        "name": "source changes",
         "nodes": [{"name": "here", "workdir": str(tmp_path / "services")}],
         "pools": [twin_pool("p", "here", tree / "faults.yaml", latency_ms=2)],
         "factors": [*factors, {"name": "hicache", "levels": {

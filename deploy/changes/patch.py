@@ -13,9 +13,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from deploy.changes.base import (
+    Applied,
+    ChangeError,
+    Expected,
+    digest,
+    payload,
+    run_sh,
+    state_path,
+    tail,
+)
+from deploy.changes.diffparse import Target, targets
 from deploy.transports.base import Transport
-from deploy.variants.base import Applied, VariantError, digest, payload, run_sh, state_path, tail
-from deploy.variants.diffparse import Target, targets
 
 # Shared by the scripts (values arrive as "$1"...): sum F is F's sha256, or "-" when F does not
 # exist; `next` steps to the next target: "$k" its kind (M, C, D), "$t" its path (./-prefixed, so
@@ -134,14 +143,6 @@ rm -rf -- "$st"
 echo DONE
 """
 
-_VERIFY = r"""
-st=$1; root=$2; shift 2
-case $st in /*) ;; *) st=$PWD/$st;; esac
-[ -f "$st/sums" ] || { echo NONE; exit 4; }
-cd -- "$root" || exit 3
-i=0
-while [ $# -gt 0 ]; do next "$@"; shift 2; c=$(sum "$t"); [ "$c" = "$a" ] || echo "X $i $c $a"; done
-"""
 _FAILED = re.compile(r"FAILED|can't find file|Reversed|already exists|malformed|Only garbage")
 
 
@@ -156,6 +157,8 @@ class FilePatch:
     workdir: str
     strip: int = 1
     kind: str = field(default="patch", init=False)
+    stack_order: int = field(default=1, init=False)  # after any checkout: it may patch its files
+    tree: str | None = field(default=None, init=False)  # moves no git HEAD
     files: tuple[Target, ...] = field(default=(), init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -188,11 +191,11 @@ class FilePatch:
                                                       mode, *self._args()], timeout_s=120)
         lines = result.stdout.splitlines()
         if result.returncode == 7:
-            raise VariantError(transport.node, f"{self.fingerprint} is already applied under "
-                                               f"{self.root} (record in {state}); revert it first")
+            raise ChangeError(transport.node, f"{self.fingerprint} is already applied under "
+                                              f"{self.root} (record in {state}); revert it first")
         if not result.ok:
-            raise VariantError(transport.node,
-                               self._apply_error(result.returncode, lines, result.stderr))
+            raise ChangeError(transport.node,
+                              self._apply_error(result.returncode, lines, result.stderr))
         return lines
 
     def check(self, transport: Transport) -> None:
@@ -209,13 +212,16 @@ class FilePatch:
             if line.startswith("S "):
                 _, index, before, after, now = line.split()
                 if now != after:
-                    raise VariantError(node, f"{self._name(index)}: sha256 {now} after the "
-                                             f"rename, expected {after}")
+                    raise ChangeError(node, f"{self._name(index)}: sha256 {now} after the "
+                                            f"rename, expected {after}")
                 files[self.files[int(index) - 1].path] = {"before": before, "after": after}
         if len(files) != len(self.files):
-            raise VariantError(node, f"patch {self.fingerprint}: incomplete report {lines!r}")
+            raise ChangeError(node, f"patch {self.fingerprint}: incomplete report {lines!r}")
+        # A deleted file ("-" after) has nothing to hash: the proof checks the files that exist.
+        expected = Expected({f"{self.root}/{path}": sums["after"] for path, sums in files.items()
+                             if sums["after"] != "-"})
         return Applied(self.kind, node, self.fingerprint,
-                       {"root": self.root, "state": self.state, "files": files})
+                       {"root": self.root, "state": self.state, "files": files}, expected)
 
     def _apply_error(self, code: int, lines: list[str], stderr: str) -> str:
         head = f"patch {self.fingerprint} not applied under {self.root} (node unchanged)"
@@ -246,24 +252,13 @@ class FilePatch:
         if result.returncode == 5 and changed:
             detail = "; ".join(f"{self._name(i)} (sha256 now {now}, the patch left {want})"
                                for _, i, now, want in changed)
-            raise VariantError(node, f"refusing to revert {self.fingerprint}: changed since it "
-                                     f"was applied, by someone else: {detail}. Nothing was "
-                                     f"touched; the backups stay in {self.state}")
+            raise ChangeError(node, f"refusing to revert {self.fingerprint}: changed since it "
+                                    f"was applied, by someone else: {detail}. Nothing was "
+                                    f"touched; the backups stay in {self.state}")
         if result.returncode == 6 and changed:
             detail = "; ".join(f"{self._name(i)} (sha256 {now}, expected {want})"
                                for _, i, now, want in changed)
-            raise VariantError(node, f"revert of {self.fingerprint} did not restore {detail}")
+            raise ChangeError(node, f"revert of {self.fingerprint} did not restore {detail}")
         reason = next((line.split(" ", 2)[2] for line in lines if line.startswith("E ")),
                       tail(result.stderr, 300))
-        raise VariantError(node, f"cannot revert {self.fingerprint} under {self.root}: {reason}")
-
-    def verify(self, transport: Transport) -> None:
-        result = run_sh(transport, _COMMON + _VERIFY, [self.state, self.root, *self._args()])
-        lines = result.stdout.splitlines()
-        if result.returncode == 4:
-            raise VariantError(transport.node, f"{self.fingerprint} is not applied")
-        bad = [line.split() for line in lines if line.startswith("X ")]
-        if not result.ok or bad:
-            detail = "; ".join(f"{self._name(i)} has sha256 {now}, not {want}"
-                               for _, i, now, want in bad) or tail(result.stderr, 300)
-            raise VariantError(transport.node, f"{self.fingerprint} is not in effect: {detail}")
+        raise ChangeError(node, f"cannot revert {self.fingerprint} under {self.root}: {reason}")

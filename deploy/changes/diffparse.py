@@ -1,6 +1,6 @@
 """Which files a unified diff touches, read the way GNU patch reads its headers.
 
-The patch variant needs the list before it runs ``patch``: to checksum and back up every target,
+The patch change needs the list before it runs ``patch``: to checksum and back up every target,
 to stage copies, and to refuse paths that would escape the root.
 """
 

@@ -20,9 +20,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from deploy.changes.base import Applied, ChangeError, Expected, digest, run_sh, state_path, tail
 from deploy.safe_words import check_argv
 from deploy.transports.base import Transport
-from deploy.variants.base import Applied, VariantError, digest, run_sh, state_path, tail
 
 # Shared by the scripts (values arrive as "$1"...). Our own purge targets are not "dirty": they
 # are about to be deleted anyway. A dirty tree is refused by printing DIRTY and the NUL-separated
@@ -89,12 +89,6 @@ build "$@" || exit 6  # the record stays until the original is built again
 rm -f -- "$record"
 """
 
-_VERIFY = r"""
-tree=$1; ref=$2
-""" + _COMMON + r"""
-echo "H $(git -C "$top" rev-parse HEAD) $(rev "$ref")"
-"""
-
 _RANGE = r"""
 tree=$1
 """ + _COMMON + r"""
@@ -153,6 +147,7 @@ class GitRef:
     build: tuple[str, ...] = ()
     build_timeout_s: float = 1800.0
     kind: str = field(default="git", init=False)
+    stack_order: int = field(default=0, init=False)  # first: patches may target the tree's files
 
     def __post_init__(self) -> None:
         if not self.tree.startswith("/"):
@@ -191,13 +186,13 @@ class GitRef:
         lines = result.stdout.splitlines()
         if result.returncode == 6:
             restored = self._restore_after_failure(transport, rebuild=True)
-            raise VariantError(node, f"{self._build_failure(lines)}{restored}")
+            raise ChangeError(node, f"{self._build_failure(lines)}{restored}")
         if not result.ok:
             message = _error(self.tree, what, lines, result.stdout, result.stderr)
             moving = "M 1" in lines
             if moving or "CHECKOUT" in lines:  # a record exists: go back to the original
                 message += self._restore_after_failure(transport, rebuild=moving)
-            raise VariantError(node, message)
+            raise ChangeError(node, message)
         _, orig, *branch = next(line for line in lines if line.startswith("O ")).split(" ", 2)
         _, sha, purged = next(line for line in lines if line.startswith("OK ")).split()
         detail: dict[str, object] = {
@@ -208,12 +203,13 @@ class GitRef:
             at = lines.index("BUILD 0")
             detail["build"] = {"argv": list(self.build),
                                "tail": tail(chr(10).join(lines[at + 1:]), 1000)}
-        return Applied(self.kind, node, self.fingerprint, detail)
+        return Applied(self.kind, node, self.fingerprint, detail,
+                       Expected(git=(self.tree, sha)))
 
     def _restore_after_failure(self, transport: Transport, rebuild: bool) -> str:
         try:
             self.revert(transport, rebuild=rebuild)
-        except VariantError as exc:
+        except ChangeError as exc:
             return f"; and restoring the original HEAD failed too: {exc}"
         return "; the tree is back at its original HEAD" + (" and rebuilt" if rebuild else "")
 
@@ -226,20 +222,13 @@ class GitRef:
                         timeout_s=self.build_timeout_s + 60)
         lines = result.stdout.splitlines()
         if result.returncode == 6:
-            raise VariantError(node, f"{what}: the checkout is back but "
-                                     f"{self._build_failure(lines)}; the record stays in "
-                                     f"{self.record}")
+            raise ChangeError(node, f"{what}: the checkout is back but "
+                                    f"{self._build_failure(lines)}; the record stays in "
+                                    f"{self.record}")
         if not result.ok:
-            raise VariantError(node, _error(self.tree, what, lines, result.stdout,
-                                            result.stderr))
+            raise ChangeError(node, _error(self.tree, what, lines, result.stdout,
+                                           result.stderr))
         return lines[-1:] != ["NONE"]
-
-    def verify(self, transport: Transport) -> None:
-        result = run_sh(transport, _VERIFY, [self.tree, self.ref])
-        words = result.stdout.split()
-        if not result.ok or len(words) != 3 or words[1] != words[2]:
-            raise VariantError(transport.node, f"{self.tree} is not at {self.ref!r}: "
-                                               f"{tail(result.stdout + result.stderr, 300)}")
 
 
 def resolve_range(transport: Transport, tree: str, good: str, bad: str, *,
@@ -255,17 +244,17 @@ def resolve_range(transport: Transport, tree: str, good: str, bad: str, *,
     if not result.ok:
         error = next((line for line in lines if line.startswith("E ")), "")
         if error == "E good":
-            raise VariantError(node, f"{tree}: good ref {good!r} names no commit in the tree")
+            raise ChangeError(node, f"{tree}: good ref {good!r} names no commit in the tree")
         if error == "E bad":
-            raise VariantError(node, f"{tree}: bad ref {bad!r} names no commit in the tree")
+            raise ChangeError(node, f"{tree}: bad ref {bad!r} names no commit in the tree")
         if error == "E order 1":
-            raise VariantError(node, f"{tree}: bad {bad!r} is not a descendant of good "
-                                     f"{good!r}: no commit range between them")
-        raise VariantError(node, f"{tree}: cannot list {good!r}..{bad!r}: "
-                                 f"{tail(error[2:] or result.stderr, 500)}")
+            raise ChangeError(node, f"{tree}: bad {bad!r} is not a descendant of good "
+                                    f"{good!r}: no commit range between them")
+        raise ChangeError(node, f"{tree}: cannot list {good!r}..{bad!r}: "
+                                f"{tail(error[2:] or result.stderr, 500)}")
     commits = [line for line in lines if line]
     if len(commits) < 2:
-        raise VariantError(node, f"{tree}: good {good!r} and bad {bad!r} are the same commit")
+        raise ChangeError(node, f"{tree}: good {good!r} and bad {bad!r} are the same commit")
     return commits
 
 
@@ -275,5 +264,5 @@ def check_refs(transport: Transport, tree: str, refs: Sequence[str]) -> dict[str
     result = run_sh(transport, _CHECK, [tree, *refs])
     lines = result.stdout.splitlines()
     if not result.ok or len(lines) != len(refs):
-        raise VariantError(transport.node, f"{tree}: {tail(result.stdout + result.stderr, 300)}")
+        raise ChangeError(transport.node, f"{tree}: {tail(result.stdout + result.stderr, 300)}")
     return {ref: (sha if sha != "-" else None) for ref, sha in zip(refs, lines, strict=True)}

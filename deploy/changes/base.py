@@ -1,8 +1,10 @@
-"""What every variant kind shares: the protocol, the record of an application, the error, and
-running constant ``sh -c`` scripts with every value passed as a positional parameter.
+"""What every change kind shares: the protocol, the record of an application, what it leaves for
+the proof of load to check, the error, and running constant ``sh -c`` scripts with every value
+passed as a positional parameter.
 
-A variant kind changes something on one node that env vars and flags cannot: a file patch, a git
-checkout. Its state lives on the node, under ``WORKDIR/bisect-variants/``, so a later process
+A change is what a level does to one node that env vars and flags cannot: a file patch, a git
+checkout (a *variant*, in this project, is a combination of levels; it may carry several
+changes). Its state lives on the node, under ``WORKDIR/bisect-variants/``, so a later process
 (``bisect resume`` after a crash) can revert what an earlier one applied.
 """
 
@@ -10,20 +12,22 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from deploy.transports.base import CommandResult, Transport
 
-STATE_DIR = "bisect-variants"  # under the node's workdir: bisect-owned, never inside a tree
+# Under the node's workdir: bisect-owned, never inside a tree. The name predates "change" and
+# stays: nodes may carry records from older runs that `bisect resume` must still find and revert.
+STATE_DIR = "bisect-variants"
 _UPLOAD_CHUNK = 48 * 1024  # raw bytes per command: 64 KiB of base64, well under Linux's 128 KiB
 # limit on one argv string (the SSH exec request is one such string on the node)
 TAIL_CHARS = 2000
 
 
-class VariantError(RuntimeError):
-    """A variant could not be applied, reverted or verified; the message names node and cause."""
+class ChangeError(RuntimeError):
+    """A change could not be applied or reverted; the message names node and cause."""
 
     def __init__(self, node: str, message: str) -> None:
         super().__init__(f"{node}: {message}")
@@ -31,34 +35,62 @@ class VariantError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Expected:
+    """The state on the node that proves a change applied, for the proof of load to check:
+    ``files`` path → the sha256 it must have, ``git`` (tree, commit) the tree must be at."""
+
+    files: Mapping[str, str] = field(default_factory=dict)
+    git: tuple[str, str] | None = None
+
+
+def merged(expectations: Iterable[Expected]) -> Expected:
+    """Several changes' expectations as one, in the order applied: a later one wins on a file
+    (a patch stacked on another's changes) and on the tree."""
+    files: dict[str, str] = {}
+    git = None
+    for expected in expectations:
+        files.update(expected.files)
+        git = expected.git or git
+    return Expected(files, git)
+
+
+@dataclass(frozen=True)
 class Applied:
-    """What applying a variant did, as evidence for the store and the proof step."""
+    """What applying a change did, as evidence for the store (``as_dict``) and, in
+    ``expected``, what the proof step must find on the node."""
 
     kind: str  # patch | git
     node: str
     fingerprint: str
     detail: Mapping[str, Any] = field(default_factory=dict)  # JSON-able
+    expected: Expected = field(default_factory=Expected)
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "node": self.node, "fingerprint": self.fingerprint,
                 "detail": dict(self.detail)}
 
 
-class Variant(Protocol):
+class Change(Protocol):
     """One change to one node. ``revert`` is a no-op when the node carries no record of it, so
-    reverting every variant a campaign could have applied is a safe way to restore a node."""
+    reverting every change a campaign could have applied is a safe way to restore a node."""
 
     @property
-    def kind(self) -> str: ...  # patch | git
+    def kind(self) -> str: ...  # patch | git: names it in the store, never switched on
 
     @property
     def fingerprint(self) -> str: ...
 
+    @property
+    def stack_order(self) -> int: ...  # lower goes on first (a checkout before the patches)
+
+    # The git tree whose HEAD it moves, or None. One record per tree: a change of a tree applies
+    # over another change of the same tree directly, keeping the original to revert to.
+    @property
+    def tree(self) -> str | None: ...
+
     def apply(self, transport: Transport) -> Applied: ...
 
     def revert(self, transport: Transport) -> bool: ...  # True: something was undone
-
-    def verify(self, transport: Transport) -> None: ...  # raises VariantError if not in effect
 
 
 def digest(*parts: str | bytes) -> str:
@@ -99,7 +131,7 @@ def upload(transport: Transport, path: str, data: bytes, timeout_s: float = 60.0
             'printf %s "$2" | base64 -d >> "$1"',
             [path, base64.b64encode(chunk).decode(), mode], timeout_s)
         if not result.ok:
-            raise VariantError(transport.node, f"cannot write {path}: {tail(result.stderr, 300)}")
+            raise ChangeError(transport.node, f"cannot write {path}: {tail(result.stderr, 300)}")
 
 
 def payload(transport: Transport, path: str, data: bytes) -> str:

@@ -1,4 +1,4 @@
-"""File patches, hooks and moving a node between variant stacks, for real: on this machine and
+"""File patches, hooks and moving a node between change stacks, for real: on this machine and
 over SSH into a lab host. Git refs have their own file (test_gitref.py)."""
 
 from __future__ import annotations
@@ -9,21 +9,30 @@ from pathlib import Path
 
 import pytest
 
-from deploy.transports.base import Transport
-from deploy.variants import (
+from deploy.changes import (
+    ChangeError,
     DiffError,
+    Expected,
     FilePatch,
     GitRef,
     Hook,
-    NodeVariants,
-    VariantError,
+    NodeChanges,
     plan,
     recover,
     run_hooks,
 )
-from deploy.variants.diffparse import Target, targets
-from tests import variants_support as support
-from tests.variants_support import HOSTILE, git, make_repo, pwned, run_value, sha256
+from deploy.changes.diffparse import Target, targets
+from deploy.transports.base import Transport
+from tests import changes_support as support
+from tests.changes_support import (
+    HOSTILE,
+    git,
+    make_repo,
+    mismatches,
+    pwned,
+    run_value,
+    sha256,
+)
 
 node, local_node, ssh_node = support.node, support.local_node, support.ssh_node  # the fixtures
 
@@ -73,10 +82,10 @@ def test_patch_applies_all_files_and_reverts_byte_exactly(node: Transport,
                                                           tmp_path: Path) -> None:
     root, work = _tree(tmp_path)
     before = snapshot(root)
-    variant = FilePatch(unified(OLD, NEW), str(root), work)
-    variant.check(node)  # preflight: would apply, and changes nothing
+    change = FilePatch(unified(OLD, NEW), str(root), work)
+    change.check(node)  # preflight: would apply, and changes nothing
     assert snapshot(root) == before and not list(Path(work).rglob("*check*"))
-    applied = variant.apply(node)
+    applied = change.apply(node)
     for path, text in NEW.items():
         exists = (root / path).exists()
         assert (root / path).read_text() == text if text is not None else not exists
@@ -85,17 +94,22 @@ def test_patch_applies_all_files_and_reverts_byte_exactly(node: Transport,
     after = sha256(root / "pkg/a.py")
     assert files["pkg/a.py"] == {"before": before["pkg/a.py"][0], "after": after}
     assert files["pkg/new.py"]["before"] == "-" and files["pkg/gone.py"]["after"] == "-"
-    assert applied.fingerprint == variant.fingerprint and applied.node == node.node
-    variant.verify(node)
+    assert applied.fingerprint == change.fingerprint and applied.node == node.node
+    # What the proof of load will check: every file the patch leaves, none it deleted.
+    assert applied.expected == Expected({f"{root}/{path}": sha256(root / path)
+                                         for path, text in NEW.items() if text is not None})
+    assert mismatches(node, applied.expected) == []
     assert not list(root.rglob("*.bisect-*"))
 
-    assert variant.revert(node) is True
+    assert change.revert(node) is True
     assert snapshot(root) == before
     assert (root / "pkg" / "gone.py").stat().st_mtime == 1_000_000  # even its time
-    assert not Path(variant.state).exists()
-    assert variant.revert(node) is False
-    with pytest.raises(VariantError, match="is not applied"):
-        variant.verify(node)
+    assert not Path(change.state).exists()
+    assert change.revert(node) is False
+    assert sorted(mismatches(node, applied.expected)) == [  # no longer in effect
+        f"{root}/pkg/a.py has sha256 {before['pkg/a.py'][0]}, not {files['pkg/a.py']['after']}",
+        f"{root}/pkg/b.py has sha256 {before['pkg/b.py'][0]}, not {files['pkg/b.py']['after']}",
+        f"{root}/pkg/new.py has sha256 -, not {files['pkg/new.py']['after']}"]
 
 
 def test_a_patch_that_does_not_apply_leaves_every_file_untouched(node: Transport,
@@ -103,9 +117,9 @@ def test_a_patch_that_does_not_apply_leaves_every_file_untouched(node: Transport
     root, work = _tree(tmp_path)
     (root / "pkg" / "b.py").write_text("#!/bin/sh\necho someone else's b\n")
     before = snapshot(root)
-    with pytest.raises(VariantError, match=rf"does not apply to {root}/pkg/b\.py"):
+    with pytest.raises(ChangeError, match=rf"does not apply to {root}/pkg/b\.py"):
         FilePatch(unified(OLD, NEW), str(root), work).check(node)
-    with pytest.raises(VariantError) as error:
+    with pytest.raises(ChangeError) as error:
         FilePatch(unified(OLD, NEW), str(root), work).apply(node)
     message = str(error.value)
     assert message.startswith(f"{node.node}: ") and "node unchanged" in message
@@ -118,17 +132,18 @@ def test_a_patch_that_does_not_apply_leaves_every_file_untouched(node: Transport
 def test_revert_refuses_to_clobber_a_file_changed_since(node: Transport, tmp_path: Path) -> None:
     root, work = _tree(tmp_path)
     original = snapshot(root)
-    variant = FilePatch(unified(OLD, NEW), str(root), work)
-    variant.apply(node)
+    change = FilePatch(unified(OLD, NEW), str(root), work)
+    applied = change.apply(node)
     (root / "pkg" / "a.py").write_text("A = 'hotfix by a colleague'\n")
     touched = snapshot(root)
-    with pytest.raises(VariantError, match=rf"refusing to revert .*{root}/pkg/a\.py .*sha256 now"):
-        variant.revert(node)
+    with pytest.raises(ChangeError, match=rf"refusing to revert .*{root}/pkg/a\.py .*sha256 now"):
+        change.revert(node)
     assert snapshot(root) == touched  # nothing restored, not even the untouched files
-    with pytest.raises(VariantError, match=r"pkg/a\.py has sha256"):
-        variant.verify(node)
+    hotfix = sha256(root / "pkg" / "a.py")  # the proof would see it: not the patched code
+    assert mismatches(node, applied.expected) == [
+        f"{root}/pkg/a.py has sha256 {hotfix}, not {applied.expected.files[f'{root}/pkg/a.py']}"]
     (root / "pkg" / "a.py").write_text(NEW["pkg/a.py"] or "")  # the colleague backs out
-    assert variant.revert(node) is True and snapshot(root) == original
+    assert change.revert(node) is True and snapshot(root) == original
 
 
 def test_patch_refusals_name_the_file_and_change_nothing(local_node: Transport,
@@ -144,21 +159,21 @@ def test_patch_refusals_name_the_file_and_change_nothing(local_node: Transport,
     os.symlink(root / "pkg" / "a.py", root / "link.py")
     cases.append((unified({"link.py": "A = 1\n"}, {"link.py": "A = 3\n"}), "is a symbolic link"))
     for diff, reason in cases:
-        with pytest.raises(VariantError, match=reason):
+        with pytest.raises(ChangeError, match=reason):
             FilePatch(diff, str(root), work).apply(local_node)
     before["link.py"] = before["pkg/a.py"]
     assert snapshot(root) == before
 
-    variant = FilePatch(unified(OLD, NEW), str(root), work)
-    variant.apply(local_node)
-    with pytest.raises(VariantError, match="already applied"):
-        variant.apply(local_node)
+    change = FilePatch(unified(OLD, NEW), str(root), work)
+    change.apply(local_node)
+    with pytest.raises(ChangeError, match="already applied"):
+        change.apply(local_node)
     # A change already in the file, without our record: patch --batch would take the diff as
     # reversed and *undo* it; we ask it to refuse instead.
     again = unified({"pkg/a.py": OLD["pkg/a.py"]}, {"pkg/a.py": NEW["pkg/a.py"]})
-    with pytest.raises(VariantError, match="Reversed"):
+    with pytest.raises(ChangeError, match="Reversed"):
         FilePatch(again, str(root), work).apply(local_node)
-    variant.revert(local_node)
+    change.revert(local_node)
 
 
 def test_diff_headers_are_read_like_patch_reads_them() -> None:
@@ -192,20 +207,20 @@ def test_hostile_names_arrive_verbatim_and_run_nothing(node: Transport, tmp_path
     new: Files = {name: f"patched {name}\n" for name in names}
     write(root, old)
     before = snapshot(root)
-    variant = FilePatch(unified(old, new), str(root), work)
-    assert sorted(variant.apply(node).detail["files"]) == sorted(names)
+    change = FilePatch(unified(old, new), str(root), work)
+    assert sorted(change.apply(node).detail["files"]) == sorted(names)
     assert all((root / name).read_text() == new[name] for name in names)
-    variant.revert(node)
+    change.revert(node)
     assert snapshot(root) == before and pwned(tmp_path) == []
 
 
 def test_a_large_patch_travels_in_chunks(node: Transport, tmp_path: Path) -> None:
     root, work = _tree(tmp_path)
     big = "".join(f"line {i} {'x' * 60}\n" for i in range(1800))  # ~120 KB: three chunks
-    variant = FilePatch(unified({"pkg/big.py": None}, {"pkg/big.py": big}), str(root), work)
-    variant.apply(node)
+    change = FilePatch(unified({"pkg/big.py": None}, {"pkg/big.py": big}), str(root), work)
+    change.apply(node)
     assert (root / "pkg" / "big.py").read_text() == big
-    variant.revert(node)
+    change.revert(node)
     assert not (root / "pkg" / "big.py").exists()
 
 
@@ -218,9 +233,9 @@ def test_hooks_run_with_values_verbatim_and_fail_by_name(node: Transport, tmp_pa
     [result] = run_hooks(node, [ok], "pre")
     assert result.stdout_tail == f"{cwd}|{HOSTILE[1].format(dir=tmp_path)}|{value}"
     failing = Hook(("sh", "-c", "echo progress; echo 'cannot drop caches' >&2; exit 4"))
-    with pytest.raises(VariantError, match=r"post hook `sh -c .*` exited 4: cannot drop caches"):
+    with pytest.raises(ChangeError, match=r"post hook `sh -c .*` exited 4: cannot drop caches"):
         run_hooks(node, [failing, ok], "post")
-    with pytest.raises(VariantError, match="command not found"):
+    with pytest.raises(ChangeError, match="command not found"):
         run_hooks(node, [Hook((f"{tmp_path}/no-such-tool",))], "pre")
     assert pwned(tmp_path) == []
 
@@ -228,7 +243,7 @@ def test_hooks_run_with_values_verbatim_and_fail_by_name(node: Transport, tmp_pa
 def test_a_hanging_hook_is_killed_on_the_node(local_node: Transport, tmp_path: Path) -> None:
     marker = tmp_path / "finished"
     hook = Hook(("sh", "-c", f"sleep 5; touch {marker}"), timeout_s=0.3)
-    with pytest.raises(VariantError, match=r"timed out after 0\.3s"):
+    with pytest.raises(ChangeError, match=r"timed out after 0\.3s"):
         run_hooks(local_node, [hook], "pre")
     with pytest.raises(ValueError, match="invalid environment variable names"):
         Hook(("true",), env={"A B": "x"})
@@ -251,7 +266,7 @@ def test_a_node_moves_between_stacks_and_is_restored(node: Transport, tmp_path: 
     at_v1 = "VALUE = 1\n\nif __name__ == '__main__':\n    print(VALUE)\n"
     fix = FilePatch(unified({"pkg/value.py": at_v1}, {"pkg/value.py": at_v1.replace("1", "10")}),
                     str(repo), work)
-    stack = NodeVariants(node)
+    stack = NodeChanges(node)
     assert stack.move_to([fix, GitRef(str(repo), v1, work)]) is True  # the checkout goes first
     assert run_value(repo) == "10"
     assert [a.kind for a in stack.applied()] == ["git", "patch"]
