@@ -116,7 +116,7 @@ class FaultModelPool(Pool):
             flags += level.get("flags", [])
             env.update(level.get("env", {}))
         return session_outcomes(self.model, server_view(flags, env), sessions=SESSIONS,
-                                seed=self.seed * 1_000_003 + self.trials)
+                                seed=self.seed * 1_000_003 + self.trials, rounds=ROUNDS)
 
 
 def _two_level(n: int) -> tuple[dict[str, list[str]], Levels, Levels]:

@@ -466,6 +466,9 @@ def test_unknown_flag_exits_2() -> None:
          "field rules[0].scale_with_inflight.reference"),
         ("rules:\n  - name: x\n    min_context_tokens: -1\n"
          "    probability: 0.1\n    effect: leak\n", "field rules[0].min_context_tokens"),
+        ("rules:\n  - name: x\n    per: turn\n    probability: 0.1\n    effect: wedge\n",
+         "field rules[0].per"),
+        ("noise: {probability: 0.1, per: round}\n", "field noise.per"),
     ],
 )
 def test_bad_fault_model_exits_2_naming_the_field(

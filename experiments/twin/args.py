@@ -2,21 +2,35 @@
 
 Flag names follow ``python -m sglang.launch_server --help`` so the deploy layer renders one
 command line for real nodes and twins alike; unknown flags fail like SGLang's (argparse, exit 2).
+
+A fork's own flags are declared in ``$BISECT_TWIN_FORK_FLAGS`` (``--name`` for a switch,
+``--name=METAVAR`` for a flag with a value; separated by spaces or commas). The campaign sets it
+in the twin service's ``env:``, which the preflight's ``--help`` run also gets, so the campaign
+file stays the one file to edit: the twin then accepts the flags, lists them in ``--help`` and
+reports them (server args, fault conditions) like SGLang's own.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from experiments.twin.conditions import flag_key
 
 TOOL_CALL_PARSERS = ("deepseekv3", "deepseekv31", "deepseekv32", "deepseekv4")
 DISAGGREGATION_MODES = ("null", "prefill", "decode")
 FAULT_MODEL_ENV = "BISECT_TWIN_FAULT_MODEL"
+FORK_FLAGS_ENV = "BISECT_TWIN_FORK_FLAGS"
+_FORK_FLAG = re.compile(r"^(--[A-Za-z0-9][A-Za-z0-9_-]*)(?:=([A-Za-z][A-Za-z0-9_-]*))?$")
+MAX_FORK_FLAGS = 256
 # Destinations that SGLang's ServerArgs does not have: kept out of the `server_args=` log line.
 TWIN_ONLY = frozenset({
     "fault_model", "twin_seed", "twin_startup_delay", "twin_latency_ms", "twin_wedge_s",
     "twin_prefill_us_per_token", "twin_decode_ms_per_token", "twin_decode_batch_slowdown",
-    "twin_eager_slowdown", "twin_hicache_hit_cost", "schema",
+    "twin_eager_slowdown", "twin_hicache_hit_cost", "twin_tree", "schema",
 })
 # Never logged nor reported by /get_server_info (SGLang 0.5.23 does log them: the twin's log and
 # info must not be where a test finds a planted key).
@@ -110,10 +124,50 @@ def _add_twin_flags(parser: argparse.ArgumentParser) -> None:
         help="cost of a HiCache-hit prompt token relative to a computed one")
     add("--twin-wedge-s", type=float, default=300.0, metavar="SECONDS",
         help="how long a wedged request hangs before it is aborted")
+    add("--twin-tree", default=None, metavar="DIR",
+        help="the tree whose files fault rules name (when.files), read at start (default: "
+        "the fault model file's directory)")
     add("--schema", action="store_true", help="print the fault model's JSON Schema and exit")
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class ForkFlag:
+    """A flag of the fork the twin plays: a switch, or a flag taking one value."""
+
+    name: str  # with its dashes: --bf16-index-k
+    metavar: str | None = None  # None: a switch (store_true)
+
+
+class ForkFlagError(ValueError):
+    """A bad ``$BISECT_TWIN_FORK_FLAGS``; the message is one line for the user."""
+
+
+def fork_flags(env: Mapping[str, str]) -> list[ForkFlag]:
+    """The fork flags ``$BISECT_TWIN_FORK_FLAGS`` declares (none when unset)."""
+    entries = re.split(r"[\s,]+", env.get(FORK_FLAGS_ENV, "").strip())
+    entries = [entry for entry in entries if entry]
+    if len(entries) > MAX_FORK_FLAGS:
+        raise ForkFlagError(f"${FORK_FLAGS_ENV}: {len(entries)} flags, at most "
+                            f"{MAX_FORK_FLAGS}")
+    known = {flag_key(opt) for action in build_parser()._actions
+             for opt in action.option_strings} | {"router"}  # `--router` is read before parsing
+    declared: list[ForkFlag] = []
+    for entry in entries:
+        found = _FORK_FLAG.match(entry)
+        if not found:
+            raise ForkFlagError(
+                f"${FORK_FLAGS_ENV}: {entry[:80]!r} is not a flag: write --name for a switch, "
+                "--name=METAVAR for a flag with a value, separated by spaces or commas")
+        flag = ForkFlag(found[1], found[2])
+        if flag_key(flag.name) in known:
+            raise ForkFlagError(f"${FORK_FLAGS_ENV}: {flag.name} is already a flag of the twin "
+                                "(an SGLang flag or a twin-only one), or declared twice")
+        known.add(flag_key(flag.name))
+        declared.append(flag)
+    return declared
+
+
+def build_parser(forks: Sequence[ForkFlag] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m experiments.twin",
         description="A simulated SGLang server for bisect: one combined server, or the prefill "
@@ -122,6 +176,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_sglang_flags(parser.add_argument)
     _add_twin_flags(parser)
+    if forks:
+        group = parser.add_argument_group(
+            "fork flags", f"The fork's own flags, declared by ${FORK_FLAGS_ENV}; fault rules "
+            "name them like SGLang's.")
+        for flag in forks:
+            dest = "fork_" + flag_key(flag.name).replace("-", "_")  # never an SGLang dest
+            if flag.metavar is None:
+                group.add_argument(flag.name, action="store_true", dest=dest,
+                                   help="a switch of the fork")
+            else:
+                group.add_argument(flag.name, default=None, metavar=flag.metavar, dest=dest,
+                                   help="a flag of the fork")
     return parser
 
 
@@ -132,13 +198,14 @@ def flag_values(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> dict
         longs = [opt for opt in action.option_strings if opt.startswith("--")]
         if not longs or action.dest in ("help", "schema"):
             continue
-        values[longs[0][2:]] = getattr(ns, action.dest)
+        values[flag_key(longs[0])] = getattr(ns, action.dest)
     return values
 
 
 def server_args(ns: argparse.Namespace) -> dict[str, Any]:
-    """The SGLang ``ServerArgs`` part of the namespace (twin-only flags left out)."""
-    return {key: value for key, value in vars(ns).items()
+    """The SGLang ``ServerArgs`` part of the namespace (twin-only flags left out; a fork's
+    flags in, under their own names, as a fork's ServerArgs has them)."""
+    return {key.removeprefix("fork_"): value for key, value in vars(ns).items()
             if key not in TWIN_ONLY and key not in SECRET_ARGS}
 
 

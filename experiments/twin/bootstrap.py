@@ -33,7 +33,7 @@ import aiohttp
 from aiohttp import web
 
 from experiments.twin import logs
-from experiments.twin.faults import FaultModel, RoleView
+from experiments.twin.faults import FaultModel, FileFacts, RoleView
 
 ROOM_GRACE_S = 60.0  # a completed room the decode never collects is forgotten after this
 
@@ -132,6 +132,7 @@ class PrefillView:
     start_id: str
     role: RoleView
     fault_model: FaultModel | None
+    files: Mapping[str, FileFacts] = field(default_factory=dict)  # its tree, as it read it
 
 
 class PrefillLink:
@@ -187,6 +188,8 @@ class PrefillLink:
                 start_id=str(twin["start_id"]),
                 role=RoleView(flags=dict(twin["flags"]), env=dict(info["env"])),
                 fault_model=FaultModel.model_validate(doc) if doc else None,
+                files={str(path): FileFacts.from_json(each)
+                       for path, each in (twin.get("files") or {}).items()},
             )
         except (aiohttp.ClientError, TimeoutError, ValueError, LookupError, TypeError) as exc:
             raise TransferFailed(f"cannot read the prefill's server info at {key}: {exc!r}") \

@@ -18,6 +18,7 @@ import json
 import math
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from pydantic import ValidationError
 from experiments.twin import logs
 from experiments.twin.agent_script import Reply, build_reply, estimate_tokens, session_key
 from experiments.twin.bootstrap import TransferFailed, env_seconds
-from experiments.twin.faults import Decision, Effect, FaultModel, RoleView, decide
+from experiments.twin.faults import Decision, Effect, FaultModel, FileFacts, RoleView, decide
 from experiments.twin.protocol import (
     SSE_DONE,
     ChatRequest,
@@ -61,6 +62,11 @@ class Turn:
     started: float
 
     @property
+    def round(self) -> int:
+        """The session's round this request is (1 for the first): per-request draws key on it."""
+        return 1 + sum(1 for m in self.messages if m.get("role") == "assistant")
+
+    @property
     def model(self) -> str | None:
         return self.chat.model
 
@@ -91,22 +97,23 @@ async def chat(twin: Twin, request: web.Request) -> web.StreamResponse:
         twin.metrics.e2e_latency.observe(time.monotonic() - turn.started)
 
 
-def _decide(twin: Twin, turn: Turn, model: FaultModel,
-            roles: dict[str, RoleView]) -> Decision | None:
+def _decide(twin: Twin, turn: Turn, model: FaultModel, roles: dict[str, RoleView],
+            files: Mapping[str, FileFacts]) -> Decision | None:
     decision = decide(
         model, twin_seed=twin.ns.twin_seed, flags=twin.config.flags, env=twin.config.env,
         inflight=twin.inflight, session_key=turn.session, roles=roles,
-        context_tokens=turn.prompt_tokens,
+        context_tokens=turn.prompt_tokens, request=turn.round, files=files,
     )
     if decision and twin.ns.log_level == "debug":
-        logs.log(f"twin fault rid={turn.rid} rule={decision.rule} effect={decision.effect}")
+        logs.log(f"twin fault rid={turn.rid} rule={decision.rule} effect={decision.effect} "
+                 f"round={turn.round}")
     return decision
 
 
 async def _combined(twin: Twin, request: web.Request, turn: Turn) -> web.StreamResponse:
     # One process plays both roles: prefill and decode conditions read this server.
-    decision = _decide(twin, turn, twin.config.faults, {"prefill": twin.view,
-                                                         "decode": twin.view})
+    decision = _decide(twin, turn, twin.config.faults,
+                       {"prefill": twin.view, "decode": twin.view}, twin.config.files)
     effect = decision.effect if decision else None
     async with twin.slot(turn.prompt_tokens):
         if effect is Effect.WEDGE:  # holds its running slot, as a stuck request does
@@ -183,11 +190,12 @@ async def _decode_role(twin: Twin, request: web.Request, turn: Turn) -> web.Stre
     finally:
         twin.transfer_queue -= 1
         twin.metrics.transfer_queue.dec()
-    # The decode's own fault model, or its prefill's when it was started without one.
-    model = twin.config.faults
+    # The decode's own fault model, or its prefill's when it was started without one (with
+    # the files of the prefill's tree that model names, as the prefill read them).
+    model, files = twin.config.faults, twin.config.files
     if twin.config.fault_model_path is None and prefill.fault_model is not None:
-        model = prefill.fault_model
-    decision = _decide(twin, turn, model, {"prefill": prefill.role, "decode": twin.view})
+        model, files = prefill.fault_model, prefill.files
+    decision = _decide(twin, turn, model, {"prefill": prefill.role, "decode": twin.view}, files)
     effect = decision.effect if decision else None
     if effect is Effect.WEDGE:  # as if the KV never arrived: stuck in the transfer queue
         twin.transfer_queue += 1

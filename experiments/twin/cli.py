@@ -15,11 +15,14 @@ import json
 import os
 import sys
 
-from experiments.twin import faults, logs
+from experiments.twin import faults, logs, tree
 from experiments.twin.args import (
     FAULT_MODEL_ENV,
+    FORK_FLAGS_ENV,
+    ForkFlagError,
     build_parser,
     flag_values,
+    fork_flags,
     server_args_repr,
 )
 from experiments.twin.server import TwinConfig, serve
@@ -31,6 +34,7 @@ READ_ENV = (
     "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT",
     "SGLANG_DISAGGREGATION_WAITING_TIMEOUT",
     FAULT_MODEL_ENV,
+    FORK_FLAGS_ENV,
 )
 
 
@@ -54,7 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         from experiments.twin.router import main as router_main
 
         return router_main(args[1:])
-    parser = build_parser()
+    try:
+        parser = build_parser(fork_flags(os.environ))
+    except ForkFlagError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         ns = parser.parse_args(args)
     except SystemExit as exc:  # argparse: --help (0) or a bad flag (2, message already printed)
@@ -72,15 +80,22 @@ def main(argv: list[str] | None = None) -> int:
         unknown = faults.unknown_flags(model, set(flags))
         if unknown:
             raise faults.FaultModelError(
-                f"fault model {path}, field {unknown[0]}: the twin accepts no such flag"
+                f"fault model {path}, field {unknown[0]}: the twin accepts no such flag (a "
+                f"fork's own flag must be declared in ${FORK_FLAGS_ENV})"
             )
+        root = tree.tree_root(ns.twin_tree, path)
+        files = tree.read_tree(model, root, path)
     except faults.FaultModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     env = _read_env(model)
     config = TwinConfig(ns=ns, flags=flags, env=env, faults=model, fault_model_path=path,
-                        capacity=logs.capacity(ns, env))
+                        capacity=logs.capacity(ns, env), files=files,
+                        tree=str(root) if root and files else None)
     logs.log(f"server_args={server_args_repr(ns)}")
+    for name, facts in files.items():  # what the file conditions will see, for the reader
+        logs.log(f"Twin tree {root}: {name} "
+                 + (f"sha256={facts.sha256}" if facts.sha256 else "absent"))
     try:
         asyncio.run(serve(config))
     except OSError as exc:  # typically the port is taken

@@ -2,16 +2,19 @@
 
 ``env``/``flags`` at the top of a condition name the server taking the decision; ``prefill:`` and
 ``decode:`` name the roles of its pool (a combined server is both). Flags are compared the way
-the YAML reads (bools, numbers, strings), env values as strings.
+the YAML reads (bools, numbers, strings), env values as strings. ``files`` name files of the
+deciding server's tree, as they were when it started (a real server reads its code at start).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 FlagValue = StrictBool | int | float | str | None
 ROLES = ("prefill", "decode")
@@ -52,8 +55,68 @@ class RoleCondition(BaseModel):
         )
 
 
+@dataclass(frozen=True)
+class FileFacts:
+    """One file of a server's tree as it was at the server's start: its sha256 (None: absent)
+    and which of the substrings the fault model looks for it contains."""
+
+    sha256: str | None
+    found: frozenset[str] = field(default_factory=frozenset)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"sha256": self.sha256, "found": sorted(self.found)}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> FileFacts:
+        sha = doc.get("sha256")
+        return cls(None if sha is None else str(sha), frozenset(str(s) for s in doc["found"]))
+
+
+class FileCondition(BaseModel):
+    """What a file of the tree must hold; every field given must match."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$",
+                               description="The file's SHA-256, hex.")
+    contains: str | None = Field(default=None, min_length=1, max_length=65_536,
+                                 description="A substring of the file (UTF-8, case-sensitive).")
+
+    @field_validator("sha256")
+    @classmethod
+    def _lower(cls, value: str | None) -> str | None:
+        return value.lower() if value else value
+
+    @model_validator(mode="after")
+    def _something(self) -> FileCondition:
+        if self.sha256 is None and self.contains is None:
+            raise ValueError("give sha256 or contains (or null: the file must be absent)")
+        return self
+
+    def holds_on(self, facts: FileFacts | None) -> bool:
+        if facts is None or facts.sha256 is None:
+            return False
+        if self.sha256 is not None and facts.sha256 != self.sha256:
+            return False
+        return self.contains is None or self.contains in facts.found
+
+
+_BAD_PATH = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
+def tree_path_error(path: str) -> str | None:
+    """Why ``path`` cannot name a file of a tree (relative, inside it), or None."""
+    parts = PurePosixPath(path).parts
+    if not path or _BAD_PATH.search(path):
+        return "is not a plain relative path"
+    if path.startswith("/") or ".." in parts or not parts or parts == (".",):
+        return "must be relative to the tree and stay inside it (no leading /, no ..)"
+    return None
+
+
 class Condition(RoleCondition):
-    """``env``/``flags`` name the deciding server; ``prefill``/``decode`` name pool roles."""
+    """``env``/``flags``/``files`` name the deciding server; ``prefill``/``decode`` name pool
+    roles."""
 
     prefill: RoleCondition | None = Field(
         default=None, description="Conditions on the pool's prefill server (a combined server "
@@ -63,11 +126,35 @@ class Condition(RoleCondition):
         default=None, description="Conditions on the pool's decode server (a combined server "
         "is its own decode).",
     )
+    files: dict[str, FileCondition | None] = Field(
+        default_factory=dict,
+        description="Path relative to the deciding server's tree (--twin-tree, default the "
+        "fault model's directory) -> {sha256, contains}; null means the file must be absent. "
+        "Read once, at the server's start.",
+    )
+
+    @field_validator("files")
+    @classmethod
+    def _relative_paths(cls, files: dict[str, FileCondition | None]
+                        ) -> dict[str, FileCondition | None]:
+        for path in files:
+            error = tree_path_error(path)
+            if error:
+                raise ValueError(f"path {path!r} {error}")
+        return files
 
     def holds(self, flags: Mapping[str, Any], env: Mapping[str, str],
-              roles: Mapping[str, RoleView] | None = None) -> bool:
+              roles: Mapping[str, RoleView] | None = None,
+              files: Mapping[str, FileFacts] | None = None) -> bool:
         if not self.holds_on(RoleView(flags, env)):
             return False
+        for path, wanted_file in self.files.items():
+            facts = (files or {}).get(path)  # unknown facts (never read) match nothing
+            if wanted_file is None:
+                if facts is None or facts.sha256 is not None:
+                    return False
+            elif not wanted_file.holds_on(facts):
+                return False
         for role in ROLES:
             wanted: RoleCondition | None = getattr(self, role)
             if wanted is not None and not wanted.holds_on((roles or {}).get(role)):

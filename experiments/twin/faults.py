@@ -2,12 +2,15 @@
 
 A YAML file (see ``faults.example.yaml``; ``python -m experiments.twin --schema`` prints its JSON
 Schema). Each rule has a condition on the flags and env of the roles of the pool (this server,
-its ``prefill``, its ``decode``), on the live number of chat requests in flight and on the
-request's context length. When the condition holds on a request, a draw ``u`` in [0, 1) is taken
-from a stable hash of (seed, twin seed, rule name, session key); the rule hits when
-``u < probability`` (scaled down at low concurrency with ``scale_with_inflight``). The draw does
-not depend on the turn, so a session that is hit stays hit whenever the condition holds again: a
-session is corrupted with probability ``p`` once its condition has held.
+its ``prefill``, its ``decode``), on files of the deciding server's tree, on the live number of
+chat requests in flight and on the request's context length. When the condition holds on a
+request, a draw ``u`` in [0, 1) is taken from a stable hash of (seed, twin seed, rule name,
+session key); the rule hits when ``u < probability`` (scaled down at low concurrency with
+``scale_with_inflight``). By default (``per: session``) the draw does not depend on the turn, so
+a session that is hit stays hit whenever the condition holds again: a session is corrupted with
+probability ``p`` once its condition has held. With ``per: request`` the round number (1 for a
+session's first request) joins the hash: each request is drawn afresh, so a session can wedge in
+its third round.
 
 Who decides: the server that writes the reply, i.e. a combined server or a decode server (using
 its own fault model, or its prefill's when it has none). A combined server plays both roles, so
@@ -27,7 +30,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from experiments.markup import MarkupFamily
-from experiments.twin.conditions import Condition, InflightScale, RoleView, flag_key
+from experiments.twin.conditions import (
+    Condition,
+    FileCondition,
+    FileFacts,
+    InflightScale,
+    RoleView,
+    flag_key,
+)
 from experiments.yaml_lines import YamlInputError, dotted, load_yaml, read_yaml_text
 
 
@@ -38,6 +48,15 @@ class Effect(StrEnum):
     BAD_ARGS = "bad_args"  # arguments a truncated JSON string
     ERROR = "error"  # HTTP 500 (on a decode server: a failed KV transfer)
     WEDGE = "wedge"  # the request hangs until the client gives up
+
+
+class Per(StrEnum):
+    SESSION = "session"  # one draw per session: a hit session stays hit
+    REQUEST = "request"  # one draw per request (session, round): any round can be hit
+
+
+PER_FIELD = Field(default=Per.SESSION, description="Draw once per session (a hit session stays "
+                  "hit) or once per request (each round drawn afresh).")
 
 
 class Rule(BaseModel):
@@ -55,7 +74,9 @@ class Rule(BaseModel):
         description="Applies only to requests whose messages and tools, as "
         "JSON, are at least this many tokens (4 characters a token)."
     )
-    probability: float = Field(ge=0.0, le=1.0, description="Probability that a session is hit.")
+    probability: float = Field(ge=0.0, le=1.0, description="Probability that a session (or, "
+                               "with per: request, a request) is hit.")
+    per: Per = PER_FIELD
     scale_with_inflight: InflightScale | None = Field(
         default=None, description="Scale the probability down below a reference concurrency."
     )
@@ -75,6 +96,7 @@ class Noise(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     probability: float = Field(default=0.0, ge=0.0, le=1.0)
+    per: Per = PER_FIELD
     effect: Effect = Effect.LEAK
     markup: MarkupFamily | None = None
 
@@ -110,10 +132,19 @@ class Decision:
 NOISE_RULE = "__noise__"
 
 
-def draw(seed: int, twin_seed: int, rule: str, session_key: str) -> float:
-    """A stable u in [0, 1): the same in every process and Python version (unlike hash())."""
-    payload = json.dumps([seed, twin_seed, rule, session_key]).encode()
+def draw(seed: int, twin_seed: int, rule: str, session_key: str,
+         request: int | None = None) -> float:
+    """A stable u in [0, 1): the same in every process and Python version (unlike hash()).
+    ``request`` (the round) only for per-request rules: per-session draws stay as they were."""
+    key: list[Any] = [seed, twin_seed, rule, session_key]
+    payload = json.dumps(key if request is None else [*key, request]).encode()
     return int.from_bytes(hashlib.sha256(payload).digest()[:8], "big") / 2**64
+
+
+def _draw(model: FaultModel, twin_seed: int, rule: str, per: Per, session_key: str,
+          request: int) -> float:
+    return draw(model.seed, twin_seed, rule, session_key,
+                request if per is Per.REQUEST else None)
 
 
 def decide(
@@ -126,19 +157,38 @@ def decide(
     session_key: str,
     roles: Mapping[str, RoleView] | None = None,
     context_tokens: int = 0,
+    request: int = 1,
+    files: Mapping[str, FileFacts] | None = None,
 ) -> Decision | None:
-    """The first rule that hits this request, else the noise, else None."""
+    """The first rule that hits this request (round ``request`` of its session), else the
+    noise, else None. ``files``: the deciding server's tree as read at its start."""
     for rule in model.rules:
         if inflight < rule.min_inflight or context_tokens < rule.min_context_tokens:
             continue
-        if not rule.when.holds(flags, env, roles):
+        if not rule.when.holds(flags, env, roles, files):
             continue
-        if draw(model.seed, twin_seed, rule.name, session_key) < rule.chance(inflight):
+        u = _draw(model, twin_seed, rule.name, rule.per, session_key, request)
+        if u < rule.chance(inflight):
             return Decision(rule.name, rule.effect, rule.markup)
     noise = model.noise
-    if noise and draw(model.seed, twin_seed, NOISE_RULE, session_key) < noise.probability:
+    if noise and _draw(model, twin_seed, NOISE_RULE, noise.per, session_key,
+                       request) < noise.probability:
         return Decision(NOISE_RULE, noise.effect, noise.markup)
     return None
+
+
+def per_request(model: FaultModel) -> bool:
+    """Whether some draw depends on the round (else a session's fate is drawn once)."""
+    noise = model.noise is not None and model.noise.probability > 0 and \
+        model.noise.per is Per.REQUEST
+    return noise or any(rule.per is Per.REQUEST for rule in model.rules)
+
+
+def file_conditions(model: FaultModel) -> list[tuple[str, str, FileCondition | None]]:
+    """(field path, tree path, condition) of every file the model's rules name."""
+    return [(f"rules[{index}].when.files.{path}", path, wanted)
+            for index, rule in enumerate(model.rules)
+            for path, wanted in rule.when.files.items()]
 
 
 def env_names(model: FaultModel) -> set[str]:
@@ -147,7 +197,8 @@ def env_names(model: FaultModel) -> set[str]:
 
 
 def unknown_flags(model: FaultModel, known: set[str]) -> list[str]:
-    """Field paths of condition flags the twin does not accept (they could never match)."""
+    """Field paths of condition flags the twin does not accept (they could never match);
+    ``known``: the twin's flags and the fork flags it was told of."""
     return [
         f"rules[{index}].when.{prefix}flags.{name}"
         for index, rule in enumerate(model.rules)

@@ -18,8 +18,8 @@ import re
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +36,10 @@ from experiments.twin.bootstrap import (
     serve_bootstrap,
 )
 from experiments.twin.chat import chat
-from experiments.twin.faults import FaultModel, RoleView, env_names
+from experiments.twin.faults import FaultModel, FileFacts, RoleView, env_names
 from experiments.twin.latency import Jitter, LatencyModel, PrefixCache
 from experiments.twin.metrics import Metrics
+from experiments.twin.tree import facts_json
 
 VERSION = "0.5.23-twin"
 WEDGE_LOG_EVERY_S = 30.0
@@ -57,6 +58,9 @@ class TwinConfig:
     faults: FaultModel
     fault_model_path: str | None
     capacity: logs.Capacity
+    # The files of the tree the fault rules name, as read at start (tree.py), and the tree.
+    files: Mapping[str, FileFacts] = field(default_factory=dict)
+    tree: str | None = None
 
     @property
     def served_model_name(self) -> str:
@@ -226,6 +230,7 @@ class Twin:
                      else self.config.faults.model_dump(mode="json"),
                      "twin_seed": self.ns.twin_seed, "latency_ms": self.ns.twin_latency_ms,
                      "flags": self.config.flags, "start_id": self.start_id,
+                     "tree": self.config.tree, "files": facts_json(self.config.files),
                      "pid": os.getpid()},
         }
 
