@@ -24,9 +24,18 @@ system-packages:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    openssh-server iproute2 postgresql chromium)
 
-$(STAMP): pyproject.toml
+RUNTIME_STAMP := $(VENV)/.runtime
+
+# What `bisect demo` needs: the package and its runtime dependencies, pip's progress shown.
+$(RUNTIME_STAMP): pyproject.toml
+	@echo "setting up $(VENV): bisect and its runtime dependencies (a few minutes, once)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install -e .
+	touch $(RUNTIME_STAMP)
+
+# The development tools, for `make lint` and `make test`.
+$(STAMP): $(RUNTIME_STAMP) pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
@@ -36,13 +45,13 @@ $(STAMP): pyproject.toml
 # unmet, which is expected (only the detectors are used).
 $(SGLANG_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/pip install --quiet torch==$(TORCH_VERSION)
-	$(BIN)/pip install --quiet -e ".[dev,sglang]"
+	$(BIN)/pip install --quiet -e ".[dev,sglang,bench]"
 	$(BIN)/pip install --quiet --no-deps sglang==$(SGLANG_VERSION)
 	$(BIN)/python -c "from experiments.workload.triage import sglang_status as s; \
 		assert s() is None, f'sglang detectors do not import: {s()}'"
 	touch $(SGLANG_STAMP)
 
-demo: $(STAMP)
+demo: $(RUNTIME_STAMP)
 	$(BIN)/bisect demo
 
 lint: $(STAMP)

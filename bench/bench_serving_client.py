@@ -11,6 +11,11 @@ a tool result with a fresh canary each round).
 (``_without_srt_configs``); its CPU time is taken around the ``benchmark()`` coroutine (warm-up,
 load, metrics), so start-up, the torch and transformers imports and dataset loading are left out,
 as for the other clients. Requests/s uses bench_serving's own duration (after its warm-up).
+
+``once ARGS...``: one ``bench_serving`` run with ARGS, as its command line runs it (the shim
+aside). ``metrics``: bench_serving's own ``calculate_metrics`` on the requests read as JSON from
+stdin (``{"dur_s", "outputs": [{success, latency, ttft, itl, output_len, prompt_len,
+start_time}]}``); prints its ``BenchmarkMetrics`` as JSON (tests/test_stress_bench_serving.py).
 """
 
 from __future__ import annotations
@@ -98,6 +103,35 @@ def run(job: Job) -> dict[str, Any]:
     return figures
 
 
+class _Words:
+    """What ``calculate_metrics`` asks of a tokenizer (its retokenized output counts only)."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[str]:
+        return text.split()
+
+
+def metrics(document: dict[str, Any]) -> dict[str, Any]:
+    """bench_serving's ``calculate_metrics`` on the given requests, as a JSON-able dict."""
+    from dataclasses import asdict
+
+    from sglang.benchmark import serving
+
+    outputs, rows = [], []
+    for given in document["outputs"]:
+        output = serving.RequestFuncOutput()
+        for name in ("success", "latency", "ttft", "itl", "output_len", "prompt_len",
+                     "start_time"):
+            setattr(output, name, given[name])
+        output.generated_text = ""
+        outputs.append(output)
+        rows.append(types.SimpleNamespace(prompt_len=given["prompt_len"],
+                                          text_prompt_len=given["prompt_len"],
+                                          vision_prompt_len=0))
+    found, _ = serving.calculate_metrics(rows, outputs, document["dur_s"], _Words(),
+                                         "sglang-oai-chat")
+    return {k: float(v) for k, v in asdict(found).items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -106,16 +140,26 @@ def main() -> None:
     assets.add_argument("--sessions", type=int, required=True)
     assets.add_argument("--rounds", type=int, required=True)
     sub.add_parser("serve")
-    args = parser.parse_args()
+    sub.add_parser("metrics")
+    sub.add_parser("once", add_help=False)  # the rest of the line is bench_serving's
+    args, rest = parser.parse_known_args()
+    if args.command != "once" and rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "assets":
         write_tokenizer(args.dir / "tokenizer")
         write_trace(args.dir / "trace.json", args.sessions, args.rounds)
         return
     warnings.simplefilter("ignore", FutureWarning)
     _without_srt_configs()
-    import sglang.benchmark.serving  # noqa: F401  (imported once, before any job)
+    import sglang.benchmark.serving  # imported once, before any job
 
-    serve(run)
+    if args.command == "metrics":
+        print(json.dumps(metrics(json.load(sys.stdin))))
+    elif args.command == "once":
+        sys.argv = ["sglang.bench_serving", *rest]
+        sglang.benchmark.serving.cli_main()
+    else:
+        serve(run)
 
 
 if __name__ == "__main__":

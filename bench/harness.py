@@ -13,6 +13,7 @@ Repetitions interleave the clients; medians are reported, with the stub's CPU sh
 run's wall time to show the server was not the bottleneck.
 
     .venv/bin/python bench/harness.py [--reps 3] [--sessions 1000] [--rounds 2] [--json out.json]
+        [--clients bisect,bench_serving] [--cells 1000:stream,80:plain]
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 CONCURRENCY = (80, 400, 1000)
 CLIENTS = ("bisect", "bisect_asyncio", "aiohttp", "bench_serving", "openai")
 CLIENT_CORE, SERVER_CORE = 0, 1
-TARGET_MS, TARGET_RATIO = 0.3, 3.0
+TARGET_MS, TARGET_RATIO = 0.3, 5.0  # issue 3 asked 3x; issue 14 asks 5x
 
 
 def bench_serving_args(url: str, assets: Path, sessions: int, concurrency: int,
@@ -76,29 +77,40 @@ def measure(worker: Worker, url: str, stub_pid: int, spec: dict[str, Any]) -> di
             "connections_per_request": connections / max(1, requests)}
 
 
+def parse_cells(text: str) -> list[tuple[int, bool]]:
+    """``1000:stream,80:plain`` as (concurrency, stream) cells."""
+    cells = []
+    for part in text.split(","):
+        concurrency, _, mode = part.strip().partition(":")
+        if not concurrency.isdigit() or mode not in ("stream", "plain"):
+            raise argparse.ArgumentTypeError(f"{part!r} is not N:stream or N:plain")
+        cells.append((int(concurrency), mode == "stream"))
+    return cells
+
+
 def run_cells(workers: dict[str, Worker], url: str, stub_pid: int, assets: Path,
               args: argparse.Namespace, openai_reps: int) -> list[dict[str, Any]]:
     """Every repetition of every cell; the client order rotates from one repetition to the
     next, so a slow spell of the shared machine does not always hit the same client."""
     for client, worker in workers.items():  # warm-up: first connections, lazy imports
         worker.run(job(client, url, assets, 50, args.rounds, 50, True))
+    clients = tuple(workers)
     runs: list[dict[str, Any]] = []
     for rep in range(args.reps):
-        order = CLIENTS[rep % len(CLIENTS):] + CLIENTS[:rep % len(CLIENTS)]
-        for concurrency in CONCURRENCY:
-            for stream in (False, True):
-                for client in order:
-                    if client == "openai" and rep >= openai_reps:
-                        continue
-                    spec = job(client, url, assets, args.sessions, args.rounds, concurrency,
-                               stream)
-                    got = measure(workers[client], url, stub_pid, spec)
-                    runs.append({"rep": rep, "client": client, "concurrency": concurrency,
-                                 "stream": stream, **got})
-                    print(f"rep {rep} {client:<13} N={concurrency:<5} stream={stream!s:<5} "
-                          + (got["error"] if "error" in got else
-                             f"{got['ms_per_request']:.3f} ms/req {got['req_per_s']:.0f} req/s "
-                             f"stub {got['server_busy']:.0%}"), file=sys.stderr, flush=True)
+        order = clients[rep % len(clients):] + clients[:rep % len(clients)]
+        for concurrency, stream in args.cells:
+            for client in order:
+                if client == "openai" and rep >= openai_reps:
+                    continue
+                spec = job(client, url, assets, args.sessions, args.rounds, concurrency,
+                           stream)
+                got = measure(workers[client], url, stub_pid, spec)
+                runs.append({"rep": rep, "client": client, "concurrency": concurrency,
+                             "stream": stream, **got})
+                print(f"rep {rep} {client:<13} N={concurrency:<5} stream={stream!s:<5} "
+                      + (got["error"] if "error" in got else
+                         f"{got['ms_per_request']:.3f} ms/req {got['req_per_s']:.0f} req/s "
+                         f"stub {got['server_busy']:.0%}"), file=sys.stderr, flush=True)
     return runs
 
 
@@ -181,7 +193,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="turns per session")
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--json", type=Path, help="write every run and the medians here")
+    parser.add_argument("--clients", default=",".join(CLIENTS),
+                        help=f"the clients to run, of {','.join(CLIENTS)}")
+    parser.add_argument("--cells", type=parse_cells,
+                        default=[(c, s) for c in CONCURRENCY for s in (False, True)],
+                        help="N:stream or N:plain cells, comma-separated (default: all six)")
     args = parser.parse_args()
+    chosen = [c.strip() for c in args.clients.split(",")]
+    if unknown := set(chosen) - set(CLIENTS):
+        parser.error(f"unknown clients: {', '.join(sorted(unknown))}")
     openai_reps = min(args.reps, args.openai_reps)
     os.sched_setaffinity(0, {SERVER_CORE})  # this process only waits; keep it off the client core
     url = f"http://127.0.0.1:{args.port}"
@@ -194,7 +214,7 @@ def main() -> None:
         stub = start_stub(HERE / "stub_server.py", args.port, SERVER_CORE)
         workers = {c: Worker(c, [str(HERE / "bench_serving_client.py"), "serve"]
                              if c == "bench_serving" else [str(HERE / "load_client.py"), c],
-                             CLIENT_CORE) for c in CLIENTS}
+                             CLIENT_CORE) for c in CLIENTS if c in chosen}
         try:
             runs = run_cells(workers, url, stub.pid, assets, args, openai_reps)
         finally:

@@ -4,8 +4,10 @@ Every client runs ``sessions`` multi-turn tool-calling conversations of ``rounds
 ``concurrency`` in flight, following the agent contract (experiments/agent.py): each turn's tool
 call must echo the canary of the latest tool result, which then carries a fresh canary.
 
-- ``bisect``: the project's ``run_stress_sync`` as ``bisect stress`` runs it (its own HTTP client,
-  every turn classified, metrics kept; uvloop's event loop);
+- ``bisect``: the project's ``run_stress_sync`` as ``bisect stress --json`` runs it (its own HTTP
+  client, every turn classified, metrics kept; uvloop's event loop), and the JSON document it
+  prints (bench_serving's figures and bisect's; ``report.stress_json``), as bench_serving's
+  measured phase ends with its own metrics;
 - ``bisect_asyncio``: the same ``run_stress`` on asyncio's own loop (Ray's async actors use uvloop);
 - ``aiohttp``: a bare floor, one shared aiohttp ``ClientSession``, SSE lines read and
   ``json.loads``-ed as bench_serving does, nothing else kept;
@@ -91,6 +93,7 @@ async def _sessions(job: Job, turn: Callable[[Conversation], Awaitable[Call]]) -
 
 
 def bisect_load(job: Job, on_uvloop: bool = True) -> dict[str, Any]:
+    from experiments.workload.report import Settings, stress_json
     from experiments.workload.spec import WorkloadSpec
     from experiments.workload.stress import StressResult, run_stress, run_stress_sync
 
@@ -106,8 +109,10 @@ def bisect_load(job: Job, on_uvloop: bool = True) -> dict[str, Any]:
 
         asyncio.run(main())
         result = box[0]
+    document = json.dumps(stress_json(result, Settings(job["url"], spec)), allow_nan=False)
     return {"requests": sum(len(s.requests) for s in result.sessions),
-            "ok_sessions": sum(s.outcome.value == "ok" for s in result.sessions)}
+            "ok_sessions": sum(s.outcome.value == "ok" for s in result.sessions),
+            "json_bytes": len(document)}
 
 
 async def aiohttp_load(job: Job) -> dict[str, Any]:

@@ -12,21 +12,22 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 BUSY_TIMEOUT_MS = 30_000
 
 
-def to_url(url_or_path: str | Path) -> str:
+def to_url(url_or_path: str | Path, create: bool = True) -> str:
     """A SQLAlchemy URL as is (``postgresql://`` means psycopg 3); a plain path becomes
-    ``sqlite:///<absolute path>``."""
+    ``sqlite:///<absolute path>`` (its directory made, unless ``create`` is false)."""
     text = str(url_or_path)
     if text.startswith("postgresql://"):  # SQLAlchemy 2.0 would pick psycopg2: we use psycopg 3
         return "postgresql+psycopg://" + text.removeprefix("postgresql://")
     if _URL.match(text):
         return text
     path = Path(text).expanduser().resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
 
 
-def make_engine(url_or_path: str | Path) -> Engine:
-    engine = create_engine(to_url(url_or_path))
+def make_engine(url_or_path: str | Path, create: bool = True) -> Engine:
+    engine = create_engine(to_url(url_or_path, create))
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine

@@ -96,6 +96,14 @@ def _record(cls: type[R], row: Any, **computed: Any) -> R:
     return cls(**{name: getattr(row, name) for name in names}, **computed)
 
 
+def _missing_file(engine: Engine) -> str | None:
+    """The SQLite file ``engine`` names, if it does not exist (a server database: None)."""
+    path = engine.url.database if engine.dialect.name == "sqlite" else None
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return None
+    return None if os.path.exists(path) else path
+
+
 def _owner_only(engine: Engine) -> None:
     """A new SQLite file is created readable by its owner alone (SQLite gives its -wal and -shm
     files the database file's mode): the store holds every server reply of every trial."""
@@ -142,12 +150,17 @@ class Store:
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
     @classmethod
-    def open(cls, url_or_path: str) -> Store:
-        """Open (creating if needed) and upgrade the database; a plain path means SQLite."""
+    def open(cls, url_or_path: str, create: bool = True) -> Store:
+        """Open (creating if needed) and upgrade the database; a plain path means SQLite.
+        ``create=False`` (what reads it): a SQLite file that does not exist is NotFound, and
+        neither it nor its directory is made."""
         try:
-            engine = make_engine(url_or_path)
+            engine = make_engine(url_or_path, create)
         except (SQLAlchemyError, ValueError, ImportError) as exc:  # ImportError: no driver
             raise StoreError(f"cannot open the store {url_or_path!r}: {exc}") from exc
+        if not create and (missing := _missing_file(engine)) is not None:
+            engine.dispose()
+            raise NotFound(f"no store at {missing}")
         try:
             _owner_only(engine)
             upgrade_engine(engine)

@@ -125,7 +125,7 @@ def test_ls_lists_the_campaign(finished: tuple[Path, str, Campaign]) -> None:
     result = CliRunner().invoke(app, ["ls", "--store", str(db_path), "--json"])
     assert result.exit_code == 0
     [row] = json.loads(result.stdout)
-    assert row["id"] == campaign_id and row["status"] == "done" and row["trials"] == "8"
+    assert row["id"] == campaign_id and row["status"] == "done" and row["trials"] == 8
     # A name from the campaign file is shown as written, never read as rich markup.
     table = CliRunner().invoke(app, ["ls", "--store", str(db_path)], terminal_width=200)
     assert "[bold]co[/bold]" in table.stdout
@@ -146,6 +146,7 @@ def test_resume_discards_an_unfinished_trial_and_repeats_nothing(
 
 
 def test_unknown_campaign_is_bad_input(tmp_path: Path) -> None:
+    Store.open(str(tmp_path / "x.db")).close()  # a store without it (none: "no store at")
     result = CliRunner().invoke(app, ["verdict", "nope", "--store", str(tmp_path / "x.db")])
     assert result.exit_code == 2
     assert "nope" in result.output and "Traceback" not in result.output

@@ -79,3 +79,28 @@ def test_reading_a_campaign_loads_neither_ray_nor_ssh() -> None:
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
                           text=True, timeout=120, check=True)
     assert done.stdout.split("\n")[:2] == ["[]", "['paramiko', 'ray']"], done.stdout
+
+
+HEAVY = ("scipy", "numpy", "ray", "paramiko")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["verdict", "--help"],
+                                  ["run", "--help"], ["schema"], ["ls", "--store", "STORE"]])
+def test_trivial_commands_import_nothing_heavy(args: list[str], tmp_path: Path) -> None:
+    """The console script itself, measured with ``-X importtime``: help, the version and a
+    store's list load neither the statistics (scipy, numpy) nor Ray nor SSH."""
+    from db.store import Store
+
+    store = tmp_path / "bisect.db"
+    with Store.open(str(store)):
+        pass
+    bisect = Path(sys.executable).parent / "bisect"
+    done = subprocess.run([sys.executable, "-X", "importtime", str(bisect),
+                           *(str(store) if a == "STORE" else a for a in args)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
+              if line.startswith("import time:") and "|" in line}
+    assert "typer" in loaded  # the measure sees imports
+    heavy = sorted(name for name in loaded if within(name, HEAVY))
+    assert not heavy, heavy

@@ -561,7 +561,7 @@ def test_the_cli_reads_a_postgresql_store(postgres_url: str, tmp_path: Path) -> 
     result = runner.invoke(app, ["ls", "--store", bare, "--json"])
     assert result.exit_code == 0, result.output
     [row] = json.loads(result.stdout)
-    assert row["id"] == campaign_id and row["status"] == "done" and row["trials"] == "12"
+    assert row["id"] == campaign_id and row["status"] == "done" and row["trials"] == 12
     out = tmp_path / "report.html"
     result = runner.invoke(app, ["report", campaign_id, "--store", bare, "-o", str(out)])
     assert result.exit_code == 0, result.output

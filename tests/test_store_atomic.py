@@ -93,7 +93,7 @@ def _campaign_file(tmp_path: Path, flag: str) -> Path:
     return path
 
 
-def _listed(db: Path) -> list[tuple[str, str]]:
+def _listed(db: Path) -> list[tuple[str, int]]:
     result = CliRunner().invoke(app, ["ls", "--store", str(db), "--json"])
     assert result.exit_code == 0, result.output
     return [(row["status"], row["trials"]) for row in json.loads(result.stdout)]
@@ -105,14 +105,14 @@ def test_a_refused_run_leaves_its_campaign_refused_not_running(tmp_path: Path) -
     bad = _campaign_file(tmp_path, "--no-such-flag")
     result = CliRunner().invoke(app, ["run", str(bad), "--store", str(db)])
     assert result.exit_code == 2, result.output
-    assert _listed(db) == [("refused", "0")]
+    assert _listed(db) == [("refused", 0)]
 
     # A node held by another campaign: exit 1, refused as well; nothing of it is left held.
     good = _campaign_file(tmp_path, "--enable-hierarchical-cache")
     locks.acquire(LocalTransport("here"), "here", str(tmp_path / "services"), "someone-else")
     result = CliRunner().invoke(app, ["run", str(good), "--store", str(db)])
     assert result.exit_code == 1, result.output
-    assert _listed(db) == [("refused", "0"), ("refused", "0")]
+    assert _listed(db) == [("refused", 0), ("refused", 0)]
     with Store.open(str(db)) as store:
         assert store.held_locks() == []
 

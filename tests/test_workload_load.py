@@ -165,16 +165,41 @@ def test_aggregate_matches_numpy_and_counts_only_completed() -> None:
     assert summary["request_throughput"] == pytest.approx(2.5)
     assert summary["output_throughput"] == pytest.approx(12.5)
     assert summary["total_input_tokens"] == 50
-    assert summary["mean_e2e_ms"] == pytest.approx(400)
-    assert summary["median_e2e_ms"] == pytest.approx(300)
-    assert summary["p99_e2e_ms"] == pytest.approx(np.percentile(e2e, 99) * 1000)
+    assert summary["mean_e2e_latency_ms"] == pytest.approx(400)
+    assert summary["median_e2e_latency_ms"] == pytest.approx(300)
+    assert summary["p99_e2e_latency_ms"] == pytest.approx(np.percentile(e2e, 99) * 1000)
     assert summary["p90_ttft_ms"] == pytest.approx(np.percentile(e2e, 90) * 500)
     assert summary["median_itl_ms"] == pytest.approx(20)
     assert summary["mean_tpot_ms"] == pytest.approx(statistics.mean(e / 2 / 4 for e in e2e) * 1e3)
     assert summary["goodput"] is None and summary["good_requests"] is None
+    # bench_serving's other figures: std (population), p95, max, input and total throughput,
+    # concurrency = the sum of E2E over the duration
+    assert summary["std_e2e_latency_ms"] == pytest.approx(np.std(e2e) * 1000)
+    assert summary["p95_ttft_ms"] == pytest.approx(np.percentile(e2e, 95) * 500)
+    assert summary["max_e2e_latency_ms"] == pytest.approx(1000)
+    assert summary["max_itl_ms"] == pytest.approx(30)
+    assert summary["input_throughput"] == pytest.approx(25.0)
+    assert summary["total_throughput"] == pytest.approx(37.5)
+    assert summary["concurrency"] == pytest.approx(sum(e2e) / 2.0)
     good = aggregate(requests, 2.0, SLO(e2e_ms=350, itl_ms=40))
     assert good["good_requests"] == 3 and good["goodput"] == pytest.approx(1.5)
     assert aggregate(requests, 2.0, SLO(itl_ms=20))["good_requests"] == 0  # the 30 ms gap
+
+
+def test_the_peaks_count_output_chunks_and_requests_in_one_second_buckets() -> None:
+    # bench_serving's max_output_tokens_per_s and max_concurrent_requests: buckets of one
+    # second from the first request sent; a chunk at TTFT and one after each ITL gap
+    requests = [RequestMetrics(1, True, 0.5, ttft_s=0.1, itl_s=(0.1, 0.1), completion_tokens=3,
+                               streamed=True, sent_at=100.0),
+                RequestMetrics(1, True, 1.2, ttft_s=0.2, itl_s=(0.9,), completion_tokens=2,
+                               streamed=True, sent_at=100.3),
+                RequestMetrics(1, True, 0.1, ttft_s=0.1, sent_at=101.5),  # not streamed
+                RequestMetrics(1, False, 3.0, sent_at=100.0)]  # failed: not counted
+    summary = aggregate(requests, 2.0)
+    # second 0: 3 chunks of the first, 1 of the second; second 1: 1 of the second, 1 of the third
+    assert summary["max_output_tokens_per_s"] == 4.0
+    assert summary["max_concurrent_requests"] == 2
+    assert aggregate([], 1.0)["max_concurrent_requests"] == 0
 
 
 def test_a_trial_stores_throughput_goodput_and_latency_percentiles() -> None:
@@ -215,10 +240,12 @@ def test_goodput_counts_only_requests_within_the_slo() -> None:
     result = stress(AgentServer(late), spec)
     summary = result.summary()
     assert summary["completed"] == 10 and summary["good_requests"] == 8
-    assert summary["goodput"] == pytest.approx(8 / result.wall_s)
-    assert summary["request_throughput"] == pytest.approx(10 / result.wall_s)
+    # over the sessions' own time, as bench_serving's duration (the model lookup is not in it)
+    assert 0 < result.duration < result.wall_s and summary["duration"] == result.duration
+    assert summary["goodput"] == pytest.approx(8 / result.duration)
+    assert summary["request_throughput"] == pytest.approx(10 / result.duration)
     assert summary["slo"] == {"e2e_ms": 400}
-    assert summary["p99_e2e_ms"] >= 600 > summary["median_e2e_ms"]
+    assert summary["p99_e2e_latency_ms"] >= 600 > summary["median_e2e_latency_ms"]
 
 
 # ---------------------------------------------------------------- outputs
@@ -246,7 +273,7 @@ def test_summary_keeps_its_keys_and_the_table_shows_latencies() -> None:
     summary = result.summary()
     for key in ("sessions", "counts", "corrupted", "infra", "judged", "rate", "ci95", "wall_s",
                 "request_throughput", "output_throughput", "goodput", "mean_ttft_ms",
-                "median_itl_ms", "p90_e2e_ms", "p99_ttft_ms"):
+                "median_itl_ms", "p90_e2e_latency_ms", "p99_ttft_ms"):
         assert key in summary
     json.dumps(summary)
     assert result.sessions[0].outcome is Outcome.OK

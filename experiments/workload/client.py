@@ -24,7 +24,7 @@ from experiments.outcomes import Outcome
 from experiments.workload.classify import EVIDENCE_LIMIT, TurnVerdict, clip
 from experiments.workload.http_client import HttpClient, HttpError, Response
 from experiments.workload.metrics import RequestMetrics
-from experiments.workload.reply import BrokenReply, decode_json
+from experiments.workload.reply import BrokenReply, decode_json, json_problem
 from experiments.workload.sse import StreamAccumulator
 
 BODY_PREVIEW = 500
@@ -85,13 +85,14 @@ class _Stream:
     def event(self, data: bytes) -> TurnVerdict | None:
         """One event's data; an ERROR verdict when it is not a chat-completion chunk."""
         self.events += 1
-        if not data.startswith(b"{") and data.strip() == b"[DONE]":
+        if data[:1] != b"{" and data.strip() == b"[DONE]":
             self.done, self.done_at = True, time.perf_counter()
             return None
         try:
-            chunk = decode_json(data, "its data")
-        except BrokenReply as exc:
-            return TurnVerdict(Outcome.ERROR, clip(f"broken reply: SSE event {self.events}: {exc}"))
+            chunk = orjson.loads(data)  # decode_json's reading, without its call per event
+        except orjson.JSONDecodeError as exc:
+            why = json_problem(data, exc, "its data")
+            return TurnVerdict(Outcome.ERROR, clip(f"broken reply: SSE event {self.events}: {why}"))
         if not isinstance(chunk, dict):
             return TurnVerdict(Outcome.ERROR, clip(f"SSE event {self.events} is not an object: "
                                                    f"{_text(data)}"))
@@ -190,6 +191,7 @@ class _Stream:
             ttft_s=at[0] - self.sent if at else None,
             itl_s=tuple(b - a for a, b in pairwise(at)),
             prompt_tokens=prompt, completion_tokens=completion, streamed=True,
+            sent_at=self.sent,
         )
 
 
@@ -257,7 +259,8 @@ async def post_turn(
     if stream:  # TTFT and ITL of what arrived, even when the stream then broke
         return answer, stream[0].metrics(turn, ended, answer)
     if isinstance(answer, TurnVerdict):
-        return answer, RequestMetrics(turn, False, ended - sent)
+        return answer, RequestMetrics(turn, False, ended - sent, sent_at=sent)
     prompt, completion = _usage(answer)
     return answer, RequestMetrics(turn, True, ended - sent, ttft_s=ended - sent,
-                                  prompt_tokens=prompt, completion_tokens=completion)
+                                  prompt_tokens=prompt, completion_tokens=completion,
+                                  sent_at=sent)

@@ -1,10 +1,21 @@
 """Per-request latency and token metrics, and their aggregate over one run.
 
-Names and meanings follow sglang ``bench_serving`` and ``vllm bench serve`` so numbers can be put
-side by side: TTFT (time to the first output chunk; = E2E without streaming), ITL (gaps between
-successive output chunks), TPOT ((E2E - TTFT) / (output tokens - 1)), E2E, request and output
-throughput over the run's duration, and vLLM's goodput (requests per second meeting every SLO).
-Only completed requests (a whole response arrived) enter the latency statistics, as there.
+Names and meanings follow SGLang's ``bench_serving`` (its result file's keys: ``mean_ttft_ms``,
+``p99_e2e_latency_ms``, ``input_throughput``, ``concurrency``...) so numbers can be put side by
+side: TTFT (time to the first output chunk; = E2E without streaming), ITL (gaps between
+successive output chunks), TPOT ((E2E - TTFT) / (output tokens - 1)), E2E, throughputs over the
+run's duration, ``concurrency`` (the sum of E2E over the duration: requests in flight on
+average), the peaks of output chunks per second and of requests in flight in any one second,
+and vLLM's goodput (requests per second meeting every SLO). Only completed requests (a whole
+response arrived) enter the latency statistics, as there.
+
+Where they differ from bench_serving, on purpose: an output chunk is any delta that carries
+output, tool-call deltas included (bench_serving times only ``content`` and
+``reasoning_content``, so a reply that is only a tool call has no TTFT or ITL there); a latency
+nobody measured is None, not 0 (TPOT and ITL need a stream); tokens come from the server's
+``usage`` (bench_serving takes input tokens from its dataset, and none for a multi-turn one);
+``max_*`` is given for every latency (bench_serving computes only ``max_itl_ms`` and does not
+write it).
 """
 
 from __future__ import annotations
@@ -19,6 +30,10 @@ from experiments.workload.spec import SLO
 
 PERCENTILES = (50, 90, 99)
 LATENCIES = ("ttft", "tpot", "itl", "e2e")
+# bench_serving's name of each latency in its keys: ``mean_e2e_latency_ms`` (bisect's summary said
+# ``mean_e2e_ms`` before issue 14; TTFT, TPOT and ITL had bench_serving's names already)
+KEY_NAMES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2e_latency"}
+STATS = ("mean", "median", "std", "p90", "p95", "p99", "max")
 
 
 @dataclass(frozen=True)
@@ -33,6 +48,7 @@ class RequestMetrics:
     prompt_tokens: int | None = None  # from the server's usage, when it sent one
     completion_tokens: int | None = None
     streamed: bool = False  # TTFT and ITL were measured on a stream
+    sent_at: float = 0.0  # time.perf_counter() when it was sent: the per-second peaks
 
     @property
     def tpot_s(self) -> float | None:
@@ -73,13 +89,45 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 3)
 
 
+def latency_key(stat: str, name: str) -> str:
+    """The summary's key of one statistic of one latency: ``p95_e2e_latency_ms``."""
+    return f"{stat}_{KEY_NAMES[name]}_ms"
+
+
 def _stats(name: str, values_s: Sequence[float]) -> dict[str, float | None]:
-    keys = [f"mean_{name}_ms", f"median_{name}_ms", *(f"p{p}_{name}_ms" for p in PERCENTILES[1:])]
+    keys = [latency_key(stat, name) for stat in STATS]
     if not values_s:
         return dict.fromkeys(keys)
     values = np.asarray(values_s, dtype=float) * 1000
-    numbers = [float(np.mean(values)), *(float(v) for v in np.percentile(values, PERCENTILES))]
+    numbers = [float(np.mean(values)), float(np.median(values)), float(np.std(values)),
+               *(float(v) for v in np.percentile(values, (90, 95, 99))), float(np.max(values))]
     return dict(zip(keys, numbers, strict=True))
+
+
+def peaks(done: Sequence[RequestMetrics]) -> tuple[float, int]:
+    """bench_serving's ``max_output_tokens_per_s`` (output chunks in the busiest second; one per
+    request without streaming) and ``max_concurrent_requests`` (requests in flight during the
+    busiest second), in one-second buckets from the first request sent."""
+    if not done:
+        return 0.0, 0
+    start = min(r.sent_at for r in done)
+    seconds = int(np.ceil(max(r.sent_at + r.e2e_s for r in done) - start)) + 1
+    chunks = [0] * seconds
+    in_flight = [0] * seconds
+    for request in done:
+        at = request.sent_at - start
+        if request.ttft_s is not None:
+            at += request.ttft_s
+            chunks[int(at)] += 1
+            for gap in request.itl_s:
+                at += gap
+                if at < seconds:
+                    chunks[int(at)] += 1
+        first = int(request.sent_at - start)
+        for second in range(first, min(int(request.sent_at - start + request.e2e_s) + 1,
+                                       seconds)):
+            in_flight[second] += 1
+    return float(max(chunks)), max(in_flight)
 
 
 def latency_samples(requests: Iterable[RequestMetrics]) -> dict[str, list[float]]:
@@ -108,16 +156,23 @@ def aggregate(
     every = list(requests)
     done = [r for r in every if r.completed]
     per_s = 1 / duration_s if duration_s > 0 else 0.0
+    input_tokens = sum(r.prompt_tokens or 0 for r in done)
     output_tokens = sum(r.completion_tokens or 0 for r in done)
     samples = latency_samples(done)
     good = sum(r.meets(slo) for r in done) if slo is not None else None
+    max_chunks, max_in_flight = peaks(done)
     summary: dict[str, Any] = {
         "requests": len(every),
         "completed": len(done),
-        "total_input_tokens": sum(r.prompt_tokens or 0 for r in done),
+        "total_input_tokens": input_tokens,
         "total_output_tokens": output_tokens,
         "request_throughput": len(done) * per_s,
+        "input_throughput": input_tokens * per_s,
         "output_throughput": output_tokens * per_s,
+        "total_throughput": (input_tokens + output_tokens) * per_s,
+        "concurrency": sum(samples["e2e"]) * per_s,
+        "max_output_tokens_per_s": max_chunks,
+        "max_concurrent_requests": max_in_flight,
         "slo": slo.model_dump(exclude_none=True) if slo is not None else None,
         "good_requests": good,
         "goodput": good * per_s if good is not None else None,

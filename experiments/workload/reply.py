@@ -50,7 +50,7 @@ def decode_json(data: bytes, what: str = "body") -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise BrokenReply(_why(data, exc, what)) from None
+        raise BrokenReply(json_problem(data, exc, what)) from None
 
 
 def shown(value: Any) -> str:
@@ -61,7 +61,8 @@ def shown(value: Any) -> str:
         return _DEEP.repr(value)
 
 
-def _why(data: bytes, exc: orjson.JSONDecodeError, what: str) -> str:
+def json_problem(data: bytes, exc: orjson.JSONDecodeError, what: str) -> str:
+    """Why ``data`` did not decode (``decode_json``'s sentence, for a caller of orjson's own)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as bad:

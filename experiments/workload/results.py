@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -58,12 +59,46 @@ class Progress:
     infra: int
 
 
+_CLAUSE = re.compile(r": | after \d+ events|; ")
+
+
+def failure_reason(evidence: str | None) -> str:
+    """What a failed request's evidence says went wrong, without what varies between requests
+    (bodies, event counts): ``HTTP 404``, ``cannot connect to 127.0.0.1:9: connection refused``,
+    ``no complete response within 60 s``, ``stream ended before [DONE]``, ``broken reply``."""
+    text = (evidence or "no evidence").split("\n", 1)[0]
+    if text.startswith("cannot connect to "):  # host:port holds a colon; the cause is the point
+        return text[:120]
+    return _CLAUSE.split(text, maxsplit=1)[0][:80]
+
+
 @dataclass(frozen=True)
 class StressResult:
     sessions: tuple[SessionResult, ...]
-    wall_s: float
+    wall_s: float  # the whole run: model lookup and warm-up included
     stopped_early: bool
     slo: SLO | None = None  # the objectives goodput is counted against
+    duration_s: float | None = None  # the measured sessions only (bench_serving's "duration")
+    interrupted: bool = False  # stopped by Ctrl-C: the sessions finished until then
+    model: str | None = None  # the model the requests named
+
+    @property
+    def duration(self) -> float:
+        """Seconds the measured sessions took: the denominator of every throughput."""
+        return self.wall_s if self.duration_s is None else self.duration_s
+
+    def error_summary(self) -> list[dict[str, Any]]:
+        """Sessions that errored or timed out, grouped by ``failure_reason``, most first; each
+        with the first one's evidence as an example."""
+        groups: dict[tuple[str, str], list[SessionResult]] = {}
+        for session in self.sessions:
+            if session.outcome in INFRA:
+                reason = failure_reason(session.evidence)
+                groups.setdefault((session.outcome.value, reason), []).append(session)
+        ranked = sorted(groups.items(), key=lambda item: -len(item[1]))
+        return [{"reason": reason, "outcome": outcome, "sessions": len(found),
+                 "example": found[0].evidence}
+                for (outcome, reason), found in ranked]
 
     def counts(self) -> dict[str, int]:
         counts = {outcome.value: 0 for outcome in Outcome}
@@ -107,7 +142,8 @@ class StressResult:
         }
 
     def summary(self) -> dict[str, Any]:
-        """Outcome counts and the corruption rate, then bench_serving-style latency metrics."""
+        """Outcome counts and the corruption rate, then bench_serving's metrics under its names
+        (``metrics.aggregate``; throughputs over ``duration``), then the failures by reason."""
         counts = self.counts()
         corrupted = sum(counts[outcome.value] for outcome in CORRUPTION)
         infra = sum(counts[outcome.value] for outcome in INFRA)
@@ -125,6 +161,9 @@ class StressResult:
             "rate": corrupted / judged if judged else 0.0,
             "ci95": ci95,
             "wall_s": self.wall_s,
+            "duration": self.duration,
             "stopped_early": self.stopped_early,
-            **aggregate(self.requests(), self.wall_s, self.slo),
+            "interrupted": self.interrupted,
+            **aggregate(self.requests(), self.duration, self.slo),
+            "error_summary": self.error_summary(),
         }

@@ -1,10 +1,12 @@
 """The stress workload: concurrent multi-turn tool-calling sessions against one endpoint.
 
-Every session follows the agent contract (experiments/agent.py); every assistant turn is judged by
-``classify_turn``; a session ends at its first non-OK turn. One ``HttpClient`` (keep-alive pool,
-``experiments/workload/http_client.py``) carries all requests. Sessions start all at once or at
-Poisson arrivals, optionally at most ``max_concurrency`` in flight, like bench_serving's
-``--request-rate`` and ``--max-concurrency``.
+Every session follows the agent contract (experiments/agent.py) with the built-in tools or the
+user's (``agent_tools.py``); every assistant turn is judged by ``classify_turn``; a session ends
+at its first non-OK turn. One ``HttpClient`` (keep-alive pool, ``experiments/workload/
+http_client.py``) carries all requests. Sessions start all at once or at Poisson arrivals,
+optionally at most ``max_concurrency`` in flight, like bench_serving's ``--request-rate`` and
+``--max-concurrency``; ``warmup`` one-turn sessions go first and are not counted, as its
+``--warmup-requests``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import gc
 import random
 import time
 from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -23,16 +26,11 @@ try:
 except ImportError:  # a dependency, but not on every platform (no Windows build)
     uvloop = None  # type: ignore[assignment]
 
-from experiments.agent import (
-    SYSTEM_PROMPT,
-    TOOLS,
-    first_user_message,
-    new_canary,
-    tool_result_message,
-)
+from experiments.agent import first_user_message, new_canary, tool_result_message
 from experiments.outcomes import CORRUPTION, INFRA, Outcome
 from experiments.workload import triage
-from experiments.workload.classify import TurnVerdict, classify_turn, clip
+from experiments.workload.agent_tools import BUILT_IN, Agent
+from experiments.workload.classify import TurnVerdict, clip
 from experiments.workload.client import post_turn
 from experiments.workload.context import (
     FILLER_WORDS,
@@ -49,9 +47,33 @@ from experiments.workload.spec import Arrival, WorkloadSpec
 
 # Re-exported: callers import these from here since before the split into modules.
 __all__ = [
-    "FILLER_WORDS", "Progress", "SessionResult", "StressResult", "arrival_offsets", "filler",
-    "run_stress", "run_stress_sync", "summary_table", "write_jsonl",
+    "FILLER_WORDS", "Progress", "SessionResult", "StressInterrupted", "StressResult",
+    "WarmupFailed", "api_base", "arrival_offsets", "filler", "run_stress", "run_stress_sync",
+    "summary_table", "write_jsonl",
 ]
+_SUFFIXES = ("/chat/completions", "/v1")
+
+
+def api_base(url: str) -> str:
+    """The server's root from a URL as users write it: bare (``http://host:8000``), as the
+    OpenAI SDK's ``base_url`` (``http://host:8000/v1``) or the endpoint itself."""
+    base = url.strip().rstrip("/")
+    for suffix in _SUFFIXES:
+        base = base.removesuffix(suffix)
+    return base
+
+
+class WarmupFailed(Exception):
+    """No warm-up request completed (as bench_serving's "Warmup failed"): the run was not
+    started. The message is the first failure's reason."""
+
+
+class StressInterrupted(Exception):
+    """Ctrl-C during ``run_stress_sync``; ``result`` holds the sessions finished until then."""
+
+    def __init__(self, result: StressResult) -> None:
+        super().__init__("interrupted")
+        self.result = result
 
 
 def _echo(call: dict[str, Any]) -> dict[str, Any]:
@@ -68,15 +90,17 @@ def _spread(chars: int, parts: int) -> list[int]:
 
 async def _session(
     http: HttpClient, base: str, model: str, spec: WorkloadSpec, seed: int,
-    index: int, on_turn: Callable[[], None],
+    index: int, tracker: _Tracker, agent: Agent, prefix: str = "s",
 ) -> SessionResult:
-    key = f"s{seed}-{index}"
-    rng = random.Random(f"{seed}:{index}")
+    key = f"{prefix}{seed}-{index}"
+    rng = random.Random(f"{seed}:{index}" if prefix == "s" else f"{prefix}{seed}:{index}")
     # Context filler has its own stream, so canaries do not depend on how long replies were.
     growth_rng = random.Random(f"{seed}:{index}:context")
     canary = new_canary(rng)
     opening = first_user_message(key, canary)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
+    endpoint = f"{base}/v1/chat/completions"
+    tools = agent.tools
+    messages: list[dict[str, Any]] = [{"role": "system", "content": agent.system_prompt}]
     first = target_chars(spec, 1)
     if first is not None:  # a pasted log ahead of the task, as an agent's first prompt has
         opening = filler_chars(growth_rng, first - context_chars(
@@ -89,16 +113,21 @@ async def _session(
     try:
         for turn in range(1, spec.rounds + 1):
             body: dict[str, Any] = {
-                "model": model, "messages": messages, "tools": TOOLS, "tool_choice": "auto",
+                "model": model, "messages": messages, "tools": tools, "tool_choice": "auto",
                 "max_tokens": spec.max_tokens, "stream": spec.stream,
             }
             if spec.stream:
                 body["stream_options"] = {"include_usage": True}
-            got, measured = await post_turn(http, f"{base}/v1/chat/completions", body,
-                                            turn=turn, timeout_s=spec.timeout_s)
+            got, measured = await post_turn(http, endpoint, body, turn=turn,
+                                            timeout_s=spec.timeout_s)
             requests.append(measured)
-            on_turn()
-            verdict = got if isinstance(got, TurnVerdict) else classify_turn(got, canary, TOOLS)
+            if isinstance(got, TurnVerdict):
+                if not measured.completed:
+                    tracker.failed(endpoint, got)
+                verdict = got
+            else:
+                verdict = agent.judge(got, canary)
+            tracker.turn()
             if verdict.outcome is not Outcome.OK or isinstance(got, TurnVerdict):
                 break
             message = got["choices"][0]["message"]
@@ -159,15 +188,26 @@ def arrival_offsets(spec: WorkloadSpec, seed: int) -> list[float]:
 
 
 class _Tracker:
-    """Counts turns and sessions for the optional progress callback."""
+    """Counts turns and sessions for the optional progress callback; hands the first failed
+    request to ``on_failure``."""
 
-    def __init__(self, spec: WorkloadSpec, progress: Callable[[Progress], None] | None) -> None:
-        self.spec, self.progress = spec, progress
+    def __init__(self, spec: WorkloadSpec, progress: Callable[[Progress], None] | None,
+                 on_failure: Callable[[str], None] | None = None) -> None:
+        self.spec, self.progress, self.on_failure = spec, progress, on_failure
         self.turns = self.sessions = self.corrupted = self.infra = 0
+        self.first_failure: str | None = None
+        self.counting = True  # False during the warm-up: not the run's turns
+
+    def failed(self, endpoint: str, verdict: TurnVerdict) -> None:
+        if self.first_failure is None:
+            self.first_failure = f"POST {endpoint}: {verdict.evidence}"
+            if self.on_failure is not None:
+                self.on_failure(self.first_failure)
 
     def turn(self) -> None:
-        self.turns += 1
-        self._emit()
+        if self.counting:
+            self.turns += 1
+            self._emit()
 
     def session(self, result: SessionResult) -> None:
         self.sessions += 1
@@ -182,35 +222,83 @@ class _Tracker:
                                    self.sessions, self.spec.sessions, self.corrupted, self.infra))
 
 
+@dataclass
+class _Run:
+    """What a run has measured so far: the result, or the partial one of an interrupted run."""
+
+    spec: WorkloadSpec
+    started: float = field(default_factory=time.monotonic)
+    began: float | None = None  # the measured sessions' start (after the model and warm-up)
+    ended: float | None = None
+    model: str | None = None
+    sessions: list[SessionResult] = field(default_factory=list)
+
+    def result(self, stopped_early: bool, interrupted: bool = False) -> StressResult:
+        now = time.monotonic() if self.ended is None else self.ended
+        duration = now - self.began if self.began is not None else 0.0
+        return StressResult(tuple(sorted(self.sessions, key=lambda r: r.index)),
+                            now - self.started, stopped_early, self.spec.slo, duration,
+                            interrupted, self.model)
+
+
+async def _warm_up(http: HttpClient, base: str, model: str, spec: WorkloadSpec, seed: int,
+                   count: int, tracker: _Tracker, agent: Agent) -> None:
+    """``count`` one-turn sessions (keys ``w{seed}-{i}``), at most ``max_concurrency`` at once;
+    ``WarmupFailed`` when none completed its request."""
+    one = spec.model_copy(update={"rounds": 1})
+    limiter = asyncio.Semaphore(spec.max_concurrency or count)
+
+    async def warm(index: int) -> SessionResult:
+        async with limiter:
+            return await _session(http, base, model, one, seed, index, tracker, agent, "w")
+
+    tracker.counting = False
+    try:
+        done = await asyncio.gather(*(warm(index) for index in range(count)))
+    finally:
+        tracker.counting = True
+    if not any(r.completed for session in done for r in session.requests):
+        raise WarmupFailed(tracker.first_failure or "no warm-up request completed")
+
+
 async def _run_stress(
     url: str,
     spec: WorkloadSpec,
+    run: _Run,
     *,
     seed: int | None = None,
     on_session: Callable[[SessionResult], bool | None] | None = None,
     progress: Callable[[Progress], None] | None = None,
     indices: Collection[int] | None = None,
     api_key: str | None = None,
+    agent: Agent = BUILT_IN,
+    warmup: int = 0,
+    on_failure: Callable[[str], None] | None = None,
+    ready: asyncio.Future[Any] | None = None,
 ) -> StressResult:
-    """The body of ``run_stress``."""
+    """The body of ``run_stress``; what it measures goes into ``run`` as it comes. The
+    measured sessions start once ``ready`` is done."""
     seed = spec.seed if seed is None else seed
-    base = url.rstrip("/")
-    started = time.monotonic()
-    reported: list[SessionResult] = []
-    tracker = _Tracker(spec, progress)
+    base = api_base(url)
+    tracker = _Tracker(spec, progress, on_failure)
     limiter = asyncio.Semaphore(spec.max_concurrency) if spec.max_concurrency else None
     stop = False
+    tasks: list[asyncio.Task[SessionResult]] = []
     async with HttpClient(headers=bearer(api_key),
                           max_response_bytes=spec.max_response_bytes) as http:
-        model = spec.model or await _resolve_model(http, base, spec.timeout_s)
-        begin = time.monotonic()
+        model = run.model = spec.model or await _resolve_model(http, base, spec.timeout_s)
+        if warmup:
+            await _warm_up(http, base, model, spec, seed, warmup, tracker, agent)
+        if ready is not None:
+            await ready
+        begin = run.began = time.monotonic()
 
         async def arrive(index: int, offset: float) -> SessionResult:
             await asyncio.sleep(max(0.0, begin + offset - time.monotonic()))
             if limiter is None:
-                return await _session(http, base, model, spec, seed, index, tracker.turn)
+                return await _session(http, base, model, spec, seed, index, tracker, agent)
             async with limiter:
-                return await _session(http, base, model, spec, seed, index, tracker.turn)
+                return await _session(http, base, model, spec, seed, index, tracker, agent)
 
         tasks = [asyncio.create_task(arrive(index, offset))
                  for index, offset in enumerate(arrival_offsets(spec, seed))
@@ -220,18 +308,17 @@ async def _run_stress(
             while pending and not stop:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for result in sorted((task.result() for task in done), key=lambda r: r.index):
-                    reported.append(result)
+                    run.sessions.append(result)
                     tracker.session(result)
                     if on_session is not None and on_session(result):
                         stop = True
                         break
+            run.ended = time.monotonic()
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-    reported.sort(key=lambda r: r.index)
-    stopped_early = stop and len(reported) < len(tasks)
-    return StressResult(tuple(reported), time.monotonic() - started, stopped_early, spec.slo)
+    return run.result(stop and len(run.sessions) < len(tasks))
 
 
 async def run_stress(
@@ -243,14 +330,22 @@ async def run_stress(
     progress: Callable[[Progress], None] | None = None,
     indices: Collection[int] | None = None,
     api_key: str | None = None,
+    agent: Agent = BUILT_IN,
+    warmup: int = 0,
+    on_failure: Callable[[str], None] | None = None,
+    _run: _Run | None = None,
 ) -> StressResult:
-    """Run ``spec.sessions`` sessions against ``url`` (no trailing /v1) as the spec schedules.
+    """Run ``spec.sessions`` sessions against ``url`` (``api_base``: bare, or ending in /v1)
+    as the spec schedules.
 
     ``on_session`` sees each session as it finishes; returning True cancels the rest (queued
     ones and in-flight requests and streams alike), which are not reported. ``seed`` overrides
     ``spec.seed``. ``progress`` is called after every turn and every session. ``indices``: run
     only these sessions (a load generator's share), keyed and timed as in the whole run.
     ``api_key``: sent as ``Authorization: Bearer`` with every request (never printed).
+    ``agent``: the system prompt and tools sent, and how calls are judged (``agent_tools``).
+    ``warmup``: one-turn sessions sent first, not counted; ``WarmupFailed`` if none completed.
+    ``on_failure`` is called once, with the first request that failed (its endpoint and why).
     """
     # What the process holds before the run (imports, the caller's state) is not the run's
     # garbage: frozen, every full collection during the load skips it (against the harness's
@@ -258,11 +353,16 @@ async def run_stress(
     # run of 2,000 requests, 0.4 ms added to each request).
     gc.freeze()
     # Leaks are triaged with SGLang's detectors when they are installed; importing them takes
-    # seconds, so it happens in a thread beside the first requests, not inside the first leak.
+    # seconds, so it happens in a thread beside the model lookup and the warm-up, not inside
+    # the first leak; and before the measured sessions: the import holds the GIL most of the
+    # time, and the latencies of the requests beside it came out ~6 ms too long (against
+    # bench_serving's figures, tests/test_stress_bench_serving.py). Once done it is free.
     warming = asyncio.create_task(asyncio.to_thread(triage.warm_up))
     try:
-        return await _run_stress(url, spec, seed=seed, on_session=on_session, progress=progress,
-                                 indices=indices, api_key=api_key)
+        return await _run_stress(url, spec, _Run(spec) if _run is None else _run, seed=seed,
+                                 on_session=on_session, progress=progress, indices=indices,
+                                 api_key=api_key, agent=agent, warmup=warmup,
+                                 on_failure=on_failure, ready=warming)
     finally:
         await warming
         # warm_up froze the long-lived objects for the run; given back, the interpreter's exit
@@ -273,17 +373,22 @@ async def run_stress(
 def run_stress_sync(url: str, spec: WorkloadSpec, **options: Any) -> StressResult:
     """``run_stress`` from synchronous code (``bisect stress``), on uvloop's event loop when
     uvloop imports (less client CPU per request than asyncio's own loop: BENCHMARKS.md).
+    Ctrl-C raises ``StressInterrupted`` with the sessions finished until then.
 
     The result leaves through a list, not as the main task's result: ``asyncio.run`` restores
     its SIGINT handler through ``signal.getsignal``, which formats the handler's repr, the
     finished main task's result included: every session of the run, ~0.1 s per 1,000."""
     box: list[StressResult] = []
+    run = _Run(spec)
 
     async def main() -> None:
-        box.append(await run_stress(url, spec, **options))
+        box.append(await run_stress(url, spec, _run=run, **options))
 
-    if uvloop is None:
-        asyncio.run(main())
-    else:
-        uvloop.run(main())
+    try:
+        if uvloop is None:
+            asyncio.run(main())
+        else:
+            uvloop.run(main())
+    except KeyboardInterrupt:  # the runner cancelled the run at the first Ctrl-C, then raised
+        raise StressInterrupted(run.result(True, interrupted=True)) from None
     return box[0]

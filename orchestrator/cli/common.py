@@ -1,83 +1,265 @@
 """What every `bisect` command shares: the app, the consoles, the options, the error policy.
 
-Exit codes: 0 verdict reached, 1 the run failed, 2 bad input, 3 inconclusive.
+Exit codes: 0 verdict reached, 1 the run failed, 2 bad input, 3 inconclusive, 130 interrupted
+(Ctrl-C), 141 stdout closed early (a broken pipe, as git).
+
+Importing this module (as `bisect --help` does) loads typer and rich alone: the store, the
+campaign models and the statistics are imported by the functions that use them.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shlex
+import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from db.errors import NotFound, StoreError
-from experiments.campaign import CampaignError
-from experiments.secrets import SecretMissing, redact
-from orchestrator.core.verdict import Status, Verdict
+if TYPE_CHECKING:
+    from db.store import Store
+    from orchestrator.core.verdict import Verdict
 
 app = typer.Typer(
+    # Plain help, as click writes it: a flag shows as `--json`, never `--json <bool>`.
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    rich_markup_mode=None,
     help="Find which switch or commit corrupts an LLM serving deployment under load.",
 )
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:  # rich's own answer exits 1
+        self.quiet = True
+        _pipe_closed(self.file.fileno())
+
+
+out = _Console(soft_wrap=True)
+err = _Console(stderr=True, soft_wrap=True)
 
 StoreOption = Annotated[
     str, typer.Option("--store", envvar="BISECT_STORE", help="SQLite file or SQLAlchemy URL.")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+CampaignId = Annotated[str, typer.Argument(
+    metavar="ID", help="A campaign id, a unique prefix of one, or `last` (the newest).")]
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib.metadata import version
+
+        print(f"bisect {version('bisect-serving')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version and exit.")]
+        = False) -> None:
+    pass  # the app's own options (the app's help is the Typer's)
+
+
+# Known failures by module and name: bad input (exit 2), then a failed run (exit 1). NotFound
+# is a StoreError: it is matched first.
+_BAD_INPUT = (("experiments.campaign", "CampaignError"), ("experiments.secrets", "SecretMissing"),
+              ("orchestrator.executor.nodes", "PreflightFailed"), ("db.errors", "NotFound"))
+_RUN_FAILED = (("db.errors", "StoreError"), ("orchestrator.executor.driver", "RunFailed"))
+
+
+def _loaded(names: tuple[tuple[str, str], ...]) -> tuple[type[BaseException], ...]:
+    """The classes of the modules already imported: one never imported cannot have raised (and
+    importing the driver to match its error would load Ray into `bisect ls`)."""
+    return tuple(getattr(sys.modules[module], name) for module, name in names
+                 if module in sys.modules)
 
 
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Known failures become one sentence and an exit code; no traceback reaches a user."""
-    from orchestrator.executor.driver import RunFailed
-    from orchestrator.executor.nodes import PreflightFailed
-
     try:
         yield
-    except (CampaignError, PreflightFailed, SecretMissing) as exc:
+    except Exception as exc:
+        if isinstance(exc, _loaded(_BAD_INPUT)):
+            code = 2
+        elif isinstance(exc, _loaded(_RUN_FAILED)):
+            code = 1
+        else:
+            raise
         error(str(exc))
-        raise typer.Exit(2) from None
-    except NotFound as exc:
-        error(str(exc))
-        raise typer.Exit(2) from None
-    except (StoreError, RunFailed) as exc:
-        error(str(exc))
-        raise typer.Exit(1) from None
+        raise typer.Exit(code) from None
 
 
 def error(message: str) -> None:
     """Print an error; its text may come from a user's file, so it is never read as markup."""
+    from experiments.secrets import redact
+
     err.print(Text("error: ", style="red") + Text(redact(message)), highlight=False)
 
 
 def progress(message: str) -> None:
+    from experiments.secrets import redact
+
     err.print(redact(message), highlight=False, markup=False)
 
 
+def emit_json(document: Any) -> None:
+    """Every ``--json`` document leaves through here: strict JSON, so a NaN or an infinity
+    (which JavaScript, Go and jq cannot read) fails loudly instead of reaching a consumer."""
+    print(json.dumps(document, indent=2, allow_nan=False))
+
+
 def exit_code(verdict: Verdict) -> int:
+    from orchestrator.core.verdict import Status
+
     return 3 if verdict.status is Status.INCONCLUSIVE else 0
+
+
+# --- stores and campaign ids ---------------------------------------------------------------
+
+def store_json(store: str) -> str:
+    """The store as a JSON document names it: a SQLite file by its absolute path, a URL as
+    given, its password hidden."""
+    if _URL.match(store):
+        from sqlalchemy.engine import make_url
+
+        return make_url(store).render_as_string(hide_password=True)
+    return str(Path(store).expanduser().resolve())
+
+
+def shown_path(path: str | Path) -> str:
+    """A file as a user types it from here: under this directory by its relative path,
+    shell-quoted."""
+    absolute = Path(path).expanduser().resolve()
+    try:
+        return shlex.quote(str(absolute.relative_to(Path.cwd())))
+    except ValueError:
+        return shlex.quote(str(absolute))
+
+
+def store_arg(store: str) -> str:
+    """``--store`` as a user types it from here (``shown_path``, or the URL)."""
+    return shlex.quote(store_json(store)) if _URL.match(store) else shown_path(store)
+
+
+@contextmanager
+def reading(store: str) -> Iterator[Store]:
+    """The store of a command that only reads: one that does not exist is "no store at PATH"
+    (exit 2), never an empty store created (nor its directory)."""
+    from db.errors import NotFound
+    from db.store import Store
+
+    with user_errors():
+        try:
+            db = Store.open(store, create=False)
+        except NotFound as exc:
+            demo = Path("bisect-demo", "bisect.db")  # `bisect demo`'s, where a newcomer is
+            if demo.is_file() and store_json(store) != store_json(str(demo)):
+                raise NotFound(f"{exc} (the demo's store is {demo}: add --store {demo})") \
+                    from None
+            raise
+        with db:
+            yield db
+
+
+def resolve_id(db: Store, given: str, store: str) -> str:
+    """A campaign id from a whole id, a unique prefix of one, or ``last`` (the newest);
+    an ambiguous prefix names its candidates (exit 2)."""
+    from db.errors import NotFound
+
+    campaigns = db.list_campaigns()  # newest first
+    if given == "last":
+        if not campaigns:
+            raise NotFound(f"no campaign in {store_arg(store)} yet")
+        return campaigns[0].id
+    ids = [c.id for c in campaigns]
+    if given in ids:
+        return given
+    matches = [i for i in ids if given and i.startswith(given)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise NotFound(f"no campaign {given!r} in {store_arg(store)} "
+                       f"(`bisect ls --store {store_arg(store)}` lists them)")
+    shown = ", ".join(matches[:10]) + (f" and {len(matches) - 10} more" if len(matches) > 10
+                                        else "")
+    error(f"campaign id {given!r} is ambiguous: it begins {shown}; give more of it")
+    raise typer.Exit(2)
+
+
+def program() -> str:
+    """``bisect`` as a printed command runs it from here: the name where it finds this program
+    on PATH, else the path this program was started by (`make demo` runs .venv/bin/bisect,
+    which a fresh shell does not find by name)."""
+    invoked = Path(sys.argv[0])
+    if invoked.name != "bisect":  # not the console script (a test's runner): the name
+        return "bisect"
+    found = shutil.which("bisect")
+    if found and Path(found).resolve() == invoked.resolve():
+        return "bisect"
+    return shown_path(invoked)
+
+
+def resume_command(campaign_id: str, store: str) -> str:
+    return f"{program()} resume {campaign_id} --store {store_arg(store)}"
+
+
+@contextmanager
+def resumable(campaign_id: str, store: str) -> Iterator[None]:
+    """Ctrl-C while a campaign runs: the driver has stopped it (nodes restored, as on any
+    failure) by the time the interrupt reaches here; say how to go on, exit 130. (Typer would
+    turn it into a silent exit 130 before ``main`` saw it.)"""
+    try:
+        yield
+    except KeyboardInterrupt:
+        err.print(f"interrupted: campaign {campaign_id} stopped; the trials done are stored. "
+                  f"Continue it with:\n  {resume_command(campaign_id, store)}",
+                  highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(130) from None
+
+
+# --- the entry point -------------------------------------------------------------------------
+
+def _pipe_closed(fd: int = 1) -> None:
+    """The reader of stdout (or stderr) went away (``| head``): nothing more can be said there,
+    and the interpreter's last flush must not complain either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    sys.exit(141)  # 128 + SIGPIPE: what git and a shell report for a closed pipe
 
 
 def main() -> None:
     # Everything bisect creates (store, reports, Ray's files, the demo) is its owner's alone;
     # the store and reports also get explicit modes, for callers that skip main().
     os.umask(0o077)
+    stdout = sys.stdout
     try:
-        app()
-    except KeyboardInterrupt:
-        err.print("interrupted: `bisect resume ID` continues the campaign", highlight=False)
+        try:
+            app()
+        finally:
+            sys.stdout.flush()  # a broken pipe shows here, not in the interpreter's last flush
+    except BrokenPipeError:
+        _pipe_closed()
+    except SystemExit:
+        if sys.stdout is not stdout:  # typer wraps stdout when a write met a broken pipe
+            _pipe_closed()
+        raise
+    except KeyboardInterrupt:  # outside a command (typer answers one inside with exit 130)
+        err.print("interrupted", highlight=False)
         sys.exit(130)
     except Exception as exc:  # the last line of defence: one sentence, no traceback
         if os.environ.get("BISECT_DEBUG"):
             raise
         error(f"{type(exc).__name__}: {exc}")
         sys.exit(1)
-
-

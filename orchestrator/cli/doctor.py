@@ -2,33 +2,47 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 from rich.text import Text
 
-from db.store import Store
-from orchestrator.cli.common import JsonOption, StoreOption, app, out, user_errors
+from orchestrator.cli.common import (
+    CampaignId,
+    JsonOption,
+    StoreOption,
+    app,
+    emit_json,
+    out,
+    reading,
+    resolve_id,
+)
 
 _MARK = {"error": ("ERROR", "red"), "warning": ("fix", "yellow"), "info": ("note", "cyan")}
 
 
 @app.command()
 def doctor(
-    campaign_id: str, store: StoreOption = "bisect.db", as_json: JsonOption = False,
+    campaign_id: CampaignId, store: StoreOption = "bisect.db", as_json: JsonOption = False,
     nodes: Annotated[bool, typer.Option(
         "--nodes", help="Also read each node's lock file (connects to the campaign's nodes).")]
     = False,
 ) -> None:
     """Check a campaign's store: no damage, orphan or half-written trial, no stale lock; and say
     what to do. Exit 0 when nothing needs a hand, 1 otherwise."""
+    from db.errors import NotFound, StoreError
     from orchestrator.doctor import diagnose
 
-    with user_errors(), Store.open(store) as db:
+    with reading(store) as db:
+        try:
+            campaign_id = resolve_id(db, campaign_id, store)
+        except NotFound:
+            raise
+        except StoreError:  # a store too damaged to list: the diagnosis says what is wrong
+            pass
         diagnosis = diagnose(db, campaign_id, nodes=nodes, store_arg=store)
     if as_json:
-        print(json.dumps(diagnosis.as_dict(), indent=2))
+        emit_json(diagnosis.as_dict())
     else:
         out.print(Text(f"campaign {diagnosis.campaign_id}: {diagnosis.status}, "
                        f"{diagnosis.trials} done trials"))

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-import yaml
 
-from orchestrator.cli.common import JsonOption, app, error, out
+from orchestrator.cli.common import JsonOption, app, emit_json, error, out
 
 if TYPE_CHECKING:  # the lab (and SSH) is imported by its commands: `bisect verdict` needs none
     from deploy.lab import Lab
@@ -27,7 +25,7 @@ SystemdOption = Annotated[bool, typer.Option(
 
 @lab_app.command("up")
 def up(directory: DirOption = DEFAULT_DIR,
-       hosts: Annotated[int, typer.Option(min=1, max=16)] = 2,
+       hosts: Annotated[int, typer.Option(min=1, max=16, help="How many SSH hosts.")] = 2,
        systemd: SystemdOption = False) -> None:
     """Build the hosts (network namespaces, each with its own sshd) and a ready campaign file."""
     from deploy.lab import LabError, lab_up
@@ -52,6 +50,8 @@ def up(directory: DirOption = DEFAULT_DIR,
 def _install_units(lab: Lab, campaign: Path) -> list[str]:
     """Each service of the lab's campaign as a unit on its host, as an operator would have it:
     the systemd service manager then applies variants as drop-ins on these units."""
+    import yaml
+
     from deploy.lab.units import install_unit, service_unit
     from deploy.transports.ssh import SSHTransport
 
@@ -89,7 +89,7 @@ def status(directory: DirOption = DEFAULT_DIR, as_json: JsonOption = False) -> N
 
     state = lab_status(directory.resolve())
     if as_json:
-        print(json.dumps(state.as_dict(), indent=2))
+        emit_json(state.as_dict())
         return
     out.print(f"lab {directory}: {state.state}", highlight=False, markup=False)
     for host in state.hosts:

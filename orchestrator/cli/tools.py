@@ -10,10 +10,17 @@ from typing import Annotated
 
 import typer
 
-from experiments.campaign import campaign_schema, load_campaign
-from experiments.strategy_config import FactorialConfig
 from experiments.workload.spec import Arrival, WorkloadSpec
-from orchestrator.cli.common import JsonOption, app, err, error, out, progress, user_errors
+from orchestrator.cli.common import (
+    JsonOption,
+    app,
+    emit_json,
+    err,
+    error,
+    out,
+    progress,
+    user_errors,
+)
 
 
 def _option_error(loc: tuple[int | str, ...], message: str) -> str:
@@ -27,9 +34,18 @@ def _option_error(loc: tuple[int | str, ...], message: str) -> str:
     return f"{option}: {message}"
 
 
-def _api_key(url: str, name: str | None) -> str | None:
-    """The key in ``$name`` (checked before any request); a URL with credentials is refused."""
-    from experiments.secrets import ENV_NAME, SecretMissing, SecretRef, SecretValues, check_url
+def _api_key(url: str, name: str | None, given: str | None = None) -> str | None:
+    """The key in ``$name``, else ``given`` (``--api-key`` or $OPENAI_API_KEY), checked before
+    any request and remembered for redaction (never printed); a URL with credentials is
+    refused."""
+    from experiments.secrets import (
+        ENV_NAME,
+        SecretMissing,
+        SecretRef,
+        SecretValues,
+        check_url,
+        remember,
+    )
     from experiments.workload.http_client import bearer, header_lines
 
     try:
@@ -38,7 +54,15 @@ def _api_key(url: str, name: str | None) -> str | None:
         raise typer.BadParameter(str(exc).replace("`api_key_env: ENV_NAME`", "--api-key-env"),
                                  param_hint="URL") from None
     if name is None:
-        return None
+        if not given:
+            return None
+        remember(given, "<secret --api-key>")
+        try:
+            header_lines(bearer(given))
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc).split(": ", 1)[-1],
+                                     param_hint="--api-key / $OPENAI_API_KEY") from None
+        return given
     if not re.fullmatch(ENV_NAME, name):
         raise typer.BadParameter(f"{name!r} is not an environment variable name",
                                  param_hint="--api-key-env")
@@ -54,10 +78,16 @@ def _api_key(url: str, name: str | None) -> str | None:
 @app.command()
 def stress(
     url: Annotated[str, typer.Argument(help="Base URL of an OpenAI-compatible server.")],
-    sessions: Annotated[int, typer.Option(min=1)] = 80,
-    rounds: Annotated[int, typer.Option(min=1)] = 4,
+    sessions: Annotated[int, typer.Option(
+        min=1, help="Agent sessions (multi-turn conversations), all at once unless --arrival "
+        "or --max-concurrency says otherwise.")] = 80,
+    rounds: Annotated[int, typer.Option(
+        min=1, help="Assistant turns (requests) per session.")] = 4,
     timeout: Annotated[float, typer.Option("--timeout", min=0.001, help="Per request, s.")] = 60.0,
-    seed: int = 0,
+    seed: Annotated[int, typer.Option(
+        help="Seeds session keys, canaries, filler and arrivals: the same seed, the same "
+        "requests.")]
+    = 0,
     stream: Annotated[bool, typer.Option("--stream/--no-stream", help="SSE streaming.")] = False,
     arrival: Annotated[Arrival | None, typer.Option(
         help="burst: all sessions at once; poisson: at --request-rate (default when given).")]
@@ -78,26 +108,72 @@ def stress(
         "--api-key-env", metavar="NAME",
         help="Send the API key in this environment variable as `Authorization: Bearer`.")]
     = None,
+    api_key_given: Annotated[str | None, typer.Option(
+        "--api-key", envvar="OPENAI_API_KEY", show_default=False, metavar="KEY",
+        help="API key sent as `Authorization: Bearer` (never printed); --api-key-env wins.")]
+    = None,
+    model: Annotated[str | None, typer.Option(
+        help="Model name sent; default: the server's first /v1/models entry.")] = None,
+    warmup: Annotated[int, typer.Option(
+        min=0, help="Warm-up requests (one-turn sessions) before the run, not counted; the "
+        "run stops if none succeeds.")] = 0,
+    fail_on: Annotated[list[str] | None, typer.Option(
+        "--fail-on", metavar="NAME>X",
+        help="Exit 1 when a figure passes a limit, e.g. corruption>0.01, error>5%, "
+        "p99_ttft_ms>2000 (comma-separated or repeated).")] = None,
+    tools_file: Annotated[Path | None, typer.Option(
+        "--tools", metavar="FILE", help="Your agent's tools (a JSON list, or a request body "
+        "with \"tools\"); each call must carry the canary in a string argument.")] = None,
+    system_prompt_file: Annotated[Path | None, typer.Option(
+        "--system-prompt", metavar="FILE",
+        help="Your agent's system prompt (the canary rule is appended).")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Stress a server with concurrent multi-turn tool-calling sessions and count corruption."""
+    """Stress a server with concurrent multi-turn tool-calling sessions and count corruption.
+
+    URL is the server's root or its OpenAI base URL (http://host:8000 or http://host:8000/v1).
+    The JSON (--json) has every key of SGLang bench_serving's result. Ctrl-C prints what the
+    finished sessions measured and exits 130."""
     from pydantic import ValidationError
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
     from rich.progress import Progress as Bar
 
-    from experiments.workload.results import Progress
+    from experiments.secrets import redact_any
+    from experiments.workload import report
+    from experiments.workload.agent_tools import ToolsError, load_agent
+    from experiments.workload.results import Progress, StressResult
     from experiments.workload.spec import parse_slo
-    from experiments.workload.stress import run_stress_sync, summary_table, write_jsonl
+    from experiments.workload.stress import (
+        StressInterrupted,
+        WarmupFailed,
+        api_base,
+        run_stress_sync,
+        summary_table,
+        write_jsonl,
+    )
 
     try:  # every input is checked before a single request goes out
         objectives = parse_slo(slo) if slo is not None else None
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--slo") from None
+    try:
+        names = report.known_names(StressResult((), 0.0, False).summary())
+        conditions = report.parse_fail_on(",".join(fail_on), names) if fail_on else []
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--fail-on") from None
     if context_start is not None and context_end is None:
         raise typer.BadParameter("needs --context-end as well", param_hint="--context-start")
-    api_key = _api_key(url, api_key_env)
+    api_key = _api_key(url, api_key_env, api_key_given)
     if jsonl is not None and not jsonl.parent.is_dir():
         raise typer.BadParameter(f"no directory {jsonl.parent}", param_hint="--jsonl")
+    try:
+        agent = load_agent(tools_file, system_prompt_file)
+    except ToolsError as exc:
+        hint = "--system-prompt" if str(exc).startswith(f"{system_prompt_file}:") else "--tools"
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
+    for name in sorted(agent.unchecked):
+        progress(f"tool {name!r} has no string argument to carry the canary: its calls are "
+                 "judged without it")
     context = ({"start_tokens": context_start or 0, "end_tokens": context_end}
                if context_end is not None else None)
     if arrival is None:
@@ -107,13 +183,20 @@ def stress(
             "sessions": sessions, "rounds": rounds, "timeout_s": timeout, "seed": seed,
             "stream": stream, "arrival": arrival, "request_rate": request_rate,
             "max_concurrency": max_concurrency, "context": context, "slo": objectives,
+            "model": model,
         })
     except ValidationError as exc:
         error("; ".join(_option_error(e["loc"], e["msg"]) for e in exc.errors()))
         raise typer.Exit(2) from None
+    base = api_base(url)
+    settings = report.Settings(
+        url, spec, warmup, str(tools_file) if tools_file else None,
+        str(system_prompt_file) if system_prompt_file else None,
+        report.server_info(base, api_key) if as_json else None)
     bar = Bar(TextColumn("stress"), BarColumn(), MofNCompleteColumn(), TextColumn("turns"),
               TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=err,
               transient=True, disable=not err.is_terminal)
+    interrupted = False
     with bar:
         task = bar.add_task("stress", total=sessions * rounds, status="")
 
@@ -122,16 +205,39 @@ def stress(
                       f"{done.corrupted} · infra {done.infra}")
             bar.update(task, completed=done.turns_done, status=status)
 
-        result = run_stress_sync(url.rstrip("/"), spec, progress=show, api_key=api_key)
+        def failed(reason: str) -> None:  # at once, as bench_serving's warm-up check says it
+            shown = " ".join(reason.split())  # one line: a body may be a whole HTML page
+            shown = shown if len(shown) <= 300 else shown[:299] + "…"
+            error(f"first failed request: {shown}{report.failure_hint(reason)}")
+
+        try:
+            result = run_stress_sync(base, spec, progress=show, api_key=api_key, agent=agent,
+                                     warmup=warmup, on_failure=failed)
+        except WarmupFailed:
+            error(f"warm-up failed: none of the {warmup} warm-up requests succeeded; the run "
+                  "was not started")
+            raise typer.Exit(1) from None
+        except StressInterrupted as exc:
+            result, interrupted = exc.result, True
     summary = result.summary()
     if jsonl is not None:
         progress(f"sessions: {write_jsonl(result, jsonl)}")
     if as_json:
-        print(json.dumps(summary, indent=2))
+        emit_json(redact_any(report.stress_json(result, settings, summary)))
     else:
-        out.print(summary_table(result))
+        out.print(summary_table(result, summary))
+    if interrupted:
+        progress(f"interrupted: {summary['sessions']} of {sessions} sessions had finished; "
+                 "the figures above are theirs")
+        raise typer.Exit(130)
     if summary["judged"] == 0:
         error("no session could be judged (every one errored or timed out)")
+        raise typer.Exit(1)
+    exceeded = [c for c in conditions if c.exceeded(summary)]
+    for condition in exceeded:
+        error(f"--fail-on {condition.text}: {condition.name} is "
+              f"{condition.value(summary):.4g}")
+    if exceeded:
         raise typer.Exit(1)
 
 
@@ -148,8 +254,12 @@ def twin(ctx: typer.Context) -> None:
 
 
 @app.command()
-def validate(campaign_file: Path) -> None:
+def validate(campaign_file: Annotated[Path, typer.Argument(help="The campaign YAML file.")],
+             ) -> None:
     """Check a campaign file without running anything."""
+    from experiments.campaign import load_campaign
+    from experiments.strategy_config import FactorialConfig
+
     with user_errors():
         campaign = load_campaign(campaign_file)
     variants = 1
@@ -195,4 +305,6 @@ def classify_cmd(
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of campaign files."""
-    print(json.dumps(campaign_schema(), indent=2))
+    from experiments.campaign import campaign_schema
+
+    emit_json(campaign_schema())

@@ -35,8 +35,8 @@ class Step:
     failures: int
     judged: int
     trials: int
-    p_fail: float
-    p_pass: float
+    p_fail: float | None  # None: no test was made (a reference, or a first look's other side)
+    p_pass: float | None
     unfinished: int = 0  # sessions that trials stopped early never finished (not in judged)
 
 
@@ -115,7 +115,7 @@ class Tests:
         if variant_key(levels) in known:  # reproduced already: no trial of its own
             answer = known[variant_key(levels)]
             self.trail.append(Step(phase, levels, f"{answer.value} (known)", cell.failures,
-                                   cell.judged, cell.trials, float("nan"), float("nan")))
+                                   cell.judged, cell.trials, None, None))
             return answer
         stop_at = {variant_key(levels): LOOKS_FAILING} if look and not cell.trials else {}
         if cell.trials < s.min_trials:
@@ -150,8 +150,7 @@ class Tests:
             return None
         answer = Answer.FAIL if p <= self.strategy.alpha else Answer.UNKNOWN
         said = "fail (first look)" if answer is Answer.FAIL else "looks failing"
-        self.trail.append(Step(phase, levels, said, failures, judged, 1, p, float("nan"),
-                               unfinished))
+        self.trail.append(Step(phase, levels, said, failures, judged, 1, p, None, unfinished))
         return answer
 
     def _next_for(self, levels: dict[str, str], cell: VariantCounts, good: VariantCounts,

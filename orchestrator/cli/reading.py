@@ -1,0 +1,203 @@
+"""Commands that read a store and change nothing: verdict, report, ls, log, show.
+
+Each opens the store with ``reading`` (a missing one is "no store at PATH", never created) and
+takes a campaign id whole, as a unique prefix, or as ``last``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.cli.common import (
+    CampaignId,
+    JsonOption,
+    StoreOption,
+    app,
+    emit_json,
+    exit_code,
+    out,
+    reading,
+    resolve_id,
+    store_json,
+)
+from orchestrator.cli.verdict_view import print_verdict, trail_line
+
+if TYPE_CHECKING:
+    from db.records import GeneratorRecord, TrialRecord
+
+
+def _table_or_lines(table: Table, lines: list[str]) -> None:
+    """The table where it fits the terminal at its natural width, else one line a row (as the
+    terminal wraps it): an id, a variant or an address is never cut short."""
+    from rich.measure import Measurement
+
+    unbounded = out.options.update_width(1_000_000)  # the table's own width, not the screen's
+    if Measurement.get(out, unbounded, table).maximum <= out.width:
+        out.print(table)
+        return
+    for line in lines:
+        out.print(line, highlight=False, markup=False)
+
+
+@app.command()
+def verdict(campaign_id: CampaignId, store: StoreOption = "bisect.db",
+            as_json: JsonOption = False) -> None:
+    """Recompute and print a campaign's verdict from its stored trials."""
+    from orchestrator.stored import verdict_of
+
+    with reading(store) as db:
+        campaign_id = resolve_id(db, campaign_id, store)
+        result = verdict_of(db, campaign_id)
+        print_verdict(result, campaign_id, as_json, {"store": store_json(store)})
+        raise typer.Exit(exit_code(result))
+
+
+@app.command()
+def report(
+    campaign_id: CampaignId,
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")]
+    = Path("bisect-report.html"),
+    store: StoreOption = "bisect.db",
+    as_json: JsonOption = False,
+) -> None:
+    """Write a campaign's HTML report."""
+    from orchestrator.reports.html import write_report
+
+    with reading(store) as db:
+        campaign_id = resolve_id(db, campaign_id, store)
+        path = write_report(db, campaign_id, output)
+    if as_json:
+        emit_json({"campaign": campaign_id, "store": store_json(store),
+                   "report": str(path.resolve())})
+        return
+    out.print(f"report: {path}", highlight=False, markup=False)
+
+
+@app.command("ls")
+def list_campaigns(store: StoreOption = "bisect.db", as_json: JsonOption = False) -> None:
+    """List the campaigns in the store, newest first."""
+    with reading(store) as db:
+        rows: list[dict[str, str | int]] = [
+            {"id": c.id, "name": c.name, "status": c.status, "created_at": c.created_at.isoformat(),
+             "trials": len(db.trials(c.id))}  # the done trials, as a number
+            for c in db.list_campaigns()
+        ]
+    if as_json:
+        emit_json(rows)
+        return
+    table = Table("id", "name", "status", "trials", "created")
+    for row in rows:
+        table.add_row(*(Text(str(row[k])) for k in ("id", "name", "status", "trials",
+                                                     "created_at")))
+    _table_or_lines(table, [f"{row['id']}  {row['status']}  {row['trials']} trials  "
+                            f"{row['created_at']}  {row['name']}" for row in rows])
+
+
+@app.command("log")
+def decision_log(campaign_id: CampaignId, store: StoreOption = "bisect.db",
+                 as_json: JsonOption = False) -> None:
+    """The decision trail: every comparison the strategy made, its counts and its answer
+    (p is – where no test was made: a reference variant, or a first look's other side)."""
+    from orchestrator.stored import verdict_of
+
+    with reading(store) as db:
+        campaign_id = resolve_id(db, campaign_id, store)
+        trail = verdict_of(db, campaign_id).to_json()["log"]
+    if as_json:
+        emit_json(trail)
+        return
+    if not trail:
+        out.print("no decision trail: this strategy runs a fixed design (see `bisect show`)",
+                  highlight=False, markup=False)
+    for index, step in enumerate(trail, start=1):
+        out.print(trail_line(index, step), highlight=False, markup=False)
+
+
+def _load(trial: TrialRecord, generators: list[GeneratorRecord], spread: bool) -> str:
+    """Where a trial's sessions ran: each load generator's address with its sessions finished
+    of given, or ``driver`` (the pool's actor, on the driver's machine, ran them)."""
+    if generators:
+        shares = []
+        for g in generators:
+            stopped = " stopped" if g.stopped else ""
+            shares.append(f"{g.address} {g.finished}/{g.sessions}{stopped}")
+        return ", ".join(shares)
+    if trial.status != "done":
+        return ""  # nothing was stored of it
+    # A campaign with generators whose trial has none stored: stored before they were recorded.
+    return "not recorded" if spread else "driver"
+
+
+@app.command()
+def show(campaign_id: CampaignId, store: StoreOption = "bisect.db", as_json: JsonOption = False,
+         with_steps: Annotated[bool, typer.Option(
+             "--steps", help="Every step of every trial: its duration, outcome and what it "
+             "observed (the proof of load's checks).")] = False) -> None:
+    """Every trial of a campaign: variant, pool, status, counts, timings, where its load ran;
+    and the variants skipped because they cannot be deployed (`git bisect skip`), with their
+    reasons. `--json` has each trial's steps and performance figures."""
+    from experiments.outcomes import WEDGE_LOG_KINDS, is_corrupt, is_infra
+    from orchestrator.cli.steps_view import step_json, step_lines
+    from orchestrator.core.evidence import variant_key
+    from orchestrator.stored import unresolvable
+
+    with reading(store) as db:
+        campaign_id = resolve_id(db, campaign_id, store)
+        spread = bool(db.get_campaign(campaign_id).spec.get("generators"))
+        trials = db.trials(campaign_id, status=None)
+        generators = {t.id: db.generators(t.id) for t in trials}
+        steps = db.campaign_steps(campaign_id)
+    skipped = {variant_key(u.levels): u for u in unresolvable(trials)}
+    rows = [
+        {"seq": t.seq, "pool": t.pool, "status": t.status, "levels": t.levels,
+         "counts": t.counts, "restarts": t.restarts, "wall_s": t.wall_s,
+         "stopped_early": t.stopped_early, "error": t.error, "failure": t.failure,
+         "log_events": t.events,
+         "skipped": t.status == "failed" and variant_key(t.levels) in skipped,
+         "generators": [{"node_id": g.node_id, "address": g.address, "sessions": g.sessions,
+                         "finished": g.finished, "stopped": g.stopped}
+                        for g in generators[t.id]],
+         "steps": [step_json(step) for step in steps.get(t.id, [])],
+         # what its workload measured (throughput, goodput, latency percentiles); null for a
+         # trial not done, or stored before it was measured
+         "performance": t.performance}
+        for t in trials
+    ]
+    if as_json:
+        emit_json(rows)
+        return
+    out.print(f"campaign {campaign_id}", highlight=False, markup=False)
+    table = Table("seq", "pool", "status", "variant", "sessions", "corrupt/infra",
+                  "wedge signs in logs", "wall s", "load")
+    lines = []
+    for t in trials:
+        corrupt = sum(n for o, n in t.counts.items() if is_corrupt(o))
+        infra = sum(n for o, n in t.counts.items() if is_infra(o))
+        signs = ", ".join(f"{kind} {t.events[kind]}" for kind in WEDGE_LOG_KINDS
+                          if t.events.get(kind))
+        cells = [str(t.seq), t.pool, t.status + (" (early)" if t.stopped_early else ""),
+                 ",".join(f"{f}={lvl}" for f, lvl in t.levels.items()),
+                 str(t.sessions), f"{corrupt}/{infra}", signs,
+                 f"{t.wall_s:.1f}" if t.wall_s is not None else "",
+                 _load(t, generators[t.id], spread)]
+        table.add_row(*map(Text, cells))  # names, levels, addresses: never markup
+        seq, pool, status, variant, sessions, counts, signs, wall, load = cells
+        lines.append(f"trial {seq} on {pool} ({variant}): {status}, {sessions} sessions, "
+                     f"{counts} corrupt/infra" + (f", {wall} s" if wall else "")
+                     + (f", load {load}" if load else "") + (f", wedge signs {signs}"
+                                                             if signs else ""))
+    _table_or_lines(table, lines)
+    for t in trials if with_steps else ():
+        variant = ",".join(f"{f}={lvl}" for f, lvl in t.levels.items())
+        lines = [line for step in steps.get(t.id, []) for line in step_lines(step)]
+        out.print("\n".join([f"trial {t.seq} on {t.pool} ({variant}): {t.status}",
+                             *(lines or ["  no steps stored"])]), highlight=False, markup=False)
+    for u in skipped.values():
+        variant = ",".join(f"{f}={lvl}" for f, lvl in u.levels.items())
+        out.print(f"skipped {variant} ({u.attempts} attempts): {u.error.splitlines()[0]}",
+                  highlight=False, markup=False)

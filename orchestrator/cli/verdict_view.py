@@ -1,0 +1,53 @@
+"""A verdict for people and for tools (``--json``), and a decision trail's lines."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+
+from orchestrator.cli.common import emit_json, out
+
+if TYPE_CHECKING:
+    from orchestrator.core.verdict import Verdict
+
+
+def print_verdict(verdict: Verdict, campaign_id: str, as_json: bool,
+                  paths: dict[str, str]) -> None:
+    """``paths``: the store (and the report, where one was written) the JSON names."""
+    document = verdict.to_json()
+    if as_json:
+        emit_json({"campaign": campaign_id, **paths, **document})
+        return
+    # Level names come from the campaign file and reasons from servers: never rich markup.
+    out.print(Text("verdict", style="bold") + Text(f" {document['status']}: {document['reason']}"),
+              highlight=False)
+    for culprit in document["culprits"]:
+        levels = " AND ".join(f"{f}={lvl}" for f, lvl in culprit["factors"].items())
+        out.print(
+            f"  culprit {levels}: {culprit['rate_with']:.1%} vs {culprit['rate_without']:.1%} "
+            f"(effect {culprit['effect']:+.1%}, 95% CI {culprit['ci95'][0]:+.1%}…"
+            f"{culprit['ci95'][1]:+.1%}, p={culprit['p_value']:.2g})",
+            highlight=False, markup=False,
+        )
+    cost = document["cost"]
+    out.print(
+        f"  cost: {cost['trials']} trials, {cost['restarts']} restarts, {cost['sessions']} "
+        f"sessions, {cost['wall_s']:.0f} s here, {cost['gpu_s_equivalent']:.0f} GPU-s real-world",
+        highlight=False,
+    )
+
+
+def _p(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2g}"  # None: no test was made at this step
+
+
+def trail_line(index: int, step: dict[str, Any]) -> str:
+    """One line a step: readable at any width."""
+    variant = ",".join(f"{f}={lvl}" for f, lvl in step["levels"].items())
+    unfinished = f" (+{step['unfinished']} unfinished)" if step.get("unfinished") else ""
+    return (f"{index:3} {step['phase']:<22} {step['answer']:<17} "
+            f"{step['corrupted']}/{step['sessions']}{unfinished} in {step['trials']} trial(s)  "
+            f"p(worse than good)={_p(step['p_fail'])} p(better than bad)={_p(step['p_pass'])}  "
+            f"{variant}"
+            + (f"  cannot be deployed: {step['reason']}" if "reason" in step else ""))
