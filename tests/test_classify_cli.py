@@ -1,4 +1,5 @@
-"""`bisect classify FILE|-`: one saved response (JSON or SSE) judged like the stress workload."""
+"""`bisect classify FILE|-`: one saved response (JSON or SSE) judged like the stress workload;
+exit 0 clean, 1 corrupt, 2 unreadable input."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def delta(payload: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
 
 def invoke(runner: CliRunner, *args: str, stdin: str | None = None) -> tuple[int, Any, str]:
     result = runner.invoke(app, ["classify", *args], input=stdin)
-    report = json.loads(result.stdout) if result.exit_code == 0 else None
+    report = json.loads(result.stdout) if result.exit_code in (0, 1) else None
     return result.exit_code, report, result.stderr
 
 
@@ -72,7 +73,7 @@ def test_json_file_ok_and_canary(runner: CliRunner, tmp_path: Path) -> None:
     assert report["leak_form"] is None
     # A wrong canary is lost_plot; without --canary it is not checked.
     code, report, _ = invoke(runner, str(path), "--canary", "OTHER")
-    assert (code, report["outcome"], report["corrupt"]) == (0, "lost_plot", True)
+    assert (code, report["outcome"], report["corrupt"]) == (1, "lost_plot", True)
     code, report, _ = invoke(runner, str(path))
     assert (code, report["outcome"], report["canary_checked"]) == (0, "ok", False)
 
@@ -81,7 +82,7 @@ def test_json_file_with_a_well_formed_leak(runner: CliRunner, tmp_path: Path) ->
     path = tmp_path / "leak.json"
     path.write_text(json.dumps(completion(render(MarkupFamily.V4, "read_file", ARGS))))
     code, report, _ = invoke(runner, str(path))
-    assert code == 0
+    assert code == 1  # corrupt
     assert (report["outcome"], report["leak_form"], report["family"]) == (
         "leak",
         "well_formed",
@@ -101,7 +102,7 @@ def test_sse_file_with_a_malformed_leak(runner: CliRunner, tmp_path: Path) -> No
     path = tmp_path / "leak.sse"
     path.write_text(sse(chunks))
     code, report, _ = invoke(runner, str(path))
-    assert code == 0
+    assert code == 1
     assert report["format"] == "sse"
     assert (report["outcome"], report["leak_form"], report["family"]) == (
         "leak",
@@ -137,7 +138,7 @@ def test_stdin_sse_with_streamed_tool_calls(runner: CliRunner) -> None:
 
 def test_stdin_json(runner: CliRunner) -> None:
     code, report, _ = invoke(runner, "-", stdin=json.dumps(completion("I am done.")))
-    assert (code, report["outcome"], report["format"]) == (0, "no_tool", "json")
+    assert (code, report["outcome"], report["format"]) == (1, "no_tool", "json")
 
 
 @pytest.mark.parametrize(
@@ -179,3 +180,41 @@ def test_a_response_without_choices_is_an_error_outcome(runner: CliRunner) -> No
     # Valid JSON that is not a completion is still judged (an HTTP error body is evidence).
     code, report, _ = invoke(runner, "-", stdin=json.dumps({"error": {"message": "overloaded"}}))
     assert (code, report["outcome"]) == (0, "error")
+
+
+def test_a_response_is_judged_against_its_own_request(runner: CliRunner, tmp_path: Path) -> None:
+    """--request: the request's own tools and latest canary judge the response; a call of a
+    tool the built-in set lacks is fine there, and its canary rides in a string argument."""
+    tools = [{"type": "function", "function": {
+        "name": "lookup_order", "parameters": {"type": "object", "properties": {
+            "order_id": {"type": "string"}}, "required": ["order_id"]}}}]
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"model": "m", "tools": tools, "messages": [
+        {"role": "user", "content": "Find it. canary=OLD1"},
+        {"role": "tool", "tool_call_id": "c0", "content": "not found. canary=NEW2"}]}))
+    response = tmp_path / "response.json"
+    arguments = json.dumps({"order_id": "A-17 NEW2"})
+    ours = {"id": "call_1", "type": "function",
+            "function": {"name": "lookup_order", "arguments": arguments}}
+    response.write_text(json.dumps(completion(None, [ours])))
+    code, report, _ = invoke(runner, str(response), "--request", str(request), "--json")
+    assert (code, report["outcome"], report["canary_checked"]) == (0, "ok", True)
+    assert report["request"] == str(request)
+    # Against the built-in tools the same call is a tool that was never offered.
+    code, report, _ = invoke(runner, str(response))
+    assert code == 1 and report["corrupt"]
+    # The older canary is lost_plot against the request.
+    stale = {**ours, "function": {**ours["function"],
+                                  "arguments": json.dumps({"order_id": "A-17 OLD1"})}}
+    response.write_text(json.dumps(completion(None, [stale])))
+    code, report, _ = invoke(runner, str(response), "--request", str(request))
+    assert (code, report["outcome"]) == (1, "lost_plot")
+
+
+def test_a_request_without_tools_exits_2_naming_it(runner: CliRunner, tmp_path: Path) -> None:
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"model": "m", "messages": []}))
+    response = tmp_path / "response.json"
+    response.write_text(json.dumps(completion("hi")))
+    code, _, stderr = invoke(runner, str(response), "--request", str(request))
+    assert code == 2 and str(request) in stderr and "tools" in stderr

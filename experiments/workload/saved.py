@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from experiments.agent import TOOLS
+from experiments.agent import find_canary
 from experiments.markup import find_markup
 from experiments.outcomes import is_corrupt
+from experiments.workload.agent_tools import BUILT_IN, Agent, ToolsError, agent_from
 from experiments.workload.classify import classify_turn
 from experiments.workload.reply import BrokenReply, decode_json
 from experiments.workload.sse import SSEError, StreamAccumulator, parse_sse_text
@@ -64,13 +65,30 @@ def _leaked_text(response: dict[str, Any]) -> str | None:
     return None
 
 
-def classify_saved(
-    text: str, canary: str | None = None, tools: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
-    """One JSON-able report: outcome, evidence and, for a leak, its triage."""
-    tools = TOOLS if tools is None else tools
+def request_context(text: str) -> tuple[Agent, str | None]:
+    """What a saved request body says of its response: the tools it offered (judged by the
+    agent contract on them, as ``bisect stress --tools`` does) and the latest canary its
+    messages carry (None when none does)."""
+    try:
+        agent = agent_from(text, None)
+    except ToolsError as exc:
+        raise SavedResponseError(f"the request: {exc}") from None
+    document = decode_json(text.encode("utf-8", "surrogatepass"), "the request")
+    messages = document.get("messages") if isinstance(document, dict) else None
+    canaries = [find_canary(m["content"]) for m in messages or []
+                if isinstance(m, dict) and m.get("role") in ("user", "tool")
+                and isinstance(m.get("content"), str)]
+    return agent, next((c for c in reversed(canaries) if c is not None), None)
+
+
+def classify_saved(text: str, canary: str | None = None, agent: Agent = BUILT_IN
+                   ) -> dict[str, Any]:
+    """One JSON-able report: outcome, evidence and, for a leak, its triage. ``agent``: the
+    tools the request offered (the built-in ones unless told)."""
+    tools = agent.tools
     response, fmt = load_response(text)
-    verdict = classify_turn(response, canary, tools)
+    verdict = (classify_turn(response, None, tools) if canary is None
+               else agent.judge(response, canary))
     report: dict[str, Any] = {
         "format": fmt,
         "outcome": str(verdict.outcome),

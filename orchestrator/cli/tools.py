@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
@@ -285,21 +284,37 @@ def classify_cmd(
     source: Annotated[
         str, typer.Argument(help="A chat-completion JSON or a saved SSE stream; - reads stdin.")
     ],
-    canary: Annotated[
-        str | None, typer.Option(help="The canary the call must echo; without it, not checked.")
-    ] = None,
+    canary: Annotated[str | None, typer.Option(
+        help="The canary the call must echo (default: the latest one in --request's messages; "
+        "without either, not checked).")] = None,
+    request: Annotated[Path | None, typer.Option(
+        "--request", metavar="FILE",
+        help="The request the response answered: it is judged against that request's own "
+        "tools (and canary), not the built-in ones.")] = None,
+    as_json: JsonOption = False,  # the report is one JSON document either way
 ) -> None:
-    """Judge one saved response like the stress workload does; print one JSON document."""
-    from experiments.workload.saved import SavedResponseError, classify_saved
+    """Judge one saved response like the stress workload does; print one JSON document.
+    Exit 0 for a clean response, 1 for a corrupt one, 2 for input that cannot be read."""
+    from experiments.workload.agent_tools import BUILT_IN
+    from experiments.workload.saved import SavedResponseError, classify_saved, request_context
 
     name = "<stdin>" if source == "-" else source
+    agent, asked = BUILT_IN, None
+    try:
+        if request is not None:
+            agent, asked = request_context(request.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SavedResponseError) as exc:
+        error(f"{request}: {exc}")
+        raise typer.Exit(2) from None
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-        report = classify_saved(text, canary)
+        report = classify_saved(text, canary if canary is not None else asked, agent)
     except (OSError, UnicodeDecodeError, SavedResponseError) as exc:
         error(f"{name}: {exc}")
         raise typer.Exit(2) from None
-    print(json.dumps({"file": name, **report}, ensure_ascii=False, indent=2))
+    emit_json({"file": name, "request": None if request is None else str(request), **report})
+    if report["corrupt"]:
+        raise typer.Exit(1)
 
 
 @app.command()
