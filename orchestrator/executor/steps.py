@@ -125,25 +125,31 @@ class Apply:
         return {"files_changed_on": sorted(changing), "restarting": sorted(trial.restarting)}
 
 
-def _unchanged(trial: TrialState, service: Service) -> None:
-    if service.name not in trial.restarting:
-        raise Skip("the variant leaves it unchanged")
-
-
 @dataclass(frozen=True)
-class Restart:
+class ServiceStep:
+    """A step of one service that the variant restarts (skipped for one it leaves unchanged);
+    its work, ``work``, blocks on the node and runs in a thread."""
+
     service_def: Service
-    name: str = "restart"
 
     @property
     def service(self) -> str | None:
         return self.service_def.name
 
     async def run(self, pool: PoolRunner, trial: TrialState) -> Details:
-        _unchanged(trial, self.service_def)
-        return await asyncio.to_thread(self._restart, pool, trial)
+        if self.service_def.name not in trial.restarting:
+            raise Skip("the variant leaves it unchanged")
+        return await asyncio.to_thread(self.work, pool, trial)
 
-    def _restart(self, pool: PoolRunner, trial: TrialState) -> Details:
+    def work(self, pool: PoolRunner, trial: TrialState) -> Details:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Restart(ServiceStep):
+    name: str = "restart"
+
+    def work(self, pool: PoolRunner, trial: TrialState) -> Details:
         name = self.service_def.name
         pool.applied.pop(name, None)
         deployed_at = node_clock(pool.transports[self.service_def.node])  # skew never counts
@@ -157,19 +163,10 @@ class Restart:
 
 
 @dataclass(frozen=True)
-class Health:
-    service_def: Service
+class Health(ServiceStep):
     name: str = "health"
 
-    @property
-    def service(self) -> str | None:
-        return self.service_def.name
-
-    async def run(self, pool: PoolRunner, trial: TrialState) -> Details:
-        _unchanged(trial, self.service_def)
-        return await asyncio.to_thread(self._wait, pool, trial)
-
-    def _wait(self, pool: PoolRunner, trial: TrialState) -> Details:
+    def work(self, pool: PoolRunner, trial: TrialState) -> Details:
         service, manager = self.service_def, pool.managers[self.service_def.name]
         urls = [url for url in (service.health_url, service.health_generate_url) if url]
         try:
@@ -185,22 +182,13 @@ class Health:
 
 
 @dataclass(frozen=True)
-class Prove:
+class Prove(ServiceStep):
     """A healthy server is not proof: the variant's argv, env and log markers must be those of
     a process started after the deploy. A variant that cannot be proven is not stressed."""
 
-    service_def: Service
     name: str = "prove"
 
-    @property
-    def service(self) -> str | None:
-        return self.service_def.name
-
-    async def run(self, pool: PoolRunner, trial: TrialState) -> Details:
-        _unchanged(trial, self.service_def)
-        return await asyncio.to_thread(self._prove, pool, trial)
-
-    def _prove(self, pool: PoolRunner, trial: TrialState) -> Details:
+    def work(self, pool: PoolRunner, trial: TrialState) -> Details:
         service = self.service_def
         started, deployed_at = trial.started[service.name]
         touching = [s for s in trial.settings if s.touches(service.name)]
