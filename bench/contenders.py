@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from pydantic import Field
+
 from bench.scenarios import ALPHA, COST, Levels, Pool, Scenario
 from experiments.campaign import Campaign
 from experiments.strategy_config import AdaptiveConfig
@@ -35,9 +37,14 @@ def _seen(s: Scenario, trials: Sequence[TrialEvidence]) -> list[TrialEvidence]:
 
 
 def _named(verdict: Verdict) -> list[Levels] | None:
-    if verdict.status is Status.CULPRIT:
-        return [dict(c.factors) for c in verdict.culprits]
-    return [] if verdict.status is Status.NOT_REPRODUCED else None
+    """Every set the verdict names: its culprits, and the culprits of wedging beside them."""
+    wedges = [dict(c.factors) for c in verdict.wedge_culprits]
+    named = [dict(c.factors) for c in verdict.culprits] if verdict.status is Status.CULPRIT \
+        else []
+    named += [w for w in wedges if w not in named]
+    if verdict.status in (Status.CULPRIT, Status.NOT_REPRODUCED) or named:
+        return named
+    return None
 
 
 def run_adaptive(s: Scenario, pool: Pool, loop: Loop) -> list[Levels] | None:
@@ -84,32 +91,50 @@ class OracleConfig(AdaptiveConfig):
     """The oracle's `strategy:` section: the adaptive one's, plus the planted culprits."""
 
     kind: Literal["oracle"] = "oracle"  # type: ignore[assignment]
-    truth: list[dict[str, str]]
+    truth: list[dict[str, str]]  # what fails for the target
+    # what causes the other failure (orchestrator/core/strategies/both_failures.py)
+    other_truth: list[dict[str, str]] = Field(default_factory=list)
 
 
 class Oracle(Adaptive):
     """The adaptive strategy told the answer: it reproduces as adaptive does, with the same
-    sequential tests and early stops, then tests only the neighbours of each planted culprit.
-    A plug-in strategy kind, registered here: the loop runs it as any other."""
+    sequential tests and early stops, then takes each planted culprit as found and tests only
+    what confirmation tests (the culprit alone on known-good's background, its neighbours) and
+    whether another culprit is left. A plug-in strategy kind, registered here: the loop runs
+    it as any other."""
 
     def __init__(self, campaign: Campaign, plan: OracleConfig) -> None:
         assert campaign.known_good is not None and campaign.known_bad is not None
         super().__init__(campaign.level_names(), campaign.known_good, campaign.known_bad,
                          alpha=plan.alpha, failing=failing_for(plan.target))
-        self.truth = plan.truth
+        self.target, self.planted = self.failing, (plan.truth, plan.other_truth)
 
-    def _culprit_in(self, run: Any, bad: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    @property
+    def truth(self) -> list[dict[str, str]]:
+        """The planted culprits of the failure this replay judges."""
+        return self.planted[0] if self.failing == self.target else self.planted[1]
+
+    def _culprit_in(self, run: Any, bad: dict[str, str]
+                    ) -> tuple[dict[str, str], list[str], bool]:
+        # the planted culprit still whole in ``bad``, with its levels another culprit may not
+        # share (to break it by); confirmation then tests it as adaptive's own finds are
         for culprit in self.truth:
             if all(bad[f] == level for f, level in culprit.items()):
-                return self._necessary(run, bad, list(culprit))
-        return {}, []
+                others = [c for c in self.truth if c is not culprit]
+                return dict(culprit), [f for f in culprit if not any(
+                    c.get(f) == culprit[f] for c in others)], len(self.truth) > 1
+        return {}, [], False
 
 
 register(OracleConfig, Oracle)
 
 
 def run_oracle(s: Scenario, pool: Pool, loop: Loop) -> list[Levels] | None:
-    return _named(loop({"kind": "oracle", "alpha": ALPHA, "truth": s.culprits}))
+    wedges = s.planted_wedges
+    truth, other = ([c for c in s.culprits if c not in wedges], wedges) \
+        if s.target == "corruption" else (wedges, [c for c in s.culprits if c not in wedges])
+    return _named(loop({"kind": "oracle", "alpha": ALPHA, "truth": truth,
+                        "other_truth": other}))
 
 
 CONTENDERS: dict[str, Contender] = {

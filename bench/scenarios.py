@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from experiments.outcomes import Outcome
 from orchestrator.core.evidence import CORRUPTING, Failing, TrialEvidence
@@ -30,6 +30,9 @@ FULL_TRIAL_GPU_S = (COST.restart_s + COST.workload_s) * COST.gpus
 
 Levels = dict[str, str]
 Rate = Callable[[Mapping[str, str]], float]
+# Per-variant probabilities of each failing outcome, for scenarios whose culprits cause
+# different outcomes (a leak here, a wedge there); the rest of the sessions are ok.
+Mix = Callable[[Mapping[str, str]], Mapping[Outcome, float]]
 
 
 @dataclass(frozen=True)
@@ -42,25 +45,43 @@ class Scenario:
     culprits: list[Levels]  # the planted truth; [] when nothing is to blame
     fault_model: bool = False  # sessions drawn by the twin's fault model instead of ``rate``
     target: str = "corruption"  # or "wedging": failing sessions hang and time out
+    mix: Mix | None = None  # which outcome each failure is, where not the target's own
+    wedges: list[Levels] = field(default_factory=list)  # of ``culprits``, those that hang
+
+    @property
+    def planted_wedges(self) -> list[Levels]:
+        return self.culprits if self.target == "wedging" else self.wedges
 
     def pool(self, seed: int) -> Pool:
         if self.fault_model:
             return FaultModelPool(seed)
-        return Pool(self.rate, seed, Outcome.TIMEOUT if self.target == "wedging" else Outcome.LEAK)
+        return Pool(self.rate, seed, Outcome.TIMEOUT if self.target == "wedging" else Outcome.LEAK,
+                    self.mix)
 
 
 class Pool:
     """Runs simulated trials; adds up their real-world cost."""
 
-    def __init__(self, rate: Rate, seed: int, failure: Outcome = Outcome.LEAK) -> None:
-        self.rate, self.failure = rate, failure
+    def __init__(self, rate: Rate, seed: int, failure: Outcome = Outcome.LEAK,
+                 mix: Mix | None = None) -> None:
+        self.rate, self.failure, self.mix = rate, failure, mix
         self.rng = random.Random(seed)
         self.trials = 0
         self.gpu_s = 0.0
 
     def outcomes(self, levels: Levels) -> list[Outcome]:
+        if self.mix is not None:
+            return [self._drawn(self.mix(levels)) for _ in range(SESSIONS)]
         p = self.rate(levels)
         return [self.failure if self.rng.random() < p else Outcome.OK for _ in range(SESSIONS)]
+
+    def _drawn(self, shares: Mapping[Outcome, float]) -> Outcome:
+        draw = self.rng.random()
+        for outcome, share in shares.items():
+            if draw < share:
+                return outcome
+            draw -= share
+        return Outcome.OK
 
     def trial(self, levels: Levels, rule: StopWhenFailing | None = None,
               failing: Failing = CORRUPTING) -> TrialEvidence:
@@ -142,6 +163,48 @@ def _fault_model_scenario() -> Scenario:
                     seed.rate, seed.culprits, fault_model=True)
 
 
+def _either(*shares: tuple[Callable[[Mapping[str, str]], bool], float]) -> Rate:
+    """Independent culprits: a session fails when any active one hits it."""
+    def rate(lv: Mapping[str, str]) -> float:
+        clean = 1.0
+        for active, p in shares:
+            clean *= 1.0 - p if active(lv) else 1.0
+        return 1.0 - clean
+    return rate
+
+
+def _issue_13_scenarios() -> list[Scenario]:
+    """The classes of issue 13, with the luck that defeats a single trial: at 5% a trial of 80
+    sessions sees none 1.6% of the time, so a scan of a dozen flips meets such a PASS often."""
+    f5, g5, b5 = _two_level(5)
+    f4, g4, b4 = _two_level(4)
+    two = _either((lambda lv: lv["f0"] == "b", 0.05),
+                  (lambda lv: lv["f2"] == "b" and lv["f3"] == "b", 0.05))
+
+    def wedge(lv: Mapping[str, str]) -> float:
+        return 0.20 if lv["f3"] == "b" else 0.0
+
+    def leak(lv: Mapping[str, str]) -> float:
+        return 0.10 if lv["f1"] == "b" else 0.0
+
+    def lost(lv: Mapping[str, str]) -> float:
+        return 0.08 if lv["f0"] == "b" and lv["f2"] == "b" else 0.0
+
+    return [
+        Scenario("two culprits at 5%: f0, and f2 x f3 (5 factors)", f5, g5, b5, two,
+                 [{"f0": "b"}, {"f2": "b", "f3": "b"}]),
+        # the default target (corruption): the campaign must see the wedge by itself
+        Scenario("wedge-only, default target: f3 hangs 20%", f4, g4, b4, wedge, [{"f3": "b"}],
+                 mix=lambda lv: {Outcome.TIMEOUT: wedge(lv)}, wedges=[{"f3": "b"}]),
+        Scenario("wedge f3 20% and leak f1 10%", f4, g4, b4,
+                 lambda lv: wedge(lv) + leak(lv), [{"f1": "b"}, {"f3": "b"}],
+                 mix=lambda lv: {Outcome.TIMEOUT: wedge(lv), Outcome.LEAK: leak(lv)},
+                 wedges=[{"f3": "b"}]),
+        Scenario("lost-plot only: f0 x f2 at 8%", f4, g4, b4, lost,
+                 [{"f0": "b", "f2": "b"}], mix=lambda lv: {Outcome.LOST_PLOT: lost(lv)}),
+    ]
+
+
 def scenarios() -> list[Scenario]:
     f4, g4, b4 = _two_level(4)
     f8, g8, b8 = _two_level(8)
@@ -164,4 +227,5 @@ def scenarios() -> list[Scenario]:
         # The investigation's worst variant hung 75 of 80 sessions; a milder wedge here.
         Scenario("wedge-only: f3 hangs 20%", f4, g4, b4,
                  lambda lv: 0.20 if lv["f3"] == "b" else 0.0, [{"f3": "b"}], target="wedging"),
+        *_issue_13_scenarios(),
     ]

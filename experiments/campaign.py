@@ -13,7 +13,9 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -30,6 +32,7 @@ from experiments.strategy_config import (
     kind_of,
     with_kind,
 )
+from experiments.workload.probe import PROBE_KEYS, ProbeSpec, placed
 from experiments.workload.spec import WorkloadSpec
 from experiments.yaml_lines import (
     LoadedYaml,
@@ -112,6 +115,14 @@ class CommitRange(_Strict):
     # Filled when the range is resolved: the commit factor's levels, oldest first (a list,
     # because mappings do not keep their order through every store).
     resolved: list[str] = []
+    # Filled with them: each commit's subject and author, as git gave them, for the verdict's
+    # words (a campaign stored before they were has none: its commits are named by SHA alone).
+    described: dict[str, CommitDescription] = {}
+
+
+class CommitDescription(_Strict):
+    subject: str
+    author: str
 
 
 class Level(_Strict):
@@ -232,12 +243,23 @@ class Generators(_Strict):
         return resources
 
 
+def _workload_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "probe" if "command" in value else "stress"
+    return "probe" if isinstance(value, ProbeSpec) else "stress"
+
+
+# The built-in stress workload, or the user's own probe (`command:`, as `git bisect run`).
+Workload = Annotated[Annotated[WorkloadSpec, Tag("stress")] | Annotated[ProbeSpec, Tag("probe")],
+                     Discriminator(_workload_kind)]
+
+
 class Campaign(_Strict):
     name: str = Field(min_length=1)
     nodes: list[Node] = Field(min_length=1)
     pools: list[Pool] = Field(min_length=1)
     factors: list[Factor] = []  # at least one, unless a commit range is bisected
-    workload: WorkloadSpec = WorkloadSpec()
+    workload: Workload = WorkloadSpec()
     # One of the registered kinds' classes (CONFIGS), discriminated on `kind`; see below.
     strategy: StrategyConfig = FactorialConfig()
     cost: Cost = Cost()
@@ -300,6 +322,12 @@ def _error_line(err: Any) -> tuple[Path_, str]:
         kind, loc = str(loc[1]), ("strategy", *loc[2:])
         if err["type"] == "extra_forbidden" and len(loc) == 2:
             message = foreign_field(kind, str(loc[1])) or message
+    if loc[:1] == ("workload",) and len(loc) > 1 and loc[1] in ("stress", "probe"):
+        tag, loc = loc[1], ("workload", *loc[2:])  # the union's tag is no field of theirs
+        if tag == "probe" and err["type"] == "extra_forbidden" and len(loc) == 2 \
+                and loc[1] in WorkloadSpec.model_fields:
+            message = (f"a key of the built-in stress workload, not of a probe (`command`), "
+                       f"which takes {', '.join(PROBE_KEYS)}")
     return loc, message
 
 
@@ -333,7 +361,13 @@ def load_campaign(path: str | Path) -> Campaign:
         loaded = load_yaml(read_yaml_text(path), str(path))
     except YamlInputError as exc:
         raise CampaignError(str(exc)) from None
-    return parse_campaign(loaded)
+    campaign = parse_campaign(loaded)
+    if isinstance(campaign.workload, ProbeSpec):  # it runs from the file's directory
+        probe, problems = placed(campaign.workload, Path(path).resolve().parent)
+        if problems:
+            raise CampaignError("\n".join(_format(loaded, at, msg) for at, msg in problems))
+        campaign = campaign.model_copy(update={"workload": probe})
+    return campaign
 
 
 def campaign_schema() -> dict[str, Any]:

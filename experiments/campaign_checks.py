@@ -18,12 +18,14 @@ from deploy.safe_words import (
     word_error,
 )
 from experiments.strategy_config import FRACTIONAL_MAX_FACTORS, FULL_MAX_VARIANTS
+from experiments.workload.probe import ProbeSpec
 from experiments.yaml_lines import Path_
 
 if TYPE_CHECKING:
     from experiments.campaign import Campaign
 
-__all__ = ["FRACTIONAL_MAX_FACTORS", "FULL_MAX_VARIANTS", "check_references", "command_problems"]
+__all__ = ["FRACTIONAL_MAX_FACTORS", "FULL_MAX_VARIANTS", "check_references", "command_problems",
+           "probe_problems"]
 
 
 def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
@@ -60,6 +62,7 @@ def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
         problems.append((("factors",), "at least one factor is needed"))
     problems += campaign.strategy.problems(campaign, levels)
     problems += command_problems(campaign)
+    problems += probe_problems(campaign)
     for field in ("known_good", "known_bad"):
         for factor_name, level in (getattr(campaign, field) or {}).items():
             if factor_name not in levels:
@@ -70,6 +73,30 @@ def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
                     ((field, factor_name), f"factor '{factor_name}' has no level '{level}' "
                                            f"(levels: {known})")
                 )
+    return problems
+
+
+def probe_problems(campaign: Campaign) -> list[tuple[Path_, str]]:
+    """The user's own probe (``workload: {command: ...}``) judges by its exit status, on the
+    driver's machine: no wedging to count, no load generators to spread it over; its words are
+    an argv, with the rules of a start command's."""
+    probe = campaign.workload
+    if not isinstance(probe, ProbeSpec):
+        return []
+    problems: list[tuple[Path_, str]] = []
+    if campaign.strategy.target != "corruption":
+        problems.append((("strategy", "target"), "a probe judges a variant by its exit status: "
+                                                 "leave target at corruption"))
+    if campaign.generators is not None:
+        problems.append((("generators",), "a probe runs on the driver's machine, once a run: "
+                                          "load generators do not apply"))
+    if error := program_error(probe.command[0]):
+        problems.append((("workload", "command", 0), error))
+    problems += [(("workload", "command", index), error)
+                 for index, word in enumerate(probe.command[1:], start=1)
+                 if (error := word_error(word))]
+    if probe.cwd is not None and (error := word_error(probe.cwd)):
+        problems.append((("workload", "cwd"), error))
     return problems
 
 

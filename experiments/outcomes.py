@@ -13,11 +13,16 @@ class Outcome(StrEnum):
     BAD_ARGS = "bad_args"  # arguments not valid JSON or not matching the tool schema
     ERROR = "error"  # HTTP error, disconnect, a broken reply (workload/reply.py), over the cap
     TIMEOUT = "timeout"
+    # The user's own probe (workload/probe.py) exited 1-127 (not 125): bad, as `git bisect run`
+    # reads it. Counted with corruption: a probe's trial has no other way to fail.
+    PROBE_FAILED = "probe_failed"
 
 
 CORRUPTION: frozenset[Outcome] = frozenset(
-    {Outcome.LEAK, Outcome.NO_TOOL, Outcome.LOST_PLOT, Outcome.BAD_ARGS}
+    {Outcome.LEAK, Outcome.NO_TOOL, Outcome.LOST_PLOT, Outcome.BAD_ARGS, Outcome.PROBE_FAILED}
 )
+# What a session of the stress workload can end as: what `bisect stress` counts and shows.
+STRESS_OUTCOMES: tuple[Outcome, ...] = tuple(o for o in Outcome if o is not Outcome.PROBE_FAILED)
 # Infrastructure or wedge evidence: never counted as corrupt, never as clean.
 INFRA: frozenset[Outcome] = frozenset({Outcome.ERROR, Outcome.TIMEOUT})
 # Kinds of service log events (experiments.collect) that tell of a server hanging or dropping

@@ -277,7 +277,13 @@ def test_culprits_that_share_a_level_are_both_named() -> None:
     assert replay.outcome is Status.CULPRIT
     assert replay.culprits == ({"f2": "b", "f3": "b"}, {"f2": "b", "f6": "b"})
     sufficiency = [s.answer for s in replay.trail if s.phase == "sufficient?"]
-    assert sufficiency == ["pass", "fail"]  # f2 alone is not enough; f2 and f6 are
+    assert sufficiency[0] == "pass"  # f2 alone is not enough
+    # each culprit confirmed: alone on known-good's background it fails, each neighbour passes
+    confirmed = [(s.phase, s.answer) for s in replay.trail if s.phase.startswith("confirm")]
+    assert confirmed == [("confirm: culprit alone", "fail"), ("confirm: without f2", "pass"),
+                         ("confirm: without f3", "pass"),
+                         ("confirm: culprit alone", "fail"), ("confirm: without f2", "pass"),
+                         ("confirm: without f6", "pass")]
 
 
 def test_a_first_look_that_proves_the_failure_is_a_fail_not_let_go() -> None:

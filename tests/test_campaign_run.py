@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,12 @@ def test_every_session_metric_and_log_event_is_stored(finished: tuple[Path, str,
         assert "startup" in kinds
         leaks = [s for t in trials for s in store.sessions(t.id) if s.outcome == "leak"]
         assert leaks and all("DSML" in (s.evidence or "") for s in leaks)
+        # each leak triaged against the parser the pool's services run (their flags say
+        # --tool-call-parser deepseekv32), its line first in the stored evidence
+        server_known = re.compile(r"\[(parses as deepseekv32, the server's parser|parser "
+                                  r"mismatch: .*, the server runs deepseekv32|malformed: "
+                                  r"deepseekv32: .*)\] ")
+        assert all(server_known.match(s.evidence or "") for s in leaks), leaks[0].evidence
 
 
 def test_services_are_stopped_when_the_campaign_ends(

@@ -107,7 +107,7 @@ def test_a_first_bad_commit_next_to_skipped_ones_is_a_range(
     assert replay.mass >= 0.95
     assert replay.mass == pytest.approx(sum(replay.posterior[expected[0]:expected[1] + 1]))
     assert replay.reason.startswith("There are only 'skip'ped commits left to test. The first "
-                                    "bad commit could be any of: " + " ".join(replay.first_bad))
+                                    "bad commit could be any of: " + ", ".join(replay.first_bad))
     assert trials < 32
 
 
@@ -163,3 +163,52 @@ def test_only_failures_of_the_commit_itself_skip_it() -> None:
     assert "exited 2" in skipped.error
     strategy = skipping(Commits([f"c{i:03d}" for i in range(4)], sessions=8), [skipped])
     assert isinstance(strategy, Commits) and strategy.skipped == {"c001"}
+
+
+def test_the_verdict_names_commits_with_subject_and_author() -> None:
+    commits = [f"c{i:03d}" for i in range(16)]
+    described = {sha: (f"change {i}", "Jane Doe" if i % 2 else "John Roe")
+                 for i, sha in enumerate(commits)}
+    strategy = Commits(commits, sessions=80, described=described)
+    rng = random.Random(3)
+    evidence: list[TrialEvidence] = []
+    while proposals := strategy.propose(evidence, []):
+        for levels in proposals:
+            corrupt = sum(rng.random() < (0.15 if commits.index(levels["commit"]) >= 9 else 0)
+                          for _ in range(80))
+            evidence.append(TrialEvidence(levels, {"ok": 80 - corrupt, "leak": corrupt}))
+    conclusion = strategy.conclude(evidence, [])
+    assert conclusion.status == "culprit" and conclusion.commits is not None
+    mass = conclusion.commits["posterior"]
+    assert conclusion.reason == (f"first bad commit: c009 'change 9' (Jane Doe), posterior "
+                                 f"{mass:.3f}; last good: c008 'change 8' (John Roe)")
+    assert conclusion.commits["first_bad"] == ["c009"]
+    assert conclusion.commits["last_good"] == "c008"
+    assert conclusion.commits["described"]["c009"] == {"subject": "change 9",
+                                                       "author": "Jane Doe"}
+    # The trail states the posterior mass beside each commit's words; no test was made.
+    step = next(s for s in conclusion.log if s["levels"] == {"commit": "c009"})
+    assert step["posterior"] == pytest.approx(mass) and step["subject"] == "change 9"
+    assert step["p_fail"] is None and step["p_pass"] is None
+    # Without descriptions (a campaign stored before them), SHAs alone.
+    bare = Commits(commits, sessions=80).conclude(evidence, [])
+    assert bare.reason == f"first bad commit: c009, posterior {mass:.3f}; last good: c008"
+    assert bare.commits is not None and bare.commits["described"] == {}
+
+
+def test_one_pool_retries_both_endpoints_of_a_faint_change() -> None:
+    """One pool runs only the first proposal: a retry of the reproduction alternates the
+    endpoints instead of running the bad one alone until it gives up."""
+    commits = [f"c{i:03d}" for i in range(16)]
+    strategy = Commits(commits, sessions=80)
+    evidence = [TrialEvidence({"commit": "c015"}, {"ok": 78, "leak": 2}),
+                TrialEvidence({"commit": "c015"}, {"ok": 79, "leak": 1}),
+                TrialEvidence({"commit": "c000"}, {"ok": 80}),
+                TrialEvidence({"commit": "c000"}, {"ok": 80})]  # 3/160 against 0/160: not yet
+    ran: list[str] = []
+    while (proposals := strategy.propose(evidence, [])) and len(ran) < 8:
+        ran.append(proposals[0]["commit"])
+        corrupt = 1 if ran[-1] == "c015" else 0  # still faint: never significant
+        evidence.append(TrialEvidence(proposals[0], {"ok": 80 - corrupt, "leak": corrupt}))
+    assert ran == ["c015", "c000", "c015", "c000", "c015", "c000", "c015"]
+    assert strategy.replay(evidence).status == "not_reproduced"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,11 @@ def git(tree: Path, *args: str) -> str:
                           text=True).stdout.strip()
 
 
-def history(tree: Path, commits: int, first_bad: int, broken: Collection[int] = ()) -> list[str]:
+def history(tree: Path, commits: int, first_bad: int, broken: Collection[int] = (),
+            authors: Mapping[int, str] | None = None) -> list[str]:
     """A tree whose fault model turns bad at commit ``first_bad`` (0 is the good one); the
-    commits in ``broken`` carry a file BROKEN, which makes the campaign's build step fail."""
+    commits in ``broken`` carry a file BROKEN, which makes the campaign's build step fail.
+    Commit i's subject is ``subject_of(i)``; its author ``t`` unless ``authors`` names another."""
     tree.mkdir()
     git(tree, "init", "-q", "-b", "main")
     git(tree, "config", "user.email", "t@example.invalid")
@@ -39,9 +41,18 @@ def history(tree: Path, commits: int, first_bad: int, broken: Collection[int] = 
         if index in broken:
             (tree / "BROKEN").write_text("half a refactoring\n")
         git(tree, "add", "-A")
-        git(tree, "commit", "-qm", f"change {index}")
+        git(tree, "-c", f"user.name={(authors or {}).get(index, 't')}", "commit", "-qm",
+            subject_of(index))
         shas.append(git(tree, "rev-parse", "HEAD"))
     return shas
+
+
+def subject_of(index: int) -> str:
+    """A hostile subject for the first bad commit of the tests' ranges (7): markup and a
+    terminal escape, which the report and the terminal must show as text."""
+    if index == 7:
+        return "Fix <script>alert('topk')</script> & \x1b[31mkernel"
+    return f"change {index}"
 
 
 # The build step: fails, with its reason, in a commit that carries the file BROKEN.
@@ -67,11 +78,12 @@ def commits_campaign(tmp_path: Path, tree: Path) -> Path:
 
 def test_commits_finds_the_first_bad_commit(ray_cluster: None, tmp_path: Path) -> None:
     tree = tmp_path / "src"
-    shas = history(tree, commits=12, first_bad=7)
+    shas = history(tree, commits=12, first_bad=7, authors={7: "Jane \"JD\" O'Doe & co"})
     path = commits_campaign(tmp_path, tree)
     db = tmp_path / "bisect.db"
-    result = CliRunner().invoke(app, ["commits", str(path), "--good", shas[0], "--bad", shas[-1],
-                                      "--store", str(db), "--json"])
+    runner = CliRunner()
+    result = runner.invoke(app, ["commits", str(path), "--good", shas[0], "--bad", shas[-1],
+                                 "--store", str(db), "--json"])
     assert result.exit_code == 0, result.output
     verdict = json.loads(result.stdout)
     assert verdict["status"] == "culprit"
@@ -79,6 +91,38 @@ def test_commits_finds_the_first_bad_commit(ray_cluster: None, tmp_path: Path) -
     assert verdict["cost"]["trials"] < 12  # fewer trials than commits
     assert git(tree, "rev-parse", "HEAD") == shas[-1]  # the tree is left as found
     assert git(tree, "rev-parse", "--abbrev-ref", "HEAD") == "main"
+
+    # Each commit is named with its subject and author, stored with the campaign; the terminal
+    # escape is gone (a space), the markup is kept as text.
+    first, last = shas[7][:12], shas[6][:12]
+    subject = "Fix <script>alert('topk')</script> &  [31mkernel"
+    author = "Jane \"JD\" O'Doe & co"
+    described = verdict["commits"]["described"]
+    assert described[first] == {"subject": subject, "author": author}
+    assert described[last] == {"subject": "change 6", "author": "t"}
+    assert verdict["commits"]["last_good"] == last
+    posterior = verdict["commits"]["posterior"]
+    assert verdict["reason"] == (f"first bad commit: {first} '{subject}' ({author}), posterior "
+                                 f"{posterior:.3f}; last good: {last} 'change 6' (t)")
+    campaign_id = verdict["campaign"]
+    again = runner.invoke(app, ["verdict", campaign_id, "--store", str(db), "--json"])
+    assert json.loads(again.stdout) == verdict  # recomputed from the store, the same words
+    human = " ".join(runner.invoke(app, ["verdict", campaign_id, "--store", str(db)])
+                     .stdout.split())
+    assert f"first bad commit: {first} '{' '.join(subject.split())}' ({author})" in human
+    assert f"last good: {last} 'change 6' (t)" in human and "\x1b" not in human
+    assert f"from {first} on: " in human
+    trail = " ".join(runner.invoke(app, ["log", campaign_id, "--store", str(db)]).stdout.split())
+    assert f"posterior {posterior:.4f}" in trail and f"{first} 'Fix <script>" in trail
+
+    report = tmp_path / "report.html"
+    assert runner.invoke(app, ["report", campaign_id, "--store", str(db), "-o",
+                               str(report)]).exit_code == 0
+    html = report.read_text()
+    assert "<script>" not in html and "\x1b" not in html
+    assert "Fix &lt;script&gt;alert(&#39;topk&#39;)&lt;/script&gt; &amp;" in html
+    assert "Jane &#34;JD&#34; O&#39;Doe &amp; co" in html
+    assert "Posterior over the first bad commit" in html and "Decision trail" not in html
 
 
 @pytest.mark.parametrize(("broken", "first_bad"), [
@@ -102,10 +146,12 @@ def test_commits_that_cannot_be_built_are_skipped(ray_cluster: None, tmp_path: P
     [culprit] = verdict["culprits"]
     assert culprit["factors"] == {"commit": named[0] if len(named) == 1
                                   else f"{named[0]}^..{named[-1]}"}
-    if len(named) > 1:
+    if len(named) > 1:  # git bisect's words, each commit with its subject and author
+        words = ", ".join(f"{shas[i][:12]} '{subject_of(i)}' (t)".replace("\x1b", " ")
+                          for i in first_bad)
         assert verdict["reason"].startswith(
             "There are only 'skip'ped commits left to test. The first bad commit could be any "
-            f"of: {' '.join(named)}")
+            f"of: {words}, posterior ")
     # Every skipped commit is a broken one, skipped with the build's own words; none was judged.
     skipped = verdict["commits"]["skipped"]
     assert skipped and {s["commit"] for s in skipped} <= {shas[i][:12] for i in broken}

@@ -17,14 +17,14 @@ from orchestrator.executor.driver import run_campaign
 from orchestrator.stored import create_campaign, evidence
 
 
-def test_the_switch_that_makes_the_server_fail_requests_is_named(ray_cluster: None,
-                                                                 tmp_path: Path) -> None:
+def _eager_decode_5xx(tmp_path: Path, name: str, strategy: dict[str, str]) -> Campaign:
+    """Eager decode (CUDA graphs off) fails half the requests with a 5xx."""
     faults = tmp_path / "faults.yaml"
     faults.write_text(yaml.safe_dump({"rules": [{
         "name": "eager-decode-5xx", "when": {"flags": {"disable-cuda-graph": True}},
         "min_inflight": 1, "probability": 0.5, "effect": "error"}]}))
-    campaign = Campaign.model_validate({
-        "name": "wedging",
+    return Campaign.model_validate({
+        "name": name,
         "nodes": [{"name": "here", "workdir": str(tmp_path / "services")}],
         "pools": [twin_pool("p", "here", faults, latency_ms=2)],
         "factors": [
@@ -34,10 +34,15 @@ def test_the_switch_that_makes_the_server_fail_requests_is_named(ray_cluster: No
              "levels": {"off": {}, "on": {"env": {"SGLANG_OPT_USE_TOPK_V2": "1"}}}},
         ],
         "workload": {"sessions": 20, "rounds": 2, "timeout_s": 20},
-        "strategy": {"target": "wedging"},
+        "strategy": strategy,
         "known_good": {"cuda_graph": "on", "topk_v2": "on"},
         "known_bad": {"cuda_graph": "off", "topk_v2": "on"},
     })
+
+
+def test_the_switch_that_makes_the_server_fail_requests_is_named(ray_cluster: None,
+                                                                 tmp_path: Path) -> None:
+    campaign = _eager_decode_5xx(tmp_path, "wedging", {"target": "wedging"})
     with Store.open(str(tmp_path / "bisect.db")) as store:
         campaign_id = create_campaign(store, campaign, "test")
         verdict = run_campaign(store, campaign_id).to_json()
@@ -93,3 +98,20 @@ def test_a_wedging_variant_shows_its_wedge_signs_in_the_logs(ray_cluster: None,
     assert all("abort" not in r["log_events"] for r in rows if r["levels"]["hicache"] == "off")
     table = CliRunner().invoke(app, ["show", campaign_id, "--store", str(db)])
     assert "abort" in table.output
+
+
+def test_a_default_campaign_on_a_known_bad_that_only_wedges_bisects_the_wedging(
+        ray_cluster: None, tmp_path: Path) -> None:
+    # The same fault, but the campaign file says no `target:` (corruption): known-bad corrupts
+    # nothing and fails half its requests, so the campaign bisects the wedging by itself (issue
+    # 13), the reason saying why, with known-bad's counts.
+    campaign = _eager_decode_5xx(tmp_path, "wedging, default target", {})
+    with Store.open(str(tmp_path / "bisect.db")) as store:
+        campaign_id = create_campaign(store, campaign, "test")
+        verdict = run_campaign(store, campaign_id).to_json()
+    assert verdict["status"] == "culprit" and verdict["target"] == "wedging"
+    assert [c["factors"] for c in verdict["culprits"]] == [{"cuda_graph": "off"}]
+    assert verdict["reason"].startswith("known-bad (0/")  # 0 corrupt, "not worse than"
+    assert " errors, 0 wedge log lines in " in verdict["reason"]
+    assert "bisected the wedging: wedging follows cuda_graph=off" in verdict["reason"]
+    assert verdict["culprits"][0]["rate_with"] > 0.2  # measured on errors, not corruption

@@ -21,7 +21,7 @@ from scipy.stats import binomtest
 
 from experiments.agent import TOOLS, find_canary, find_session_key
 from experiments.markup import MarkupFamily, find_markup, render
-from experiments.outcomes import Outcome
+from experiments.outcomes import STRESS_OUTCOMES, Outcome
 from experiments.workload.classify import EVIDENCE_LIMIT, classify_turn
 from experiments.workload.spec import WorkloadSpec
 from experiments.workload.stress import (
@@ -349,7 +349,7 @@ def test_summary_counts_corruption_and_infra_separately() -> None:
 def test_summary_with_nothing_judged() -> None:
     empty = StressResult((), 0.0, True).summary()
     assert empty["rate"] == 0.0 and empty["ci95"] == [0.0, 1.0]
-    assert set(empty["counts"]) == {o.value for o in Outcome}
+    assert set(empty["counts"]) == {o.value for o in STRESS_OUTCOMES}
     infra_only = StressResult((_session(0, Outcome.ERROR), _session(1, Outcome.TIMEOUT)), 1, False)
     assert infra_only.summary()["judged"] == 0 and infra_only.summary()["ci95"] == [0.0, 1.0]
 
@@ -359,7 +359,7 @@ def test_summary_table_renders_every_outcome() -> None:
     console = Console(record=True, width=120)
     console.print(summary_table(result))
     text = console.export_text()
-    for outcome in Outcome:
+    for outcome in STRESS_OUTCOMES:
         assert outcome.value in text
     assert "50.0%" in text and "corrupted 1/2" in text
 
@@ -417,8 +417,10 @@ def test_leak_on_third_turn_of_one_session() -> None:
     server = AgentServer(misbehave)
     result = stress(server, WorkloadSpec(sessions=10, rounds=4))
     bad = by_key(result)["s0-5"]
+    # the evidence a campaign stores: the leak's triage line (every detector asked, the
+    # server's parser unknown), then the markup
     assert (bad.outcome, bad.turns, bad.first_bad_turn, bad.evidence) == (
-        Outcome.LEAK, 3, 3, leaked)
+        Outcome.LEAK, 3, 3, f"[parses as deepseekv4 or deepseekv32] {leaked}")
     assert len(bad.request_s) == 3
     assert "s0-5" not in server.keys_by_turn(4)  # the session stopped at its bad turn
     summary = result.summary()

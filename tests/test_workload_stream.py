@@ -54,7 +54,9 @@ def test_streaming_and_non_streaming_give_the_same_outcomes() -> None:
     assert {s.outcome for s in plain.sessions} == {
         Outcome.OK, Outcome.LEAK, Outcome.NO_TOOL, Outcome.LOST_PLOT, Outcome.BAD_ARGS,
         Outcome.ERROR}
-    assert by_key(streamed)["s3-1"].evidence == "Let me read it. " + LEAK
+    # the leak's triage line first (every detector asked), then the text as streamed
+    assert by_key(streamed)["s3-1"].evidence == \
+        "[parses as deepseekv32 or deepseekv4] Let me read it. " + LEAK
     # The conversation sent back is the same too: the folded stream equals the JSON reply.
     assert [r["body"]["messages"] for r in stream_server.requests] == [
         r["body"]["messages"] for r in plain_server.requests]

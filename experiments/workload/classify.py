@@ -27,11 +27,13 @@ class TurnVerdict:
     # The first call, as {"id", "name", "arguments": dict} when its arguments parsed.
     tool_call: dict[str, Any] | None = None
     # LEAK only (experiments/workload/triage.py): "well_formed" (the server's parser failed on
-    # markup SGLang's detector parses) or "malformed" (the model broke it); the markup family;
-    # and which parser judged: "sglang" (its detectors) or "builtin" (the fallback).
+    # markup SGLang's detector parses), "parser_mismatch" (another --tool-call-parser than the
+    # server's parses it) or "malformed" (the model broke it); the markup family; which parser
+    # judged: "sglang" (its detectors) or "builtin" (the fallback); and the triage's one line.
     leak_form: str | None = None
     leak_family: str | None = None
     leak_parser: str | None = None
+    leak_label: str | None = None
 
 
 def clip(text: str, limit: int = EVIDENCE_LIMIT, at: int = 0) -> str:
@@ -73,7 +75,8 @@ def classify_turn(
     response: dict[str, Any], expected_canary: str | None, tools: list[dict[str, Any]]
 ) -> TurnVerdict:
     """One non-streaming chat completion judged: leak, no_tool, bad_args, lost_plot, ok, error.
-    ``expected_canary`` None skips the canary check (a saved response judged on its own)."""
+    ``expected_canary`` None skips the canary check (a saved response judged on its own). A
+    leak is triaged against the server's parser that ``triage.serving`` set, if any."""
     problem = completion_problem(response)
     if problem is not None:
         raw = shown(response)
@@ -91,6 +94,7 @@ def classify_turn(
                 leak_form=triage.form,
                 leak_family=triage.family,
                 leak_parser=triage.source,
+                leak_label=triage.label,
             )
     calls = message.get("tool_calls")
     if not calls:

@@ -79,11 +79,14 @@ class Settings:
     tools: str | None = None  # the --tools file; None: the built-in tools
     system_prompt: str | None = None  # the --system-prompt file; None: the built-in one
     server_info: dict[str, Any] | None = None
+    tool_call_parser: str | None = None  # the server's, as --tool-call-parser said; None: unknown
 
 
 def stress_json(result: StressResult, settings: Settings,
-                summary: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``--json`` document: bench_serving's keys first, in its order, then bisect's."""
+                summary: dict[str, Any] | None = None,
+                leaks: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The ``--json`` document: bench_serving's keys first, in its order, then bisect's.
+    ``leaks``: how many leaks had each triage label (experiments/workload/triage.py)."""
     summary = result.summary() if summary is None else summary
     spec = settings.spec
     document: dict[str, Any] = {
@@ -119,6 +122,8 @@ def stress_json(result: StressResult, settings: Settings,
         "warmup": settings.warmup,
         "tools": settings.tools,
         "system_prompt": settings.system_prompt,
+        "tool_call_parser": settings.tool_call_parser,
+        "leak_triage": dict(leaks or {}),
     })
     if summary["goodput"] is not None:  # as bench_serving's --goodput adds them
         document["request_goodput"] = summary["goodput"]

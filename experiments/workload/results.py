@@ -9,7 +9,7 @@ from typing import Any
 
 from scipy.stats import binomtest
 
-from experiments.outcomes import CORRUPTION, INFRA, Outcome
+from experiments.outcomes import CORRUPTION, INFRA, STRESS_OUTCOMES, Outcome
 from experiments.workload.metrics import (
     LATENCIES,
     RequestMetrics,
@@ -101,9 +101,9 @@ class StressResult:
                 for (outcome, reason), found in ranked]
 
     def counts(self) -> dict[str, int]:
-        counts = {outcome.value: 0 for outcome in Outcome}
+        counts = {outcome.value: 0 for outcome in STRESS_OUTCOMES}
         for session in self.sessions:
-            counts[session.outcome.value] += 1
+            counts[session.outcome.value] = counts.get(session.outcome.value, 0) + 1
         return counts
 
     def requests(self) -> Iterator[RequestMetrics]:
@@ -145,7 +145,7 @@ class StressResult:
         """Outcome counts and the corruption rate, then bench_serving's metrics under its names
         (``metrics.aggregate``; throughputs over ``duration``), then the failures by reason."""
         counts = self.counts()
-        corrupted = sum(counts[outcome.value] for outcome in CORRUPTION)
+        corrupted = sum(counts.get(outcome.value, 0) for outcome in CORRUPTION)
         infra = sum(counts[outcome.value] for outcome in INFRA)
         judged = len(self.sessions) - infra
         ci95 = [0.0, 1.0]

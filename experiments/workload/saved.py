@@ -99,6 +99,8 @@ def classify_saved(text: str, canary: str | None = None, agent: Agent = BUILT_IN
         "leak_form": verdict.leak_form,
         "family": verdict.leak_family,
         "source": verdict.leak_parser,
+        "leak_label": verdict.leak_label,  # which --tool-call-parser parses it, or none
+        "parsed_as": None,
         "leak_calls": None,
         "leak_reason": None,
     }
@@ -107,4 +109,5 @@ def classify_saved(text: str, canary: str | None = None, agent: Agent = BUILT_IN
         # The calls SGLang's detector recovers (or why none): what the server should have sent.
         triage = triage_leak(leaked, tools)
         report["leak_calls"], report["leak_reason"] = triage.calls, triage.reason
+        report["parsed_as"] = list(triage.parsed_as)
     return report

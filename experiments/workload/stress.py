@@ -127,6 +127,7 @@ async def _session(
                 verdict = got
             else:
                 verdict = agent.judge(got, canary)
+                tracker.leaked(verdict)
             tracker.turn()
             if verdict.outcome is not Outcome.OK or isinstance(got, TurnVerdict):
                 break
@@ -153,7 +154,7 @@ async def _session(
     bad = verdict.outcome is not Outcome.OK
     return SessionResult(
         index=index, key=key, outcome=verdict.outcome, turns=turn,
-        first_bad_turn=turn if bad else None, evidence=verdict.evidence,
+        first_bad_turn=turn if bad else None, evidence=_evidence(verdict),
         latency_s=time.monotonic() - started,
         request_s=tuple(r.e2e_s for r in requests), requests=tuple(requests),
     )
@@ -192,8 +193,10 @@ class _Tracker:
     request to ``on_failure``."""
 
     def __init__(self, spec: WorkloadSpec, progress: Callable[[Progress], None] | None,
-                 on_failure: Callable[[str], None] | None = None) -> None:
+                 on_failure: Callable[[str], None] | None = None,
+                 on_leak: Callable[[str], None] | None = None) -> None:
         self.spec, self.progress, self.on_failure = spec, progress, on_failure
+        self.on_leak = on_leak
         self.turns = self.sessions = self.corrupted = self.infra = 0
         self.first_failure: str | None = None
         self.counting = True  # False during the warm-up: not the run's turns
@@ -203,6 +206,11 @@ class _Tracker:
             self.first_failure = f"POST {endpoint}: {verdict.evidence}"
             if self.on_failure is not None:
                 self.on_failure(self.first_failure)
+
+    def leaked(self, verdict: TurnVerdict) -> None:
+        """A leak's triage label to ``on_leak`` (a counted session's only)."""
+        if self.counting and self.on_leak is not None and verdict.leak_label is not None:
+            self.on_leak(verdict.leak_label)
 
     def turn(self) -> None:
         if self.counting:
@@ -274,13 +282,14 @@ async def _run_stress(
     agent: Agent = BUILT_IN,
     warmup: int = 0,
     on_failure: Callable[[str], None] | None = None,
+    on_leak: Callable[[str], None] | None = None,
     ready: asyncio.Future[Any] | None = None,
 ) -> StressResult:
     """The body of ``run_stress``; what it measures goes into ``run`` as it comes. The
     measured sessions start once ``ready`` is done."""
     seed = spec.seed if seed is None else seed
     base = api_base(url)
-    tracker = _Tracker(spec, progress, on_failure)
+    tracker = _Tracker(spec, progress, on_failure, on_leak)
     limiter = asyncio.Semaphore(spec.max_concurrency) if spec.max_concurrency else None
     stop = False
     tasks: list[asyncio.Task[SessionResult]] = []
@@ -321,6 +330,14 @@ async def _run_stress(
     return run.result(stop and len(run.sessions) < len(tasks))
 
 
+def _evidence(verdict: TurnVerdict) -> str | None:
+    """A session's evidence as stored: a leak's triage line first (a campaign keeps the
+    evidence, not the verdict, so `bisect show` and the report say which parser parses it)."""
+    if verdict.leak_label is None or verdict.evidence is None:
+        return verdict.evidence
+    return f"[{verdict.leak_label}] {verdict.evidence}"
+
+
 async def run_stress(
     url: str,
     spec: WorkloadSpec,
@@ -333,6 +350,8 @@ async def run_stress(
     agent: Agent = BUILT_IN,
     warmup: int = 0,
     on_failure: Callable[[str], None] | None = None,
+    tool_call_parser: str | None = None,
+    on_leak: Callable[[str], None] | None = None,
     _run: _Run | None = None,
 ) -> StressResult:
     """Run ``spec.sessions`` sessions against ``url`` (``api_base``: bare, or ending in /v1)
@@ -346,6 +365,8 @@ async def run_stress(
     ``agent``: the system prompt and tools sent, and how calls are judged (``agent_tools``).
     ``warmup``: one-turn sessions sent first, not counted; ``WarmupFailed`` if none completed.
     ``on_failure`` is called once, with the first request that failed (its endpoint and why).
+    ``tool_call_parser``: the server's ``--tool-call-parser``, which leaks are triaged against
+    (None: not known, every detector is asked); ``on_leak`` sees each leak's triage label.
     """
     # What the process holds before the run (imports, the caller's state) is not the run's
     # garbage: frozen, every full collection during the load skips it (against the harness's
@@ -359,10 +380,12 @@ async def run_stress(
     # bench_serving's figures, tests/test_stress_bench_serving.py). Once done it is free.
     warming = asyncio.create_task(asyncio.to_thread(triage.warm_up))
     try:
-        return await _run_stress(url, spec, _Run(spec) if _run is None else _run, seed=seed,
-                                 on_session=on_session, progress=progress, indices=indices,
-                                 api_key=api_key, agent=agent, warmup=warmup,
-                                 on_failure=on_failure, ready=warming)
+        with triage.serving(tool_call_parser):  # the sessions' tasks inherit it
+            return await _run_stress(url, spec, _Run(spec) if _run is None else _run,
+                                     seed=seed, on_session=on_session, progress=progress,
+                                     indices=indices, api_key=api_key, agent=agent,
+                                     warmup=warmup, on_failure=on_failure, on_leak=on_leak,
+                                     ready=warming)
     finally:
         await warming
         # warm_up froze the long-lived objects for the run; given back, the interpreter's exit

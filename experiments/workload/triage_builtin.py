@@ -1,11 +1,13 @@
 """BUILT-IN FALLBACK parser for leak triage, used when the optional ``sglang`` package is absent.
 
-It follows the rules of SGLang 0.5.23's one-shot detectors (``detect_and_parse``) so both paths
-call the same texts well-formed: DeepSeekV31Detector/DeepSeekV3Detector (``v31``),
-DeepSeekV32Detector (``dsml``, also bare invokes), DeepSeekV4Detector (``v4``),
-DeepSeekV41Detector (``v41``) and HermesDetector (``tool_call``). Like them, it drops calls to
-functions the tools do not offer, and one unparseable V3/V3.1 call loses the whole block.
-tests/test_triage.py runs one corpus through both paths and checks they agree.
+It follows the rules of SGLang 0.5.23's one-shot detectors (``detect_and_parse``), one function
+per ``--tool-call-parser`` name (``PARSERS``), so both paths call the same texts parsed:
+deepseekv3 (DeepSeekV3Detector, the ```json-fenced V3 call), deepseekv31 (DeepSeekV31Detector),
+deepseekv32 / deepseekv4 / deepseekv41 (the DSML detectors: each also parses bare invokes, so
+one parses another's block when its own wrapper is absent) and hermes (``<tool_call>``). Like
+them, it drops calls to functions the tools do not offer, and one unparseable V3/V3.1 call loses
+the whole block. tests/test_triage_parsers.py labels a corpus with SGLang's detectors and checks
+this module agrees for every text and every parser.
 """
 
 from __future__ import annotations
@@ -76,16 +78,17 @@ def _v31_calls(
     return calls, "; ".join(reasons) or None
 
 
-def _parse_v31(text: str, tools: list[dict[str, Any]]) -> tuple[Calls, str | None]:
+def _parse_v31(text: str, tools: list[dict[str, Any]], fenced: bool = False
+               ) -> tuple[Calls, str | None]:
+    """DeepSeekV31Detector (NAME<sep>JSON), or DeepSeekV3Detector when ``fenced``."""
     if V31_BOT not in text:
         return [], "no <｜tool▁calls▁begin｜>"
     blocks = V31_CALL_RE.findall(text)
     if not blocks:
         return [], "no complete <｜tool▁call▁begin｜>...<｜tool▁call▁end｜>"
-    v31 = _v31_calls(blocks, V31_DETAIL_RE, (1, 2), tools)
-    v3 = _v31_calls(blocks, V3_DETAIL_RE, (2, 3), tools)
-    # The V3.1 shape is the usual one: its reason is the one to tell when neither parses.
-    return v3 if len(v3[0]) > len(v31[0]) else v31
+    if fenced:
+        return _v31_calls(blocks, V3_DETAIL_RE, (2, 3), tools)
+    return _v31_calls(blocks, V31_DETAIL_RE, (1, 2), tools)
 
 
 def _dsml_arguments(body: str, parameter: str) -> Any:
@@ -179,15 +182,22 @@ def _parse_tool_call(text: str, tools: list[dict[str, Any]]) -> tuple[Calls, str
     return calls, "; ".join(reasons) or None
 
 
-def parse(family: str, text: str, tools: list[dict[str, Any]]) -> tuple[Calls, str | None]:
-    """The calls SGLang's detector for ``family`` would recover, and why some did not."""
-    if family == "v31":
-        return _parse_v31(text, tools)
-    if family in DSML_TAGS:
-        return _parse_dsml(family, text, tools)
-    if family == "tool_call":
+# --tool-call-parser name -> the markup it reads (a DSML_TAGS key for the DSML detectors).
+PARSERS = {"deepseekv3": "v3", "deepseekv31": "v31", "deepseekv32": "dsml", "deepseekv4": "v4",
+           "deepseekv41": "v41", "hermes": "tool_call"}
+
+
+def parse_as(parser: str, text: str, tools: list[dict[str, Any]]) -> tuple[Calls, str | None]:
+    """The calls SGLang's detector for ``--tool-call-parser parser`` would recover, and why
+    some did not."""
+    markup = PARSERS.get(parser)
+    if markup in ("v3", "v31"):
+        return _parse_v31(text, tools, fenced=markup == "v3")
+    if markup in DSML_TAGS:
+        return _parse_dsml(markup, text, tools)
+    if markup == "tool_call":
         return _parse_tool_call(text, tools)
-    raise ValueError(f"no parser for markup family {family!r}")
+    raise ValueError(f"no built-in parser for --tool-call-parser {parser!r}")
 
 
 def count_openings(family: str, text: str) -> int:

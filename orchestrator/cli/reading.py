@@ -137,21 +137,29 @@ def _load(trial: TrialRecord, generators: list[GeneratorRecord], spread: bool) -
 def show(campaign_id: CampaignId, store: StoreOption = "bisect.db", as_json: JsonOption = False,
          with_steps: Annotated[bool, typer.Option(
              "--steps", help="Every step of every trial: its duration, outcome and what it "
-             "observed (the proof of load's checks).")] = False) -> None:
+             "observed (the proof of load's checks).")] = False,
+         with_output: Annotated[bool, typer.Option(
+             "--output", help="Every run of the campaign's own probe (`workload: {command: "
+             "...}`): its exit status and output (the last 64 KiB).")] = False) -> None:
     """Every trial of a campaign: variant, pool, status, counts, timings, where its load ran;
     and the variants skipped because they cannot be deployed (`git bisect skip`), with their
-    reasons. `--json` has each trial's steps and performance figures."""
+    reasons. `--json` has each trial's steps and performance figures (and, for a campaign's own
+    probe, its runs with their output)."""
     from experiments.outcomes import WEDGE_LOG_KINDS, is_corrupt, is_infra
+    from orchestrator.cli.probe_view import is_probe, probe_runs, run_lines
     from orchestrator.cli.steps_view import step_json, step_lines
     from orchestrator.core.evidence import variant_key
     from orchestrator.stored import unresolvable
 
     with reading(store) as db:
         campaign_id = resolve_id(db, campaign_id, store)
-        spread = bool(db.get_campaign(campaign_id).spec.get("generators"))
+        spec = db.get_campaign(campaign_id).spec
+        spread, probing = bool(spec.get("generators")), is_probe(spec)
         trials = db.trials(campaign_id, status=None)
         generators = {t.id: db.generators(t.id) for t in trials}
         steps = db.campaign_steps(campaign_id)
+        runs = {t.id: probe_runs(steps.get(t.id, []), db.sessions(t.id)) for t in trials
+                if probing}
     skipped = {variant_key(u.levels): u for u in unresolvable(trials)}
     rows = [
         {"seq": t.seq, "pool": t.pool, "status": t.status, "levels": t.levels,
@@ -165,7 +173,9 @@ def show(campaign_id: CampaignId, store: StoreOption = "bisect.db", as_json: Jso
          "steps": [step_json(step) for step in steps.get(t.id, [])],
          # what its workload measured (throughput, goodput, latency percentiles); null for a
          # trial not done, or stored before it was measured
-         "performance": t.performance}
+         "performance": t.performance,
+         # the campaign's own probe: each run's exit status and output
+         **({"probe": runs[t.id]} if probing else {})}
         for t in trials
     ]
     if as_json:
@@ -197,6 +207,11 @@ def show(campaign_id: CampaignId, store: StoreOption = "bisect.db", as_json: Jso
         lines = [line for step in steps.get(t.id, []) for line in step_lines(step)]
         out.print("\n".join([f"trial {t.seq} on {t.pool} ({variant}): {t.status}",
                              *(lines or ["  no steps stored"])]), highlight=False, markup=False)
+    for t in trials if with_output else ():
+        variant = ",".join(f"{f}={lvl}" for f, lvl in t.levels.items())
+        lines = run_lines(f"trial {t.seq} ({variant})", runs[t.id]) if probing \
+            else [f"trial {t.seq} ({variant}): no probe (the campaign runs the stress workload)"]
+        out.print("\n".join(lines), highlight=False, markup=False)
     for u in skipped.values():
         variant = ",".join(f"{f}={lvl}" for f, lvl in u.levels.items())
         out.print(f"skipped {variant} ({u.attempts} attempts): {u.error.splitlines()[0]}",

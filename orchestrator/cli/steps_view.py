@@ -57,6 +57,8 @@ def step_lines(step: StepRecord) -> list[str]:
     if step.outcome == "failed" and "error" in details:
         lines.append(f"      {details.get('failure', 'variant')} failure: "
                      + _cut(str(details["error"]).splitlines()[0] if details["error"] else ""))
+    for run in details.get("runs", []) if step.name == "probe" else ():  # the user's own probe
+        lines.append(f"      run {run.get('run')}: {run.get('judgement')}, {run.get('status')}")
     if step.name == "stress" and step.outcome == "ok":
         early = ", stopped early" if details.get("stopped_early") else ""
         lines.append(f"      {details.get('sessions', 0)} sessions{early}")

@@ -21,6 +21,22 @@ from orchestrator.cli.common import (
     user_errors,
 )
 
+ParserOption = Annotated[str | None, typer.Option(
+    "--tool-call-parser", metavar="NAME",
+    help="The server's --tool-call-parser (deepseekv31, deepseekv32, deepseekv4, ...): leaks "
+    "are triaged against it, and one another parser reads is a parser mismatch. Default: not "
+    "known, every detector is asked.")]
+
+
+def _tool_call_parser(name: str | None) -> str | None:
+    """The --tool-call-parser given, checked against the parsers triage judges against."""
+    from experiments.workload.triage import check_parser
+
+    try:
+        return None if name is None else check_parser(name)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--tool-call-parser") from None
+
 
 def _option_error(loc: tuple[int | str, ...], message: str) -> str:
     """A spec validation error in the words of the `stress` options that set the field."""
@@ -126,6 +142,7 @@ def stress(
     system_prompt_file: Annotated[Path | None, typer.Option(
         "--system-prompt", metavar="FILE",
         help="Your agent's system prompt (the canary rule is appended).")] = None,
+    tool_call_parser: ParserOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Stress a server with concurrent multi-turn tool-calling sessions and count corruption.
@@ -163,6 +180,7 @@ def stress(
     if context_start is not None and context_end is None:
         raise typer.BadParameter("needs --context-end as well", param_hint="--context-start")
     api_key = _api_key(url, api_key_env, api_key_given)
+    tool_call_parser = _tool_call_parser(tool_call_parser)
     if jsonl is not None and not jsonl.parent.is_dir():
         raise typer.BadParameter(f"no directory {jsonl.parent}", param_hint="--jsonl")
     try:
@@ -191,11 +209,16 @@ def stress(
     settings = report.Settings(
         url, spec, warmup, str(tools_file) if tools_file else None,
         str(system_prompt_file) if system_prompt_file else None,
-        report.server_info(base, api_key) if as_json else None)
+        report.server_info(base, api_key) if as_json else None, tool_call_parser)
     bar = Bar(TextColumn("stress"), BarColumn(), MofNCompleteColumn(), TextColumn("turns"),
               TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=err,
               transient=True, disable=not err.is_terminal)
     interrupted = False
+    leaks: dict[str, int] = {}  # triage label -> leaks
+
+    def leaked(label: str) -> None:
+        leaks[label] = leaks.get(label, 0) + 1
+
     with bar:
         task = bar.add_task("stress", total=sessions * rounds, status="")
 
@@ -211,7 +234,8 @@ def stress(
 
         try:
             result = run_stress_sync(base, spec, progress=show, api_key=api_key, agent=agent,
-                                     warmup=warmup, on_failure=failed)
+                                     warmup=warmup, on_failure=failed,
+                                     tool_call_parser=tool_call_parser, on_leak=leaked)
         except WarmupFailed:
             error(f"warm-up failed: none of the {warmup} warm-up requests succeeded; the run "
                   "was not started")
@@ -222,9 +246,11 @@ def stress(
     if jsonl is not None:
         progress(f"sessions: {write_jsonl(result, jsonl)}")
     if as_json:
-        emit_json(redact_any(report.stress_json(result, settings, summary)))
+        emit_json(redact_any(report.stress_json(result, settings, summary, leaks)))
     else:
         out.print(summary_table(result, summary))
+        for label, count in sorted(leaks.items(), key=lambda item: -item[1]):
+            progress(f"leak triage: {count} × {label}")
     if interrupted:
         progress(f"interrupted: {summary['sessions']} of {sessions} sessions had finished; "
                  "the figures above are theirs")
@@ -291,13 +317,16 @@ def classify_cmd(
         "--request", metavar="FILE",
         help="The request the response answered: it is judged against that request's own "
         "tools (and canary), not the built-in ones.")] = None,
+    tool_call_parser: ParserOption = None,
     as_json: JsonOption = False,  # the report is one JSON document either way
 ) -> None:
     """Judge one saved response like the stress workload does; print one JSON document.
     Exit 0 for a clean response, 1 for a corrupt one, 2 for input that cannot be read."""
     from experiments.workload.agent_tools import BUILT_IN
     from experiments.workload.saved import SavedResponseError, classify_saved, request_context
+    from experiments.workload.triage import serving
 
+    tool_call_parser = _tool_call_parser(tool_call_parser)
     name = "<stdin>" if source == "-" else source
     agent, asked = BUILT_IN, None
     try:
@@ -308,11 +337,13 @@ def classify_cmd(
         raise typer.Exit(2) from None
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-        report = classify_saved(text, canary if canary is not None else asked, agent)
+        with serving(tool_call_parser):  # every triage of this response is against it
+            report = classify_saved(text, canary if canary is not None else asked, agent)
     except (OSError, UnicodeDecodeError, SavedResponseError) as exc:
         error(f"{name}: {exc}")
         raise typer.Exit(2) from None
-    emit_json({"file": name, "request": None if request is None else str(request), **report})
+    emit_json({"file": name, "request": None if request is None else str(request),
+               "tool_call_parser": tool_call_parser, **report})
     if report["corrupt"]:
         raise typer.Exit(1)
 

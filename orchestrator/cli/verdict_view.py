@@ -23,11 +23,17 @@ def print_verdict(verdict: Verdict, campaign_id: str, as_json: bool,
     out.print(Text("verdict", style="bold") + Text(f" {document['status']}: {document['reason']}"),
               highlight=False)
     for culprit in document["culprits"]:
+        effect = (f"(effect {culprit['effect']:+.1%}, 95% CI {culprit['ci95'][0]:+.1%}…"
+                  f"{culprit['ci95'][1]:+.1%}, p={culprit['p_value']:.2g})")
+        if "commits" in document:  # the reason names the commits, with subject and author
+            out.print(f"  from {culprit['factors']['commit']} on: {culprit['rate_with']:.1%} "
+                      f"vs {culprit['rate_without']:.1%} before it {effect}",
+                      highlight=False, markup=False)
+            continue
         levels = " AND ".join(f"{f}={lvl}" for f, lvl in culprit["factors"].items())
         out.print(
             f"  culprit {levels}: {culprit['rate_with']:.1%} vs {culprit['rate_without']:.1%} "
-            f"(effect {culprit['effect']:+.1%}, 95% CI {culprit['ci95'][0]:+.1%}…"
-            f"{culprit['ci95'][1]:+.1%}, p={culprit['p_value']:.2g})",
+            f"{effect}",
             highlight=False, markup=False,
         )
     cost = document["cost"]
@@ -45,6 +51,15 @@ def _p(value: float | None) -> str:
 def trail_line(index: int, step: dict[str, Any]) -> str:
     """One line a step: readable at any width."""
     variant = ",".join(f"{f}={lvl}" for f, lvl in step["levels"].items())
+    if "posterior" in step:  # a commit search's: the posterior mass, no test
+        from orchestrator.core.strategies.commits import commit_words
+        sha = step["levels"]["commit"]
+        commit = commit_words(sha, {sha: (step["subject"], step["author"])}
+                              if "subject" in step else {})
+        skipped = f"  skipped, cannot be deployed: {step.get('reason', '')}" \
+            if step["phase"] == "skipped" else ""
+        return (f"{index:3} posterior {step['posterior']:.4f}  {step['corrupted']}/"
+                f"{step['sessions']} in {step['trials']} trial(s)  {commit}{skipped}")
     unfinished = f" (+{step['unfinished']} unfinished)" if step.get("unfinished") else ""
     return (f"{index:3} {step['phase']:<22} {step['answer']:<17} "
             f"{step['corrupted']}/{step['sessions']}{unfinished} in {step['trials']} trial(s)  "

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.core.evidence import Cell, pooled
+from orchestrator.core.own_effect import OwnEffect
 from orchestrator.core.stats.exact import fisher_greater, trials_greater
 from orchestrator.core.stats.proportions import newcombe_difference
 
@@ -33,6 +34,7 @@ class Culprit:
     trial_p_value: float  # trials as units, one-sided Mann-Whitney
     trials_in: int
     trials_out: int
+    own: OwnEffect | None = None  # measured on the culprit alone, where a strategy ran it
 
     @property
     def rate_in(self) -> float:

@@ -57,6 +57,22 @@ class Verdict:
     failing: Failing = CORRUPTING  # what `culprits` explain (the JSON's `target`)
     design: Design | None = None  # a factorial campaign's design: what its runs can tell apart
     commits: Mapping[str, Any] | None = None  # a commit search: first bad commit(s), skips
+    also: Conclusion | None = None  # the other failure, where the strategy bisected it too
+
+    def failures(self) -> dict[str, dict[str, Any]]:
+        """A culprit list per failure: the target's, and the other's where it was bisected
+        (or, for wedging, found on the stored trials by attribution)."""
+        other = self.also
+        by = {target_of(self.failing): {"status": self.status.value, "reason": self.reason,
+                                        "culprits": [_culprit_json(c) for c in self.culprits]}}
+        if other is not None:
+            by[target_of(other.failing or CORRUPTING)] = {
+                "status": other.status.value, "reason": other.reason,
+                "culprits": [_culprit_json(c) for c in other.culprits]}
+        elif self.failing != WEDGING:
+            by["wedging"] = {"status": "attributed", "reason": "found on the stored trials",
+                             "culprits": [_culprit_json(c) for c in self.wedge_culprits]}
+        return by
 
     def to_json(self) -> dict[str, Any]:
         design = {} if self.design is None else {"design": {
@@ -74,6 +90,7 @@ class Verdict:
             "reason": self.reason,
             "culprits": [_culprit_json(c) for c in self.culprits],
             "wedge_culprits": [_culprit_json(c) for c in self.wedge_culprits],
+            "failures": self.failures(),
             "variants": [_cell_json(c) for c in self.cells],
             "cost": self.cost_json(),
             "log": list(self.log),
@@ -124,6 +141,7 @@ def _culprit_json(culprit: Culprit) -> dict[str, Any]:
         "sessions_without": culprit.judged_out,
         "trials_with": culprit.trials_in,
         "trials_without": culprit.trials_out,
+        **({"own": culprit.own.to_json()} if culprit.own is not None else {}),
     }
 
 
@@ -188,11 +206,17 @@ def verdict_from(
     """A strategy's conclusion with what every strategy's verdict shows; ``failing``: what the
     evidence was judged against (the campaign's target). The variants are shown judged for
     corruption whatever the target (a wedged variant: its errors and timeouts beside 0
-    corrupted); a wedging campaign's culprits are its wedge culprits already."""
+    corrupted); a wedging campaign's culprits are its wedge culprits already, as are those of
+    a campaign that bisected the wedging because known-bad did not corrupt."""
+    failing = conclusion.failing or failing
     judged = judged_trials(evidence)
     shown = variant_cells([t.judged_as(CORRUPTING) for t in judged], factors)
-    wedge = () if failing == WEDGING else wedging(evidence, factors, alpha)
+    also = conclusion.also
+    if also is not None and (also.failing or CORRUPTING) == WEDGING:
+        wedge = also.culprits  # bisected beside the target: confirmed, as the target's are
+    else:
+        wedge = () if failing == WEDGING else wedging(evidence, factors, alpha)
     return Verdict(conclusion.status, conclusion.reason, conclusion.culprits, tuple(shown),
                    tuple(evidence), len(evidence) - len(judged), cost, conclusion.log,
                    wedge, tuple(unresolvable), failing, design=conclusion.design,
-                   commits=conclusion.commits)
+                   commits=conclusion.commits, also=also)

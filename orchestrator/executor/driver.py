@@ -192,7 +192,8 @@ def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
                 trial_id = store.start_trial(campaign_id, variant.id, next_seq, pool, seed)
                 pending[trial_id] = levels
                 rule = strategy.stop_rule(levels, seen)
-                actors.submit(pool, TrialOrder(trial_id, levels, seed, rule, failing))
+                actors.submit(pool, TrialOrder(trial_id, levels, seed, rule,
+                                               rule.failing if rule and rule.failing else failing))
                 running[pool] = levels
                 progress(f"trial {next_seq} on {pool}: {variant.key}")
                 next_seq += 1

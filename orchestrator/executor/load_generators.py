@@ -103,8 +103,10 @@ class LoadGenerator:
         threading.Thread(target=triage.warm_up, name="triage-warm-up", daemon=True).start()
 
     async def start(self, url: str, spec: WorkloadSpec, seed: int,
-                    indices: tuple[int, ...], api_key: str | None = None) -> GeneratorNode:
-        """Begin a run in the background; returns where this generator is."""
+                    indices: tuple[int, ...], api_key: str | None = None,
+                    tool_call_parser: str | None = None) -> GeneratorNode:
+        """Begin a run in the background; returns where this generator is. Leaks are triaged
+        against ``tool_call_parser``, the server's (None: not known)."""
         await self.stop()
         finished: list[SessionResult] = []
         news = asyncio.Event()
@@ -116,7 +118,7 @@ class LoadGenerator:
         self._finished, self._news = finished, news
         self._run = asyncio.create_task(
             run_stress(url, spec, seed=seed, on_session=report, indices=frozenset(indices),
-                       api_key=api_key))
+                       api_key=api_key, tool_call_parser=tool_call_parser))
         self._run.add_done_callback(lambda _: news.set())
         return GeneratorNode(str(ray.get_runtime_context().get_node_id()),
                              ray.util.get_node_ip_address())
@@ -181,6 +183,7 @@ class LoadGenerators:
     async def run_stress(
         self, url: str, spec: WorkloadSpec, *, seed: int,
         on_session: Callable[[SessionResult], bool | None], api_key: str | None = None,
+        tool_call_parser: str | None = None,
     ) -> StressResult:
         """Like ``run_stress``, with the sessions spread over the generators."""
         began = time.monotonic()
@@ -188,7 +191,7 @@ class LoadGenerators:
         shares = split(spec, self.config.count)
         actors = self._spawn(len(shares))
         try:
-            nodes = await self._start(actors, shares, url, seed, api_key)
+            nodes = await self._start(actors, shares, url, seed, api_key, tool_call_parser)
             kept, finished, decided = await self._collect(actors, on_session)
             stopped = [False] * len(actors)
             if decided:  # every generator stops: queued sessions, in-flight requests, streams
@@ -204,9 +207,11 @@ class LoadGenerators:
                             decided and len(kept) < spec.sessions, spec.slo)
 
     async def _start(self, actors: list[Any], shares: list[Share], url: str,
-                     seed: int, api_key: str | None) -> list[GeneratorNode]:
+                     seed: int, api_key: str | None,
+                     tool_call_parser: str | None = None) -> list[GeneratorNode]:
         """Start every share; where each generator is."""
-        starts = [_future(a.start.remote(url, s.spec, seed, s.indices, api_key))
+        starts = [_future(a.start.remote(url, s.spec, seed, s.indices, api_key,
+                                         tool_call_parser))
                   for a, s in zip(actors, shares, strict=True)]
         try:
             return list(await asyncio.wait_for(asyncio.gather(*starts),

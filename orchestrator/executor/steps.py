@@ -1,4 +1,5 @@
-"""A trial as a chain of named steps: apply → restart → health → prove → hooks → stress → collect.
+"""A trial as a chain of named steps: apply → restart → health → prove → hooks → stress → collect
+(``probe`` in place of ``stress`` where the campaign's workload is the user's own probe).
 
 restart, health and prove run once per service of the pool, in declared order (a router after
 the servers it routes to), and are skipped for a service the variant leaves unchanged. Each step
@@ -41,9 +42,6 @@ if TYPE_CHECKING:
 Details = dict[str, Any]
 LOG_TAIL_LINES = 20
 
-INFRASTRUCTURE_FAILURES: tuple[type[Exception], ...] = (TransportError, GeneratorFailed)
-
-
 class DeployFailed(RuntimeError):
     """The variant could not be deployed, became unhealthy or could not be proven loaded."""
 
@@ -52,6 +50,23 @@ class DeployFailed(RuntimeError):
         self.details = details or {}
 
 
+class ProbeBroken(RuntimeError):
+    """The user's probe was killed by a signal, ran past its timeout or could not be started:
+    the tool's error, never a judgement of the variant (retried as an infrastructure failure;
+    the run stops if it persists)."""
+
+    def __init__(self, message: str, details: Details | None = None) -> None:
+        super().__init__(message)
+        self.details = details or {}
+
+
+class ProbeSkipped(DeployFailed):
+    """The user's probe exited 125: the variant cannot be judged (``git bisect skip``); like a
+    deploy that fails, unresolvable after ``stored.MAX_FAILED_ATTEMPTS``."""
+
+
+INFRASTRUCTURE_FAILURES: tuple[type[Exception], ...] = (TransportError, GeneratorFailed,
+                                                         ProbeBroken)
 VARIANT_FAILURES: tuple[type[Exception], ...] = (DeployFailed, HealthTimeout, ChangeError,
                                                   VariantNotApplied)
 TRIAL_FAILURES = INFRASTRUCTURE_FAILURES + VARIANT_FAILURES  # anything else crashes the pool
@@ -237,13 +252,27 @@ class Stress:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """The user's own probe, ``runs`` times (each one session); its runs' exit status, time and
+    output are the trial's evidence (``PoolRunner.probe``)."""
+
+    name: str = "probe"
+    service: str | None = None
+
+    async def run(self, pool: PoolRunner, trial: TrialState) -> Details:
+        trial.result, trial.samples, runs = await pool.probe(trial.order)
+        return {"runs": [r.details() for r in runs], "samples": len(trial.samples),
+                "stopped_early": trial.result.stopped_early}
+
+
+@dataclass(frozen=True)
 class Collect:
     name: str = "collect"
     service: str | None = None
 
     async def run(self, pool: PoolRunner, trial: TrialState) -> Details:
         trial.logs = await asyncio.to_thread(pool.collect_logs)
-        if trial.result is not None:  # throughput, goodput, latency percentiles
+        if trial.result is not None and not pool.probing:  # throughput, goodput, latencies
             trial.performance = trial.result.performance()
         return {"log_events": len(trial.logs)}
 
@@ -251,11 +280,15 @@ class Collect:
 DEPLOY_STEPS = frozenset({"apply", "restart", "health", "prove", "hooks"})  # restart_s
 
 
-def chain(services: list[Service]) -> list[Step]:
-    """The steps of a trial on a pool with these services, in order."""
+WORKLOAD_STEPS = frozenset({"stress", "probe"})  # workload_s
+
+
+def chain(services: list[Service], probe: bool = False) -> list[Step]:
+    """The steps of a trial on a pool with these services, in order; ``probe``: the user's own
+    probe in place of the stress workload."""
     per_service: list[Step] = [step for service in services
                                for step in (Restart(service), Health(service), Prove(service))]
-    return [Apply(), *per_service, Hooks(), Stress(), Collect()]
+    return [Apply(), *per_service, Hooks(), Probe() if probe else Stress(), Collect()]
 
 
 async def run_chain(steps: list[Step], pool: PoolRunner,

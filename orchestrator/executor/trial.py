@@ -9,8 +9,10 @@ judged) or a variant failure (evidence: the variant could not be deployed or pro
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from db.records import GeneratorRow, LogRow, MetricRow, SessionRow, TrialTiming
 from deploy.render import LevelSettings
@@ -20,14 +22,19 @@ from deploy.transports.factory import Transports
 from experiments.campaign import Campaign, Pool, Service
 from experiments.collect import Sample, log_events, poll_metrics
 from experiments.secrets import SecretValues, shown
+from experiments.workload.probe import ProbeRun, ProbeSpec, probe_env, run_probe
 from experiments.workload.stress import SessionResult, StressResult, run_stress
-from orchestrator.core.evidence import Failing
+from experiments.workload.triage import pool_parser
+from orchestrator.core.evidence import Failing, variant_key
 from orchestrator.core.stats.compare import StopWhenFailing
 from orchestrator.executor.base import GeneratorRun, TrialOrder, TrialReport
 from orchestrator.executor.load_generators import LoadGenerators
 from orchestrator.executor.source_changes import SourceChanges
 from orchestrator.executor.steps import (
     DEPLOY_STEPS,
+    WORKLOAD_STEPS,
+    ProbeBroken,
+    ProbeSkipped,
     TrialState,
     chain,
     failure_of,
@@ -91,9 +98,9 @@ class PoolRunner:
         """One trial: its chain of steps (orchestrator.executor.steps), each timed and reported."""
         started = time.monotonic()
         trial = TrialState(order)
-        steps, failed = await run_chain(chain(self.pool.services), self, trial)
+        steps, failed = await run_chain(chain(self.pool.services, self.probing), self, trial)
         restart_s = sum(s.duration_s for s in steps if s.name in DEPLOY_STEPS)
-        workload_s = sum(s.duration_s for s in steps if s.name == "stress")
+        workload_s = sum(s.duration_s for s in steps if s.name in WORKLOAD_STEPS)
         if failed is not None or trial.result is None:
             timing = TrialTiming(time.monotonic() - started, restart_s, 0.0, trial.restarts)
             failure = failure_of(failed) if failed is not None else "variant"
@@ -123,11 +130,69 @@ class PoolRunner:
             raise failed
         return trial.restarts
 
+    @property
+    def probing(self) -> bool:
+        """The workload is the user's own probe (``workload: {command: ...}``)."""
+        return isinstance(self.campaign.workload, ProbeSpec)
+
+    async def probe(self, order: TrialOrder) -> tuple[StressResult, list[Sample], list[ProbeRun]]:
+        """The user's probe, ``runs`` times, each run one session; the trial's stop rule may end
+        it early. Exit 125 fails the trial as the variant's (``ProbeSkipped``: cannot be judged);
+        a signal, a timeout or a probe that cannot start fails it as the tool's
+        (``ProbeBroken``). Metrics are polled meanwhile, as under the stress workload."""
+        spec = self.campaign.workload
+        assert isinstance(spec, ProbeSpec)
+        cwd = spec.cwd or os.getcwd()  # a campaign file's is made absolute when it is loaded
+        program = spec.command[0]
+        argv = [str(Path(cwd) / program) if "/" in program else program, *spec.command[1:]]
+        base = dict(os.environ)  # the driver's (Ray's marker in it: its reaper finds the probe)
+        key = self.secrets.api_key(self.pool.api_key_env)
+        if self.pool.api_key_env is not None and key is not None:  # for a probe that calls it
+            base[self.pool.api_key_env] = key
+        runs: list[ProbeRun] = []
+        failures = 0
+        began = time.monotonic()
+        urls = {s.name: s.metrics_url for s in self.pool.services if s.metrics_url}
+        stop = asyncio.Event()
+        poller = asyncio.create_task(poll_metrics(urls, stop))
+        try:
+            for number in range(1, spec.runs + 1):
+                env = probe_env(base, variant=variant_key(order.levels), levels=order.levels,
+                                endpoint=self.pool.endpoint, pool=self.pool.name,
+                                trial_id=order.trial_id, seed=order.seed + number - 1,
+                                run=number, runs=spec.runs)
+                run = await asyncio.to_thread(run_probe, argv, cwd=cwd, env=env,
+                                              timeout_s=spec.timeout_s, run=number)
+                runs.append(run)
+                judgement = run.judgement
+                if judgement in ("skip", "error"):
+                    details = {"runs": [r.details() for r in runs], "argv": argv, "cwd": cwd,
+                               "exit_code": run.exit_code, "output": run.evidence()}
+                    if judgement == "skip":
+                        raise ProbeSkipped("the probe exited 125: the variant cannot be judged "
+                                           "(skipped, as `git bisect skip`)", details)
+                    raise ProbeBroken(f"the probe {run.status()}: an error of the probe, not a "
+                                      "judgement of the variant", details)
+                failures += run.outcome in order.failing
+                if order.stop_rule is not None and order.stop_rule.decided(failures, spec.runs):
+                    break
+        finally:
+            stop.set()
+            samples = await poller
+        sessions = tuple(
+            SessionResult(r.run - 1, f"run-{r.run}", r.outcome, 1,
+                          None if r.judgement == "good" else 1, r.evidence(), r.duration_s)
+            for r in runs)
+        return (StressResult(sessions, time.monotonic() - began, len(runs) < spec.runs),
+                samples, runs)
+
     async def stress(
         self, seed: int, rule: StopWhenFailing | None, failing: Failing
     ) -> tuple[StressResult, list[Sample]]:
         urls = {s.name: s.metrics_url for s in self.pool.services if s.metrics_url}
-        planned = self.campaign.workload.sessions
+        workload = self.campaign.workload
+        assert not isinstance(workload, ProbeSpec)  # chain() runs Probe for it
+        planned = workload.sessions
         failures = 0
 
         def decided(session: SessionResult) -> bool:
@@ -139,9 +204,11 @@ class PoolRunner:
         poller = asyncio.create_task(poll_metrics(urls, stop))
         try:
             stress = run_stress if self.generators is None else self.generators.run_stress
-            result = await stress(self.pool.endpoint, self.campaign.workload, seed=seed,
+            result = await stress(self.pool.endpoint, workload, seed=seed,
                                   on_session=decided,
-                                  api_key=self.secrets.api_key(self.pool.api_key_env))
+                                  api_key=self.secrets.api_key(self.pool.api_key_env),
+                                  tool_call_parser=pool_parser(
+                                      c.argv for c in self.applied.values()))
         finally:
             stop.set()
         return result, await poller

@@ -10,12 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from orchestrator.core.stats.exact import fisher_greater
+from orchestrator.core.stats.exact import binomial_at_most, fisher_greater
 
 Counts = tuple[int, int]  # (corrupted, judged)
 # A pass must look like known-good, not merely better than known-bad: a variant at 3/80 against
 # 0/160 (p = 0.04) is not clean, it is a weaker failure that one more trial will show.
 SUSPICION = 0.2
+# A pass must also rule out a failure this share of known-bad's rate: where two culprits made
+# known-bad fail, a variant that keeps one of them fails at about half its rate, and against
+# known-bad alone it would pass by luck (0 of 80 sessions where 5% fail: 1.6% of trials).
+WEAKER_SHARE = 0.5
 
 
 class Answer(StrEnum):
@@ -43,11 +47,15 @@ def judge(variant: Counts, good: Counts, bad: Counts, alpha: float,
     counted clean. Failing sessions finish first, so a stopped trial leans failing: a FAIL may
     rest on it (counting the unfinished clean can only weaken a FAIL), a PASS never does."""
     p_fail = fisher_greater(*(curtailed or variant), *good)
-    p_pass = fisher_greater(*bad, *variant)
+    level = alpha if pass_alpha is None else pass_alpha
+    # the weaker failure's rate: half of known-bad's, above known-good's own
+    weaker = max(WEAKER_SHARE * bad[0] / bad[1], good[0] / good[1] if good[1] else 0.0) \
+        if bad[1] else 0.0
+    p_pass = max(fisher_greater(*bad, *variant), binomial_at_most(*variant, weaker))
     suspicion = fisher_greater(*variant, *good) if curtailed else p_fail
     if p_fail <= alpha:
         answer = Answer.FAIL
-    elif p_pass <= (alpha if pass_alpha is None else pass_alpha) and suspicion > SUSPICION:
+    elif p_pass <= level and suspicion > SUSPICION:
         answer = Answer.PASS
     else:
         answer = Answer.UNKNOWN
@@ -72,6 +80,7 @@ class StopWhenFailing:
     prior: Counts  # the variant's earlier trials
     good: Counts
     alpha: float
+    failing: frozenset[str] | None = None  # the outcomes it counts, where not the target's
 
     def decided(self, corrupted: int, planned: int) -> bool:
         k0, n0 = self.prior

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scipy.stats import fisher_exact, mannwhitneyu
+from scipy.stats import binom, fisher_exact, mannwhitneyu
 
 
 def fisher_greater(k1: int, n1: int, k2: int, n2: int) -> float:
@@ -13,6 +13,14 @@ def fisher_greater(k1: int, n1: int, k2: int, n2: int) -> float:
         return 1.0
     table = [[k1, n1 - k1], [k2, n2 - k2]]
     return float(fisher_exact(table, alternative="greater").pvalue)
+
+
+def binomial_at_most(k: int, n: int, rate: float) -> float:
+    """P(at most ``k`` of ``n`` fail) at ``rate``: how likely so few failures are if the true
+    rate were that high (one-sided exact binomial)."""
+    if n <= 0 or rate <= 0.0:
+        return 1.0
+    return float(binom.cdf(k, n, min(rate, 1.0)))
 
 
 def trials_greater(rates_in: Sequence[float], rates_out: Sequence[float]) -> float:

@@ -26,6 +26,7 @@ exactly where it was, and the verdict and `bisect log` are recomputed from the s
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -38,6 +39,7 @@ from orchestrator.core.evidence import (
     target_of,
     variant_key,
 )
+from orchestrator.core.own_effect import own_effect
 from orchestrator.core.stats.compare import Answer, StopWhenFailing, reproduced
 from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.strategies.base import (
@@ -47,6 +49,8 @@ from orchestrator.core.strategies.base import (
     Unresolvable,
     not_yet_running,
 )
+from orchestrator.core.strategies.both_failures import replay_both
+from orchestrator.core.strategies.confirm import confirm
 from orchestrator.core.strategies.sequential import (
     Concluded,
     NeedTrials,
@@ -75,6 +79,13 @@ class Replay:
     reason: str = ""
     # a needed variant whose trial may stop at this p of failing instead of at alpha
     stop_at: Mapping[str, float] = field(default_factory=dict)
+    failing: Failing | None = None  # set when it bisected another failure than the target's
+    also: Replay | None = None  # the other failure known-bad shows, bisected beside the target
+
+    @property
+    def asking(self) -> Replay:
+        """The replay whose tests need the trials now (the target's first)."""
+        return self.also if self.also is not None and self.outcome is not None else self
 
 
 class Adaptive:
@@ -111,20 +122,27 @@ class Adaptive:
 
     def propose(self, done: Sequence[TrialEvidence], pending: Sequence[Levels]) -> list[
             dict[str, str]]:
-        return not_yet_running(self.replay(done).needed, pending)
+        return not_yet_running(self.replay(done).asking.needed, pending)
 
     def stop_rule(
         self, levels: Levels, done: Sequence[TrialEvidence]
     ) -> StopWhenFailing | None:
         if variant_key(levels) in (variant_key(self.good), variant_key(self.bad)):
             return None
-        cells = cells_of(done)
+        asking = self.replay(done).asking
+        failing = asking.failing or self.failing  # the failure whose test needs the trial
+        cells = cells_of([t.judged_as(failing) for t in done])
         prior = cells.get(variant_key(levels), VariantCounts())
         good = cells.get(variant_key(self.good), VariantCounts())
-        level = self.replay(done).stop_at.get(variant_key(levels), self.alpha)
-        return StopWhenFailing(prior.curtailed, good.pair, level)
+        level = asking.stop_at.get(variant_key(levels), self.alpha)
+        return StopWhenFailing(prior.curtailed, good.pair, level, failing)
 
     def replay(self, evidence: Sequence[TrialEvidence]) -> Replay:
+        """The whole procedure, for both failures (both_failures.py)."""
+        return replay_both(self, evidence)
+
+    def replay_target(self, evidence: Sequence[TrialEvidence]) -> Replay:
+        """The procedure for ``self.failing`` alone."""
         good = [t for t in evidence if variant_key(t.levels) == variant_key(self.good)]
         run = Tests(self, cells_of(evidence), len(evidence),
                     good_was_clean=not any(t.failures for t in good[:self.reproduce_trials]))
@@ -133,7 +151,11 @@ class Adaptive:
             self._reproduce(run)
             bad = dict(self.bad)
             while len(culprits) < MAX_CULPRITS:
-                culprit, spare = self._culprit_in(run, bad)
+                found, spare, several = self._culprit_in(run, bad)
+                if not found:
+                    break
+                culprit = confirm(self, run, found, bad, several=several or bool(culprits))
+                spare = [f for f in spare if f in culprit]
                 culprits.append(culprit)
                 broken = self._break(bad, culprit, spare)
                 if run.test(broken, "more culprits?") is not Answer.FAIL:
@@ -150,7 +172,7 @@ class Adaptive:
 
     def conclude(self, done: Sequence[TrialEvidence],
                  unresolvable: Sequence[Unresolvable]) -> Conclusion:
-        return conclude_replay(self.replay(done), done, self.factors, unresolvable)
+        return conclude_replay(self.replay(done), done, self.factors, unresolvable, self.good)
 
     def meeting(self, unresolvable: Sequence[Unresolvable]) -> Adaptive:
         return self  # a variant it needs that cannot be deployed stops it in its conclusion
@@ -181,19 +203,23 @@ class Adaptive:
             raise Concluded(Status.NOT_REPRODUCED,
                         f"known-bad ({bad.failures}/{bad.judged}) is not worse than known-good "
                         f"({good.failures}/{good.judged}) at alpha {self.alpha:g}")
-        run.need(self.bad, self.good)
+        # the side with fewer trials first: with one pool only the first runs, and known-bad
+        # proposed first every time would starve known-good (6 of known-bad against 2)
+        run.need(*sorted([self.bad, self.good], key=lambda v: run.counts(v).trials))
 
     def _clean(self, cell: VariantCounts) -> bool:
         return cell.judged > 0 and wilson(*cell.pair)[1] <= self.clean_rate
 
-    def _culprit_in(self, run: Tests, bad: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-        """One culprit behind ``bad``'s failure, and those of its factors whose flip alone does
-        not cure ``bad`` (another culprit shares the rest: breaking one of them keeps it)."""
+    def _culprit_in(self, run: Tests, bad: dict[str, str]
+                    ) -> tuple[dict[str, str], list[str], bool]:
+        """One culprit behind ``bad``'s failure, those of its factors whose flip alone does
+        not cure ``bad`` (another culprit shares the rest: breaking one of them keeps it), and
+        whether several culprits made ``bad`` fail (no single flip cured it)."""
         # One conjunction behind the failure (the common case): exactly its levels are the ones
         # whose single flip makes the failing variant pass. One test per factor, no ddmin.
         necessary, completion = self._necessary(run, bad, list(self.factors))
         if necessary:
-            return necessary, completion
+            return necessary, completion, False
         # Every single flip still fails: several culprits are active at once. Delta debugging
         # isolates one minimal failing set; its shared background is then scanned the same way.
         delta = [f for f in self.factors if bad[f] != self.good[f]]
@@ -206,7 +232,7 @@ class Adaptive:
         background = [f for f in self.factors if f not in delta]
         culprit = {**{f: failing[f] for f in minimal},
                    **self._necessary(run, failing, background)[0]}
-        return {f: culprit[f] for f in self.factors if f in culprit}, []
+        return {f: culprit[f] for f in self.factors if f in culprit}, [], True
 
     def _necessary(
         self, run: Tests, failing: dict[str, str], factors: Sequence[str]
@@ -241,8 +267,8 @@ class Adaptive:
                     completion = self._ddmin(run, rest, lambda subset: {
                         **sufficient, **{f: failing[f] for f in subset}})
                 found |= more | {f: failing[f] for f in completion}
-        elif let_go:
-            found = self._scan(run, failing, let_go, look=False)[0]
+        # No flip passed and the rest looked failing: most often several culprits are active
+        # at once, and proving every flip failing would buy nothing delta debugging needs.
         return {f: found[f] for f in factors if f in found}, completion
 
     def _scan(self, run: Tests, failing: dict[str, str], factors: Sequence[str], *,
@@ -313,27 +339,43 @@ def conclude_replay(
     evidence: Sequence[TrialEvidence],
     factors: Mapping[str, Sequence[str]],
     unresolvable: Sequence[Unresolvable] = (),
+    good: Levels | None = None,
 ) -> Conclusion:
-    """The adaptive strategy's conclusion, with each culprit measured on every explored cell."""
+    """The adaptive strategy's conclusion, with each culprit measured on every explored cell
+    and, where ``good`` is given, on its own (the culprit alone against its neighbours)."""
     log = tuple(
         {"phase": s.phase, "levels": dict(s.levels), "answer": s.answer,
          "corrupted": s.failures, "sessions": s.judged, "unfinished": s.unfinished,
          "trials": s.trials, "p_fail": s.p_fail, "p_pass": s.p_pass}
-        for s in replay.trail
+        for s in (*replay.trail, *(replay.also.trail if replay.also else ()))
     )
     blocked = {variant_key(u.levels): u for u in unresolvable}
-    stuck = [blocked[variant_key(v)] for v in replay.needed if variant_key(v) in blocked]
+    asking = replay.asking
+    stuck = [blocked[variant_key(v)] for v in asking.needed if variant_key(v) in blocked]
     if stuck:
         levels = ",".join(f"{f}={lvl}" for f, lvl in stuck[0].levels.items())
         status = Status.INCONCLUSIVE
         reason = f"cannot go on: {levels} could not be deployed: {stuck[0].error.splitlines()[0]}"
-    elif replay.outcome is None:
+    elif replay.outcome is None or asking.outcome is None:
         status, reason = Status.INCONCLUSIVE, UNFINISHED
     else:
         status, reason = replay.outcome, replay.reason
-    # Effects are measured on full trials only: a trial stopped early ends with its corrupt
-    # sessions (they finish first), so its rate says "failing", not "how much".
-    _, full = judged_cells([t for t in evidence if not t.stopped_early], factors)
-    culprits: tuple[Culprit, ...] = tuple(measure(c, full) for c in replay.culprits) \
-        if status is Status.CULPRIT else ()
-    return Conclusion(status, reason, culprits, log)
+    also = None
+    if replay.also is not None and replay.also.outcome is not None:
+        also = conclude_replay(replay.also, evidence, factors, (), good)
+        reason = f"{reason}; {target_of(also.failing or CORRUPTING)}: {also.reason}"
+    culprits = _measured(replay, evidence, factors, good) if status is Status.CULPRIT else ()
+    return Conclusion(status, reason, culprits, log, failing=replay.failing, also=also)
+
+
+def _measured(replay: Replay, evidence: Sequence[TrialEvidence],
+              factors: Mapping[str, Sequence[str]], good: Levels | None) -> tuple[Culprit, ...]:
+    # Effects over every cell are measured on full trials only: a trial stopped early ends
+    # with its failing sessions (they finish first), so its rate says "failing", not "how much".
+    failing = replay.failing or CORRUPTING
+    judged = [t.judged_as(failing) for t in evidence] if replay.failing else list(evidence)
+    _, full = judged_cells([t for t in judged if not t.stopped_early], factors)
+    return tuple(
+        dataclasses.replace(measure(c, full),
+                            own=own_effect(c, good, evidence, failing) if good else None)
+        for c in replay.culprits)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from orchestrator.core.evidence import Levels, TrialEvidence, variant_key
+from orchestrator.core.evidence import Failing, Levels, TrialEvidence, variant_key
 from orchestrator.core.stats.compare import StopWhenFailing
 
 if TYPE_CHECKING:
@@ -55,6 +55,11 @@ class Conclusion:
     log: tuple[dict[str, Any], ...] = ()  # the decision trail, where the strategy keeps one
     design: Design | None = None  # a factorial campaign's design: what its runs can tell apart
     commits: Mapping[str, Any] | None = None  # a commit search: first bad commit(s), skips
+    # what the culprits explain, where not the campaign's target: a corruption campaign whose
+    # known-bad only wedged bisected the wedging (the verdict's `target` says so)
+    failing: Failing | None = None
+    # the other failure known-bad showed, concluded beside the target (its own `failing`)
+    also: Conclusion | None = None
 
 
 class Strategy(Protocol):

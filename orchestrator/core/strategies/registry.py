@@ -78,7 +78,9 @@ def _commits(campaign: Campaign, plan: CommitsConfig) -> Commits:
     assert campaign.commits is not None and campaign.commits.resolved  # validated, expanded
     return Commits(list(campaign.commits.resolved), sessions=campaign.workload.sessions,
                    alpha=plan.alpha, max_trials=plan.max_trials,
-                   reproduce_trials=plan.reproduce_trials, background=campaign.commits.levels)
+                   reproduce_trials=plan.reproduce_trials, background=campaign.commits.levels,
+                   described={sha: (d.subject, d.author)
+                              for sha, d in campaign.commits.described.items()})
 
 
 register(FactorialConfig, _factorial)

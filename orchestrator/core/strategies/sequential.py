@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from orchestrator.core.evidence import TrialEvidence, variant_key
-from orchestrator.core.stats.compare import Answer, Counts, Judgement, judge
+from orchestrator.core.stats.compare import SUSPICION, Answer, Counts, Judgement, judge
 from orchestrator.core.stats.exact import fisher_greater
 from orchestrator.core.strategies.base import Status
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 # against known-good's clean 0 of 160 gives p = 1/3. It proves nothing; the caller proves it
 # later (the sufficiency test).
 LOOKS_FAILING = 0.35
+NEVER_STOP = -1.0  # a trial that must run to its end (a p-value is never below it)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class VariantCounts:
     trials: int = 0
     unfinished: int = 0  # planned sessions of trials stopped early that never finished
     stopped: Counts = (0, 0)  # what the trials stopped early had judged
+    stopped_trials: int = 0
     first: tuple[int, int, int] = (0, 0, 0)  # the first trial alone (what a look saw):
     # failures, judged, unfinished
 
@@ -67,6 +69,10 @@ class VariantCounts:
         """Full trials only: a trial stopped early ended with its failing sessions, which
         finish first, so its share of failures is no rate."""
         return (self.failures - self.stopped[0], self.judged - self.stopped[1])
+
+    @property
+    def full_trials(self) -> int:
+        return self.trials - self.stopped_trials
 
     @property
     def curtailed(self) -> Counts:
@@ -86,6 +92,7 @@ def cells_of(evidence: Sequence[TrialEvidence]) -> dict[str, VariantCounts]:
         if trial.stopped_early:
             cell.unfinished += trial.unfinished
             cell.stopped = (cell.stopped[0] + trial.failures, cell.stopped[1] + trial.judged)
+            cell.stopped_trials += 1
     return cells
 
 
@@ -102,13 +109,18 @@ class Tests:
     def counts(self, levels: Mapping[str, str]) -> VariantCounts:
         return self.cells.get(variant_key(levels), VariantCounts())
 
-    def test(self, levels: dict[str, str], phase: str, *, look: bool = False) -> Answer:
+    def test(self, levels: dict[str, str], phase: str, *, look: bool = False,
+             against: Mapping[str, str] | None = None) -> Answer:
         """FAIL or PASS; once the variant's trial budget is spent, PASS on the evidence at hand
         when it is clearly better than known-bad and not worse than known-good, else UNKNOWN.
 
         ``look``: the variant's first trial may stop as soon as it looks failing, and a variant
         whose first trial does is let go as UNKNOWN ("looks failing") for the caller to prove,
-        whatever trials it had since (a replay makes the same decisions every time)."""
+        whatever trials it had since (a replay makes the same decisions every time).
+
+        ``against``: the failing variant a PASS must be clearly better than (known-bad unless
+        told): where several culprits made known-bad fail, a variant holding one of them fails
+        at that one's lower rate, and would pass against known-bad by luck far more often."""
         s = self.strategy
         cell = self.counts(levels)
         known = {variant_key(s.bad): Answer.FAIL, variant_key(s.good): Answer.PASS}
@@ -120,7 +132,11 @@ class Tests:
         stop_at = {variant_key(levels): LOOKS_FAILING} if look and not cell.trials else {}
         if cell.trials < s.min_trials:
             self.need(levels, stop_at=stop_at)
-        good, bad = self.counts(s.good), self.counts(s.bad)
+        good, bad = self.counts(s.good), self.counts(s.bad if against is None else against)
+        if against is not None and not bad.pair[1]:
+            # a reference is a rate: it needs a full trial (one stopped at its failures, which
+            # finish first, understates how clean the rest would have been)
+            self.need(dict(against), stop_at={variant_key(against): NEVER_STOP})
         if look and (seen := self._look(levels, phase, cell, good)) is not None:
             return seen
         pass_alpha = s.pass_alpha(good)
@@ -128,7 +144,7 @@ class Tests:
                   cell.curtailed if cell.unfinished else None)
         answer, said = j.answer, j.answer.value
         if answer is Answer.UNKNOWN:
-            more = self._next_for(levels, cell, good, bad, j)
+            more = self._next_for(levels, cell, good, bad, j, against or s.bad)
             if more:
                 self.need(*more)
             if j.p_pass <= pass_alpha and j.p_fail > s.alpha:
@@ -154,17 +170,22 @@ class Tests:
         return answer
 
     def _next_for(self, levels: dict[str, str], cell: VariantCounts, good: VariantCounts,
-                  bad: VariantCounts, j: Judgement) -> list[dict[str, str]]:
+                  bad: VariantCounts, j: Judgement, against: Mapping[str, str],
+                  ) -> list[dict[str, str]]:
         """What would settle an UNKNOWN best: a reference with fewer trials than the variant is
         the weak side of a comparison the variant already wins (a variant clearly better than
         known-bad is held back only by known-good's small sample, and the other way round), so
-        it gets the trial; otherwise the variant does, up to its budget."""
+        it gets the trial; otherwise the variant does, up to its budget. A variant that leans
+        failing against a known-good of fewer trials is held back by that sample too (15 of
+        480 where 5% fail, against 0 of 160, is p = 0.013)."""
         s = self.strategy
         most = min(cell.trials, s.max_trials_per_variant)
-        if j.p_pass <= s.pass_alpha(good) and good.trials < most:
+        if (j.p_pass <= s.pass_alpha(good) or j.p_fail <= SUSPICION) and good.trials < most:
             return [dict(s.good)]
-        if j.p_fail > s.alpha and bad.trials < most:
-            return [dict(s.bad)]
+        if j.p_fail > s.alpha and bad.full_trials < most:
+            if variant_key(against) != variant_key(s.bad):
+                self.need(dict(against), stop_at={variant_key(against): NEVER_STOP})
+            return [dict(against)]
         return [levels] if cell.trials < s.max_trials_per_variant else []
 
     def need(self, *variants: dict[str, str], stop_at: Mapping[str, float] | None = None,

@@ -1,0 +1,314 @@
+"""Calibration benchmark: is the confidence a verdict states honest? (git-bayesect's habit.)
+
+Commit posterior: a simulated commit range (first bad commit at a random index, a failure rate
+before it and another from it on, 80 sessions a trial) is bisected by the ``commits`` strategy
+on the driver's own loop with one pool (bench/simulated.py: the store, the verdict as `bisect
+verdict` recomputes it). The verdict states a probability for the commit it names
+(``commits.posterior``: the posterior mass of the named commit, or of a skipped run; the reason
+says "first bad commit: abc123 'subject' (author), posterior 0.973"). Over many seeds, a
+verdict stated at p should be wrong about 1 - p of the time: verdicts are binned by stated
+probability and each bin's observed wrong rate is given with its Wilson interval. At every step
+of every run, the reliability check compares the posterior's largest mass with how often that
+commit is the true one.
+
+Adaptive: a verdict names culprits after sequential tests at alpha = 0.01 and gives each a
+p-value; it states no probability of its own. Over the strategy benchmark's scenarios
+(bench/scenarios.py, the adaptive contender of bench/contenders.py), how often is a named
+culprit set wrong, against the 1 - alpha such a test promises for each of its answers?
+
+    .venv/bin/python -m bench.calibration [--seeds 200] [--sizes 16,64,256]
+        [--noise 0-10,2-8,0-3] [--adaptive-seeds 50] [--workers 2] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import random
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.scenarios import ALPHA, COST, ROUNDS, SESSIONS, Pool, Scenario, scenarios
+from bench.simulated import SimulatedPools
+from db.store import Store
+from experiments.campaign import Campaign
+from orchestrator.core.stats.proportions import wilson
+from orchestrator.core.strategies.base import Status
+from orchestrator.core.strategies.commits import posterior
+from orchestrator.core.verdict import Verdict
+from orchestrator.executor.driver import drive
+from orchestrator.stored import evidence, verdict_of
+
+# Failure rates before and after the first bad commit: a clean baseline, a noisy one, a faint
+# change.
+NOISE = {"0-10": (0.0, 0.10), "2-8": (0.02, 0.08), "0-3": (0.0, 0.03)}
+SIZES = (16, 64, 256)
+BINS = ((0.95, 0.99), (0.99, 1.0))  # [0.95, 0.99) and [0.99, 1]: the last includes 1
+RELIABILITY = (0.0, 0.5, 0.8, 0.9, 0.95, 0.99, 1.0)  # bins of the largest mass, every step
+
+
+@dataclass(frozen=True)
+class CommitRun:
+    size: int
+    noise: str
+    seed: int
+    first_bad: int  # the true index (0 is the known-good commit)
+    status: str
+    named: tuple[int, ...]  # the indices the verdict names (a skipped run: several)
+    stated: float  # the probability the verdict states for them; the largest mass otherwise
+    trials: int
+    steps: tuple[tuple[float, bool], ...]  # after each trial: largest mass, is it the truth
+
+    @property
+    def wrong(self) -> bool:
+        return self.first_bad not in self.named
+
+
+def _shas(size: int, seed: int) -> list[str]:
+    return [hashlib.sha1(f"{seed}/{i}".encode()).hexdigest()[:12] for i in range(size)]
+
+
+def commit_campaign(shas: Sequence[str]) -> Campaign:
+    """A resolved commit range as `bisect commits` stores it, each commit an env level (the
+    simulated pool reads only the names), on one pool."""
+    return Campaign.model_validate({
+        "name": f"calibration: {len(shas)} commits",
+        "nodes": [{"name": "local", "transport": "local", "workdir": "/nonexistent"}],
+        "pools": [{"name": "pool-1", "endpoint": "http://127.0.0.1:9", "services": [{
+            "name": "server-1", "node": "local", "start": ["true"],
+            "health_url": "http://127.0.0.1:9/health"}]}],
+        "factors": [{"name": "commit", "levels": {sha: {"env": {"COMMIT": sha}}
+                                                  for sha in shas}}],
+        "workload": {"sessions": SESSIONS, "rounds": ROUNDS, "seed": 1},
+        "strategy": {"kind": "commits"},
+        "cost": {"restart_s": COST.restart_s, "workload_s": COST.workload_s, "gpus": COST.gpus},
+        "commits": {"tree": "/nonexistent", "good": shas[0], "bad": shas[-1],
+                    "resolved": list(shas)},
+    })
+
+
+def commit_run(store: Store, size: int, noise: str, seed: int) -> CommitRun:
+    """One simulated range bisected on the real loop, to its stored verdict."""
+    before, after = NOISE[noise]
+    first_bad = random.Random(f"first bad {size} {noise} {seed}").randint(1, size - 1)
+    shas = _shas(size, seed)
+    index = {sha: i for i, sha in enumerate(shas)}
+    pool = Pool(lambda lv: after if index[lv["commit"]] >= first_bad else before,
+                seed * 1_000_003 + size)
+    campaign_id = f"commits {size} {noise} {seed}"
+    campaign = commit_campaign(shas)
+    store.create_campaign(campaign_id, campaign.name, campaign.model_dump(mode="json"), "bench")
+    drive(store, campaign_id, campaign, SimulatedPools(pool))
+    verdict = verdict_of(store, campaign_id)
+    # The posterior after each trial, in the order they ran: the reliability check.
+    k, n, steps = [0] * size, [0] * size, []
+    for trial in evidence(store.trials(campaign_id), planned=SESSIONS):
+        i = index[trial.levels["commit"]]
+        k[i] += trial.failures
+        n[i] += trial.judged
+        post = posterior(k, n)
+        steps.append((float(post.max()), int(post.argmax()) == first_bad))
+    assert verdict.commits is not None
+    named = tuple(index[sha] for sha in verdict.commits["first_bad"])
+    stated = float(verdict.commits["posterior"]) if named else steps[-1][0] if steps else 0.0
+    return CommitRun(size, noise, seed, first_bad, str(verdict.status), named, stated,
+                     len(verdict.trials), tuple(steps))
+
+
+def _commit_batch(job: tuple[int, str, Sequence[int]]) -> list[CommitRun]:
+    size, noise, seeds = job
+    with tempfile.TemporaryDirectory(prefix="bisect-calibration-") as folder:
+        store = Store.open(str(Path(folder) / "calibration.db"))
+        try:
+            return [commit_run(store, size, noise, seed) for seed in seeds]
+        finally:
+            store.close()
+
+
+def commit_runs(sizes: Iterable[int], noises: Iterable[str], seeds: int,
+                workers: int = 1) -> list[CommitRun]:
+    """Every (size, noise) setting, ``seeds`` runs each, split over ``workers`` processes."""
+    chunk = max(1, seeds // max(1, 4 * workers))
+    jobs = [(size, noise, range(start, min(seeds, start + chunk)))
+            for size in sizes for noise in noises for start in range(0, seeds, chunk)]
+    if workers <= 1:
+        batches = [_commit_batch(job) for job in jobs]
+    else:
+        with ProcessPoolExecutor(workers) as executor:
+            batches = list(executor.map(_commit_batch, jobs))
+    return [run for batch in batches for run in batch]
+
+
+def rate(wrong: int, total: int) -> dict[str, Any]:
+    """A wrong rate with its 95% Wilson interval."""
+    low, high = wilson(wrong, total)
+    return {"n": total, "wrong": wrong, "rate": wrong / total if total else None,
+            "wilson95": [low, high]}
+
+
+def in_bin(p: float, low: float, high: float) -> bool:
+    return low <= p < high or (high == 1.0 and p == 1.0)
+
+
+def binned(points: Sequence[tuple[float, bool]], bins: Sequence[tuple[float, float]]
+           ) -> list[dict[str, Any]]:
+    """For (stated probability, wrong) points: per bin, the wrong rate against the stated one."""
+    rows = []
+    for low, high in bins:
+        inside = [(p, w) for p, w in points if in_bin(p, low, high)]
+        rows.append({"bin": [low, high], **rate(sum(w for _, w in inside), len(inside)),
+                     "mean_stated": float(np.mean([p for p, _ in inside])) if inside else None})
+    return rows
+
+
+def summary(runs: Sequence[CommitRun]) -> dict[str, Any]:
+    """The commit posterior's figures, per setting and over all."""
+    def figures(group: Sequence[CommitRun]) -> dict[str, Any]:
+        named = [r for r in group if r.status == Status.CULPRIT]
+        points = [(r.stated, r.wrong) for r in named]
+        steps = [(p, not truth) for r in group for p, truth in r.steps]
+        return {
+            "runs": len(group), "culprit": len(named),
+            "not_reproduced": sum(r.status == Status.NOT_REPRODUCED for r in group),
+            "inconclusive": sum(r.status == Status.INCONCLUSIVE for r in group),
+            "median_trials": float(np.median([r.trials for r in group])) if group else None,
+            "stated_at_least_095": rate(sum(w for p, w in points if p >= 0.95),
+                                        sum(p >= 0.95 for p, _ in points)),
+            "bins": binned(points, BINS),
+            "reliability": binned(steps, list(itertools.pairwise(RELIABILITY))),
+        }
+    settings = dict.fromkeys((r.size, r.noise) for r in runs)
+    return {"overall": figures(runs),
+            "settings": [{"size": size, "noise": noise,
+                          **figures([r for r in runs if (r.size, r.noise) == (size, noise)])}
+                         for size, noise in settings]}
+
+
+def adaptive_scenario(store: Store, scenario: Scenario, seeds: int) -> dict[str, Any]:
+    """How often the adaptive contender's named culprit set is wrong, over ``seeds`` seeds."""
+    from bench.contenders import CONTENDERS
+    from bench.simulated import run_strategy
+
+    truth = sorted(tuple(sorted(c.items())) for c in scenario.culprits)
+    named = wrong = cleared = cleared_wrong = 0
+    p_values: list[float] = []
+    for seed in range(seeds):
+        pool = scenario.pool(seed)
+        verdicts: list[Verdict] = []
+
+        def loop(strategy: dict[str, Any], pool: Any = pool, seed: int = seed,
+                 verdicts: list[Verdict] = verdicts) -> Verdict:
+            verdicts.append(run_strategy(store, f"{scenario.name} / adaptive / {seed}",
+                                         scenario, strategy, pool, 2))
+            return verdicts[-1]
+
+        found = CONTENDERS["adaptive"](scenario, pool, loop)
+        if found:  # a culprit set named
+            named += 1
+            wrong += sorted(tuple(sorted(c.items())) for c in found) != truth
+            p_values += [c.p_value for c in verdicts[-1].culprits]
+        elif found == []:  # "nothing to blame": the bad variant is not reproduced
+            cleared += 1
+            cleared_wrong += bool(truth)
+    return {"scenario": scenario.name, "seeds": seeds, "named": rate(wrong, named),
+            "nothing_to_blame": rate(cleared_wrong, cleared), "stated": 1 - ALPHA,
+            "max_p_value": max(p_values) if p_values else None}
+
+
+def adaptive_runs(seeds: int, names: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Per scenario of the strategy benchmark (those whose name contains one of ``names``)."""
+    with tempfile.TemporaryDirectory(prefix="bisect-calibration-") as folder:
+        store = Store.open(str(Path(folder) / "adaptive.db"))
+        try:
+            return [adaptive_scenario(store, scenario, seeds) for scenario in scenarios()
+                    if not names or any(name in scenario.name for name in names)]
+        finally:
+            store.close()
+
+
+def _pct(figure: dict[str, Any]) -> str:
+    if not figure["n"]:
+        return "–"
+    low, high = figure["wilson95"]
+    return f"{figure['rate']:.1%} ({figure['wrong']}/{figure['n']}; {low:.1%}–{high:.1%})"
+
+
+def tables(result: dict[str, Any]) -> str:
+    """The Markdown tables of BENCHMARKS.md."""
+    lines = []
+    if "commits" in result:
+        head = ["commits", "noise", "culprit / not reproduced / inconclusive", "median trials",
+                "wrong, stated [0.95, 0.99)", "wrong, stated [0.99, 1]", "wrong, stated ≥ 0.95"]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        settings = result["commits"]["settings"] + [
+            {"size": "all", "noise": "all", **result["commits"]["overall"]}]
+        for s in settings:
+            noise = s["noise"] if s["noise"] == "all" else \
+                "{:g}% → {:g}%".format(*(100 * r for r in NOISE[s["noise"]]))
+            lines.append("| " + " | ".join([
+                str(s["size"]), noise,
+                f"{s['culprit']} / {s['not_reproduced']} / {s['inconclusive']} of {s['runs']}",
+                f"{s['median_trials']:g}", *(_pct(b) for b in s["bins"]),
+                _pct(s["stated_at_least_095"])]) + " |")
+        lines += ["", "| largest posterior mass, after each trial | steps | mean stated | "
+                      "its commit is not the first bad one |", "|---|---|---|---|"]
+        for b in result["commits"]["overall"]["reliability"]:
+            stated = "–" if b["mean_stated"] is None else f"{b['mean_stated']:.3f}"
+            lines.append(f"| [{b['bin'][0]:g}, {b['bin'][1]:g}{']' if b['bin'][1] == 1 else ')'}"
+                         f" | {b['n']} | {stated} | {_pct(b)} |")
+    if "adaptive" in result:
+        lines += ["", "| scenario | seeds | named culprits wrong | \"nothing to blame\" wrong | "
+                      "largest stated p |", "|---|---|---|---|---|"]
+        for row in result["adaptive"]:
+            p = "–" if row["max_p_value"] is None else f"{row['max_p_value']:.2g}"
+            lines.append(f"| {row['scenario']} | {row['seeds']} | {_pct(row['named'])} | "
+                         f"{_pct(row['nothing_to_blame'])} | {p} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=200, help="runs per commit-range setting")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)),
+                        help="commit range sizes, comma-separated ('' for none)")
+    parser.add_argument("--noise", default=",".join(NOISE),
+                        help=f"noise settings, comma-separated, of {', '.join(NOISE)}")
+    parser.add_argument("--adaptive-seeds", type=int, default=50,
+                        help="seeds per scenario for the adaptive strategy (0: none)")
+    parser.add_argument("--scenarios", default="",
+                        help="only the scenarios whose name contains one of these (comma)")
+    parser.add_argument("--workers", type=int, default=2, help="processes for the commit runs")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    result: dict[str, Any] = {}
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    noises = [s for s in args.noise.split(",") if s]
+    if unknown := set(noises) - set(NOISE):
+        parser.error(f"unknown noise setting(s): {', '.join(sorted(unknown))}")
+    if sizes and noises and args.seeds:
+        runs = commit_runs(sizes, noises, args.seeds, args.workers)
+        result["commits"] = summary(runs)
+        result["commit_runs"] = [asdict(r) for r in runs]
+    if args.adaptive_seeds:
+        result["adaptive"] = adaptive_runs(args.adaptive_seeds,
+                                           [s for s in args.scenarios.split(",") if s])
+    print(f"({args.seeds} seeds per commit setting, {args.adaptive_seeds} per adaptive "
+          f"scenario, {time.monotonic() - started:.0f} s)\n")
+    print(tables(result))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(result, out, indent=2)
+
+
+if __name__ == "__main__":
+    main()

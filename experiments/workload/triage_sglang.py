@@ -1,0 +1,119 @@
+"""SGLang's side of leak triage: its ``--tool-call-parser`` names, their detectors, one parse.
+
+Which detector class a ``--tool-call-parser`` name runs is SGLang's own table,
+``FunctionCallParser.ToolCallParserEnum``. Its module imports xgrammar and transformers (seconds,
+and not in the ``sglang`` extra), so the table is read from that module's source, not imported;
+the detectors triage uses are then imported one by one (their modules are light). Nothing here
+raises for a missing or broken sglang: ``load()`` says why instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import importlib.util
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TABLE_MODULE = "sglang/srt/function_call/function_call_parser.py"
+TABLE_CLASS, TABLE_NAME = "FunctionCallParser", "ToolCallParserEnum"
+# The detectors triage asks: the DeepSeek ones (what FACTS.md's models emit) and hermes (the
+# generic <tool_call>). Any other parser a server runs is not judged against (``known``).
+GENERIC = ("hermes",)
+
+Calls = list[dict[str, Any]]
+
+
+def _source_root() -> Path | None:
+    """Where the sglang package lies, found without importing it (a broken one raises)."""
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@functools.cache
+def parser_table() -> dict[str, tuple[str, str]]:
+    """``--tool-call-parser`` name -> (module, class), as ToolCallParserEnum maps them; {} when
+    sglang is absent or its table cannot be read."""
+    root = _source_root()
+    path = root.parent / TABLE_MODULE if root is not None else None
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8")) if path is not None else None
+    except (OSError, SyntaxError, ValueError):
+        tree = None
+    if tree is None:
+        return {}
+    modules = {alias.asname or alias.name: node.module
+               for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+               for alias in node.names}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ClassDef) and node.name == TABLE_CLASS):
+            continue
+        for item in node.body:
+            target = item.target if isinstance(item, ast.AnnAssign) else (
+                item.targets[0] if isinstance(item, ast.Assign) else None)
+            value = item.value if isinstance(item, ast.AnnAssign | ast.Assign) else None
+            if isinstance(target, ast.Name) and target.id == TABLE_NAME \
+                    and isinstance(value, ast.Dict):
+                return {key.value: (modules[cls.id], cls.id)
+                        for key, cls in zip(value.keys, value.values, strict=True)
+                        if isinstance(key, ast.Constant) and isinstance(key.value, str)
+                        and isinstance(cls, ast.Name) and cls.id in modules}
+    return {}
+
+
+def triage_parsers(table: dict[str, tuple[str, str]]) -> tuple[str, ...]:
+    """The names triage tries, in the table's order: every DeepSeek detector, then hermes."""
+    deepseek = [name for name, (module, _) in table.items()
+                if module.rsplit(".", 1)[-1].startswith("deepseek")]
+    return (*deepseek, *(name for name in GENERIC if name in table))
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """One import of SGLang's detectors: their classes by parser name, or why there are none."""
+
+    detectors: dict[str, type] | None
+    error: str | None
+
+    def parse(self, names: list[str], text: str, tools: list[dict[str, Any]]
+              ) -> dict[str, Calls]:
+        """What each named detector's one-shot ``detect_and_parse`` recovers from ``text``."""
+        assert self.detectors is not None
+        from sglang.srt.entrypoints.openai.protocol import Tool
+
+        sgl_tools = [Tool.model_validate(tool) for tool in tools]  # once for every detector
+        found: dict[str, Calls] = {}
+        for name in names:
+            result = self.detectors[name]().detect_and_parse(text, sgl_tools)  # fresh: stateful
+            found[name] = [{"name": call.name, "arguments": json.loads(call.parameters or "{}")}
+                           for call in result.calls]
+        return found
+
+
+@functools.cache
+def load() -> Loaded:
+    """Import the detectors of ``triage_parsers`` once. Any failure (absent, partial install, a
+    missing torch or triton, a crash at import) is an error string, never an exception."""
+    table = parser_table()
+    names = triage_parsers(table)
+    if not names:
+        return Loaded(None, "sglang's parser table (FunctionCallParser.ToolCallParserEnum) "
+                      "was not found: is sglang installed?")
+    try:
+        importlib.import_module("sglang.srt.entrypoints.openai.protocol")
+        detectors = {name: getattr(importlib.import_module(table[name][0]), table[name][1])
+                     for name in names}
+    except Exception as exc:  # ImportError, or whatever a half-installed sglang raises
+        return Loaded(None, f"{type(exc).__name__}: {exc}")
+    # The detectors log every dropped invoke; a leak triage expects those, so keep them quiet.
+    logging.getLogger("sglang.srt.function_call").setLevel(logging.CRITICAL)
+    return Loaded(detectors, None)

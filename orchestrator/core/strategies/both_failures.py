@@ -1,0 +1,88 @@
+"""Both failures, always: every adaptive campaign watches corruption and wedging.
+
+The campaign's target is bisected first. Where known-bad does not reproduce it but clearly
+shows the other failure, the other is bisected instead (or the reason says exactly why not,
+with the counts of timeouts, errors and wedge log lines); where the target was bisected and
+known-bad's stored trials show the other failure too, the other is bisected beside it. Each is
+its own replay, on the same trials judged against its own failing set, so evidence is shared:
+the other failure adds only the trials its own tests still need.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from experiments.outcomes import WEDGE_LOG_KINDS
+from orchestrator.core.evidence import CORRUPTING, WEDGING, TrialEvidence, target_of, variant_key
+from orchestrator.core.stats.compare import Answer, reproduced
+from orchestrator.core.strategies.base import Status
+from orchestrator.core.strategies.sequential import Step, cells_of
+
+if TYPE_CHECKING:
+    from orchestrator.core.strategies.adaptive import Adaptive, Replay
+
+
+def replay_both(strategy: Adaptive, evidence: Sequence[TrialEvidence]) -> Replay:
+    """The target's replay, with the other failure's where known-bad shows it."""
+    first = strategy.replay_target(evidence)
+    other = copy.copy(strategy)  # the same strategy (a subclass too), judging the other failure
+    other.failing = WEDGING if strategy.failing == CORRUPTING else CORRUPTING
+    seen = [t.judged_as(other.failing) for t in evidence]
+    if first.outcome is Status.NOT_REPRODUCED:
+        return _instead(strategy, other, evidence, seen, first)
+    if first.outcome is None or not _shows(other, seen):
+        return first
+    second = _named(other.replay_target(seen), other)
+    return dataclasses.replace(first, also=second)
+
+
+def _shows(strategy: Adaptive, seen: Sequence[TrialEvidence]) -> bool:
+    """Known-bad's stored trials reproduce this failure already (no trial is added to ask)."""
+    cells = cells_of(seen)
+    bad, good = cells.get(variant_key(strategy.bad)), cells.get(variant_key(strategy.good))
+    return bad is not None and good is not None and \
+        reproduced(bad.pair, good.pair, strategy.alpha)[0] is Answer.FAIL
+
+
+def _named(replay: Replay, strategy: Adaptive) -> Replay:
+    """Its trail lines named by the failure they test (`wedging: flip f3`)."""
+    name = target_of(strategy.failing)
+    trail = tuple(dataclasses.replace(step, phase=f"{name}: {step.phase}")
+                  for step in replay.trail)
+    return dataclasses.replace(replay, trail=trail, failing=strategy.failing)
+
+
+def _instead(target: Adaptive, other: Adaptive, evidence: Sequence[TrialEvidence],
+             seen: Sequence[TrialEvidence], replay: Replay) -> Replay:
+    """The target was not reproduced: bisect the other failure if known-bad clearly shows it
+    (its own replay, on the same trials), or say why not."""
+    counts = _counts(target, evidence)
+    if not _any_of(other, seen):
+        return dataclasses.replace(replay, reason=f"{replay.reason}; {counts}")
+    bisected = _named(other.replay_target(seen), other)
+    trail: tuple[Step, ...] = (*replay.trail, *bisected.trail)
+    if bisected.outcome is Status.NOT_REPRODUCED:
+        return dataclasses.replace(replay, trail=trail, reason=(
+            f"{replay.reason}; {counts}, not worse than known-good's: {bisected.reason}"))
+    reason = bisected.reason and (f"{replay.reason}; {counts}: bisected the "
+                                  f"{target_of(other.failing)}: {bisected.reason}")
+    return dataclasses.replace(bisected, trail=trail, reason=reason)
+
+
+def _any_of(strategy: Adaptive, seen: Sequence[TrialEvidence]) -> bool:
+    bad = [t for t in seen if variant_key(t.levels) == variant_key(strategy.bad)]
+    return any(t.failures for t in bad)
+
+
+def _counts(strategy: Adaptive, evidence: Sequence[TrialEvidence]) -> str:
+    """What known-bad showed of both failures, for a reason."""
+    bad = [t for t in evidence if variant_key(t.levels) == variant_key(strategy.bad)]
+    timeouts = sum(t.counts.get("timeout", 0) for t in bad)
+    errors = sum(t.counts.get("error", 0) for t in bad)
+    logged = sum(t.events.get(kind, 0) for t in bad for kind in WEDGE_LOG_KINDS)
+    corrupt = sum(t.judged_as(CORRUPTING).failures for t in bad)
+    return (f"known-bad: {corrupt} corrupt, {timeouts} timeouts, {errors} errors, {logged} "
+            f"wedge log lines in {sum(t.sessions for t in bad)} sessions")
