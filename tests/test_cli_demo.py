@@ -96,6 +96,15 @@ def test_every_reading_command_prints_strict_json(demo: Demo) -> None:
     verdict = strict(demo.bisect("verdict", "last", *store, "--json").stdout)
     assert verdict["campaign"] == demo.campaign_id and verdict["status"] == "culprit"
     assert verdict["store"] == demo.document["store"]
+    # the culprit measured on its own (alone on known-good's background), in words and JSON
+    own = verdict["culprits"][0]["own"]
+    assert own["variant_with"] == "cuda_graph=on,hicache=on,index_k=bf16,topk_v2=on"
+    kind, counted = next(iter(own["outcomes"].items()))
+    assert kind in ("leak", "no_tool", "lost_plot", "bad_args") and counted["with"] > 0
+    said = demo.bisect("verdict", "last", *store).stdout
+    assert f"alone: {own['rate_with']:.1%} vs {own['rate_without']:.1%}" in said
+    assert f"{kind} {counted['with']} vs {counted['without']}" in said
+    assert set(verdict["failures"]) == {"corruption", "wedging"}
     trail = strict(demo.bisect("log", demo.campaign_id[:15], *store, "--json").stdout)
     assert trail == demo.document["log"]
     trials = strict(demo.bisect("show", "last", *store, "--json").stdout)

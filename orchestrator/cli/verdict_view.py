@@ -23,25 +23,40 @@ def print_verdict(verdict: Verdict, campaign_id: str, as_json: bool,
     out.print(Text("verdict", style="bold") + Text(f" {document['status']}: {document['reason']}"),
               highlight=False)
     for culprit in document["culprits"]:
-        effect = (f"(effect {culprit['effect']:+.1%}, 95% CI {culprit['ci95'][0]:+.1%}…"
-                  f"{culprit['ci95'][1]:+.1%}, p={culprit['p_value']:.2g})")
-        if "commits" in document:  # the reason names the commits, with subject and author
-            out.print(f"  from {culprit['factors']['commit']} on: {culprit['rate_with']:.1%} "
-                      f"vs {culprit['rate_without']:.1%} before it {effect}",
-                      highlight=False, markup=False)
-            continue
-        levels = " AND ".join(f"{f}={lvl}" for f, lvl in culprit["factors"].items())
-        out.print(
-            f"  culprit {levels}: {culprit['rate_with']:.1%} vs {culprit['rate_without']:.1%} "
-            f"{effect}",
-            highlight=False, markup=False,
-        )
+        _print_culprit(culprit, commits="commits" in document)
+    for name, failure in document.get("failures", {}).items():
+        if name != document["target"] and failure["culprits"]:  # the other failure's
+            out.print(Text(f"  {name}: ", style="bold") + Text(failure["reason"]),
+                      highlight=False)
+            for culprit in failure["culprits"]:
+                _print_culprit(culprit, commits=False)
     cost = document["cost"]
     out.print(
         f"  cost: {cost['trials']} trials, {cost['restarts']} restarts, {cost['sessions']} "
         f"sessions, {cost['wall_s']:.0f} s here, {cost['gpu_s_equivalent']:.0f} GPU-s real-world",
         highlight=False,
     )
+
+
+def _print_culprit(culprit: dict[str, Any], *, commits: bool) -> None:
+    effect = (f"(effect {culprit['effect']:+.1%}, 95% CI {culprit['ci95'][0]:+.1%}…"
+              f"{culprit['ci95'][1]:+.1%}, p={culprit['p_value']:.2g})")
+    if commits:  # the reason names the commits, with subject and author
+        out.print(f"  from {culprit['factors']['commit']} on: {culprit['rate_with']:.1%} "
+                  f"vs {culprit['rate_without']:.1%} before it {effect}",
+                  highlight=False, markup=False)
+        return
+    levels = " AND ".join(f"{f}={lvl}" for f, lvl in culprit["factors"].items())
+    out.print(f"  culprit {levels}: {culprit['rate_with']:.1%} vs "
+              f"{culprit['rate_without']:.1%} {effect}", highlight=False, markup=False)
+    own = culprit.get("own")
+    if own is not None:  # on its own: the culprit alone against known-good and its neighbours
+        seen = [*(f"{kind} {n['with']} vs {n['without']}" for kind, n in own["outcomes"].items()),
+                *(f"log {kind} {n['with']} vs {n['without']}"
+                  for kind, n in own["log_events"].items())]
+        out.print(f"    alone: {own['rate_with']:.1%} vs {own['rate_without']:.1%} (95% CI "
+                  f"{own['ci95'][0]:+.1%}…{own['ci95'][1]:+.1%}); {', '.join(seen) or 'clean'}",
+                  highlight=False, markup=False)
 
 
 def _p(value: float | None) -> str:
