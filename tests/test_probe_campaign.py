@@ -5,8 +5,11 @@ status; its output stored and shown."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -70,14 +73,21 @@ def write(tmp_path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
-def test_bisect_run_with_a_probe_names_the_culprit_and_keeps_its_output(
-        ray_cluster: None, tmp_path: Path) -> None:
+def test_bisect_run_with_a_probe_names_the_culprit_and_keeps_its_output(tmp_path: Path) -> None:
     probe(tmp_path, ASKS_THE_SERVER)
     path = write(tmp_path, campaign_data(tmp_path, {"command": ["./probe.py", "--fast"],
                                                     "runs": 4}))
     db = tmp_path / "bisect.db"
-    result = CliRunner().invoke(app, ["run", str(path), "--store", str(db), "--json"])
-    assert result.exit_code == 0, result.output
+    # the real console script, from another directory: the probe still runs from the
+    # campaign file's (a Ray of its own, under a short private directory)
+    ray_tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    try:
+        result = subprocess.run([BISECT, "run", str(path), "--store", str(db), "--json"],
+                                cwd="/", env={**os.environ, "RAY_TMPDIR": ray_tmp},
+                                capture_output=True, text=True, timeout=300)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert result.returncode == 0, result.stderr
     verdict = json.loads(result.stdout)
     assert verdict["status"] == "culprit"
     assert [c["factors"] for c in verdict["culprits"]] == [{"hicache": "on"}]
