@@ -16,12 +16,17 @@ exactly where it was, and the verdict and `bisect log` are recomputed from the s
    session, and one sufficiency test (known-good plus only the found levels still fails)
    proves all the flips let go innocent at once. When it does not fail and no flip passes,
    the found levels need one of several others (f2 AND (f3 OR f6)): ddmin completes them.
-3. If every flip still fails, several culprits are active at once: Zeller's ddmin over the
-   factors where good and bad differ isolates one 1-minimal failing set, and its shared
-   background is scanned as in step 2.
-4. More culprits (Go's bisect): break the culprit in known-bad — by a level another culprit
+3. If no flip passes (every flip still fails, or only looked failing), several culprits are
+   most often active at once: Zeller's ddmin over the factors where good and bad differ
+   isolates one 1-minimal failing set, and its shared background is scanned as in step 2.
+4. Confirm (confirm.py, Go's bisect): known-good with exactly the culprit set must fail and
+   each of its neighbours must pass, or the set is made smaller or completed.
+5. More culprits (Go's bisect): break the culprit in known-bad — by a level another culprit
    may not share, if it has one — and if that still fails, another culprit is there, and
-   steps 2-4 run again from it.
+   steps 2-5 run again from it.
+
+All of it for the campaign's target first, then for the other failure where known-bad shows it
+too, or instead where the target is not reproduced (both_failures.py).
 """
 
 from __future__ import annotations
