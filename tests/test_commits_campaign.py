@@ -21,15 +21,20 @@ def git(tree: Path, *args: str) -> str:
                           text=True).stdout.strip()
 
 
+def new_tree(tree: Path) -> None:
+    """An empty git tree whose commits are made by ``t``."""
+    tree.mkdir()
+    git(tree, "init", "-q", "-b", "main")
+    git(tree, "config", "user.email", "t@example.invalid")
+    git(tree, "config", "user.name", "t")
+
+
 def history(tree: Path, commits: int, first_bad: int, broken: Collection[int] = (),
             authors: Mapping[int, str] | None = None) -> list[str]:
     """A tree whose fault model turns bad at commit ``first_bad`` (0 is the good one); the
     commits in ``broken`` carry a file BROKEN, which makes the campaign's build step fail.
     Commit i's subject is ``subject_of(i)``; its author ``t`` unless ``authors`` names another."""
-    tree.mkdir()
-    git(tree, "init", "-q", "-b", "main")
-    git(tree, "config", "user.email", "t@example.invalid")
-    git(tree, "config", "user.name", "t")
+    new_tree(tree)
     shas = []
     for index in range(commits):
         probability = 0.5 if index >= first_bad else 0.0

@@ -23,6 +23,7 @@ from orchestrator.cli import app
 from orchestrator.demo import twin_pool
 from orchestrator.executor.driver import RunFailed, run_campaign
 from orchestrator.stored import create_campaign
+from tests.test_commits_campaign import git, new_tree
 
 NO_FAULTS: dict[str, Any] = {"rules": []}
 BISECT = str(Path(sys.executable).parent / "bisect")
@@ -142,17 +143,9 @@ def test_a_probe_that_exits_125_skips_the_variant_never_judging_it(
     assert "skipped hicache=on (2 attempts): the probe exited 125" in text
 
 
-def git(tree: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
 def buggy_history(tree: Path, commits: int, first_bad: int) -> list[str]:
     """A tree whose file CHANGES says ``bug`` from commit ``first_bad`` on."""
-    tree.mkdir()
-    git(tree, "init", "-q", "-b", "main")
-    git(tree, "config", "user.email", "t@example.invalid")
-    git(tree, "config", "user.name", "t")
+    new_tree(tree)
     shas = []
     for index in range(commits):
         (tree / "CHANGES").write_text(f"change {index}{' bug' if index >= first_bad else ''}\n")

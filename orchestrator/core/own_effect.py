@@ -9,7 +9,7 @@ culprits would share one effect copied from known-bad.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from experiments.outcomes import WEDGE_LOG_KINDS, Outcome
@@ -79,8 +79,8 @@ def own_effect(culprit: Levels, good: Levels, evidence: Sequence[TrialEvidence],
     k_in = sum(t.failures for t in inside)
     n_in = sum(t.judged + t.unfinished for t in inside)
     k_out, n_out = sum(t.failures for t in outside), sum(t.judged for t in outside)
-    seen_in, seen_out = _counted(inside), _counted(outside)
-    events_in, events_out = _events(inside), _events(outside)
+    seen_in, seen_out = _summed(t.counts for t in inside), _summed(t.counts for t in outside)
+    events_in, events_out = _summed(t.events for t in inside), _summed(t.events for t in outside)
     return OwnEffect(
         alone, keys, k_in, n_in, k_out, n_out, newcombe_difference(k_in, n_in, k_out, n_out),
         sum(t.unfinished for t in inside),
@@ -90,15 +90,8 @@ def own_effect(culprit: Levels, good: Levels, evidence: Sequence[TrialEvidence],
     )
 
 
-def _counted(trials: Sequence[TrialEvidence]) -> Counter[str]:
+def _summed(counts: Iterable[Mapping[str, int]]) -> Counter[str]:
     total: Counter[str] = Counter()
-    for trial in trials:
-        total.update(trial.counts)
-    return total
-
-
-def _events(trials: Sequence[TrialEvidence]) -> Counter[str]:
-    total: Counter[str] = Counter()
-    for trial in trials:
-        total.update(trial.events)
+    for one in counts:
+        total.update(one)
     return total
