@@ -42,7 +42,7 @@ def _named(verdict: Verdict) -> list[Levels] | None:
     named = [dict(c.factors) for c in verdict.culprits] if verdict.status is Status.CULPRIT \
         else []
     named += [w for w in wedges if w not in named]
-    if verdict.status in (Status.CULPRIT, Status.NOT_REPRODUCED) or named:
+    if verdict.status in (Status.CULPRIT, Status.NOT_REPRODUCED, Status.NO_CULPRIT) or named:
         return named
     return None
 
@@ -59,9 +59,8 @@ def run_factorial(s: Scenario, pool: Pool, loop: Loop, repeats: int = 2,
     trials = [pool.trial(levels) for levels in strategy.plan]
     verdict = decide(_seen(s, trials), s.factors, alpha=ALPHA, clean_rate=0.02, cost=COST,
                      known_bad=s.bad, design=strategy.design, failing=failing_for(s.target))
-    if verdict.status is Status.CULPRIT:
-        return [dict(c.factors) for c in verdict.culprits]
-    return [] if verdict.status in (Status.NO_CULPRIT, Status.NOT_REPRODUCED) else None
+    # the wedging culprits it names too: attribution over its cells, which cover the design
+    return _named(verdict)
 
 
 def _flip(levels: Levels, factor: str, s: Scenario) -> Levels:

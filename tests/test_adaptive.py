@@ -210,10 +210,12 @@ def test_a_first_look_stops_at_its_first_failing_session() -> None:
     look = strategy.stop_rule({**BAD8, "f0": "a"}, REPRODUCED8)
     assert look is not None and look.decided(1, 80) and not look.decided(0, 80)
     # Known-good's reproduction showed a failing session: one failing session says little
-    # against background noise, so every flip is tested to the end from the start.
+    # against background noise, so every flip is tested to the end from the start, and a FAIL
+    # needs alpha shared over the 8 factors (6 of 80 against 1 of 160 is p = 0.006: not yet).
     noisy = [*REPRODUCED8[:2], _trial(GOOD8, 1), _trial(GOOD8, 0)]
     proof = strategy.stop_rule({**BAD8, "f0": "a"}, noisy)
-    assert proof is not None and not proof.decided(1, 80) and proof.decided(6, 80)
+    assert proof is not None and proof.alpha == strategy.alpha / 8
+    assert not proof.decided(1, 80) and not proof.decided(6, 80) and proof.decided(8, 80)
     # A space where few factors differ gets no looks: the sufficiency test would cost more.
     few = Adaptive(FOUR, GOOD4, BAD4)
     reproduced4 = [_trial(BAD4, 12), _trial(BAD4, 12), _trial(GOOD4, 0), _trial(GOOD4, 0)]

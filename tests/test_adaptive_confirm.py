@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import pytest
+
 from orchestrator.core.evidence import TrialEvidence, variant_key
+from orchestrator.core.stats.compare import Answer, judge
 from orchestrator.core.strategies.adaptive import Adaptive
+from orchestrator.core.strategies.confirm import confirm
+from orchestrator.core.strategies.sequential import NeedTrials, cells_of
+from orchestrator.core.strategies.sequential import Tests as Replayed  # not a test class
 
 FACTORS = {f"f{i}": ["a", "b"] for i in range(4)}
 GOOD = dict.fromkeys(FACTORS, "a")
@@ -54,6 +60,9 @@ def test_a_neighbour_that_still_fails_drops_the_level_a_lucky_pass_had_added() -
     confirmed = [(s.phase, variant_key(s.levels), s.answer) for s in done.trail
                  if s.phase.startswith("confirm")]
     assert confirmed[2:] == [("confirm: without f1", variant_key(_with("f0")), "fail"),
+                             # it fails no less than the pair did: f1 adds nothing to it
+                             ("confirm: fails as the culprit alone?", variant_key(_with("f0")),
+                              "no less"),
                              ("confirm: culprit alone", variant_key(_with("f0")), "fail"),
                              ("confirm: without f0", variant_key(GOOD), "pass (known)")]
 
@@ -78,3 +87,101 @@ def test_an_undecided_reproduction_asks_for_the_side_with_fewer_trials_first() -
     assert variant_key(strategy.replay(evidence).needed[0]) == variant_key(GOOD)
     more_good = [*evidence, _trial(GOOD, 2), _trial(GOOD, 2)]
     assert variant_key(strategy.replay(more_good).needed[0]) == variant_key(BAD)
+
+
+def _tests(strategy: Adaptive, evidence: list[TrialEvidence]) -> Replayed:
+    return Replayed(strategy, cells_of(evidence), len(evidence))
+
+
+def _noise_evidence(good_failing: int) -> list[TrialEvidence]:
+    """Known-good's 6 trials (``good_failing`` failing sessions in all), known-bad at 7%, and
+    f3 alone on known-good's background at 2.5%: it fails against known-good, not as known-bad."""
+    good = [_trial(GOOD, 1 if i < good_failing else 0) for i in range(6)]
+    return [*good, *[_trial(BAD, c) for c in (6, 5, 6, 5, 6, 6)],
+            *[_trial(_with("f3"), 2) for _ in range(6)]]
+
+
+def test_under_noise_a_culprit_that_fails_less_than_known_bad_is_completed() -> None:
+    strategy = Adaptive(FACTORS, GOOD, BAD)
+    # known-good failed once: clean variants fail too, and f3 alone (12 of 480) fails against
+    # known-good's 1 of 480, but accounts for a third of known-bad's 34 of 480
+    run = _tests(strategy, _noise_evidence(good_failing=1))
+    with pytest.raises(NeedTrials) as need:
+        confirm(strategy, run, {"f3": "b"}, BAD)
+    answers = [(s.phase, s.answer) for s in run.trail]
+    assert answers == [("confirm: culprit alone", "fail"),
+                       ("confirm: fails as known-bad?", "short")]
+    # delta debugging over the other differing factors completes it, on f3's background
+    assert all(v["f3"] == "b" and v != _with("f3") for v in need.value.variants)
+
+
+def test_without_noise_the_culprit_alone_is_not_measured_against_known_bad() -> None:
+    # known-good clean and no variant judged to pass had failures: a FAIL cannot be noise, and
+    # f3 alone is named as confirmed (its only neighbour is known-good)
+    strategy = Adaptive(FACTORS, GOOD, BAD)
+    run = _tests(strategy, _noise_evidence(good_failing=0))
+    assert confirm(strategy, run, {"f3": "b"}, BAD) == {"f3": "b"}
+    assert [s.phase for s in run.trail] == ["confirm: culprit alone", "confirm: without f3"]
+
+
+def test_a_fail_needs_alpha_shared_over_the_factors_under_noise() -> None:
+    strategy = Adaptive(FACTORS, GOOD, BAD)
+    clean = _tests(strategy, _noise_evidence(good_failing=0))
+    noisy = _tests(strategy, _noise_evidence(good_failing=1))
+    assert (clean.noisy(), clean.fail_level()) == (False, strategy.alpha)
+    assert (noisy.noisy(), noisy.fail_level()) == (True, strategy.alpha / 4)
+
+
+def _named_twice(good_failing: int) -> list[TrialEvidence]:
+    return [_trial(GOOD, 0), _trial(GOOD, good_failing), *[_trial(BAD, 8) for _ in range(2)],
+            *[_trial(_flip("f1"), 0) for _ in range(3)], *[_trial(_flip("f2"), 8)] * 2]
+
+
+def test_under_noise_a_culprit_that_explains_nothing_once_the_others_are_broken_is_dropped(
+        ) -> None:
+    # {f2} was named on a lucky FAIL, {f1, f3} is real: known-bad with {f1, f3} broken (f1
+    # flipped) is clean, known-bad with f2 flipped still fails
+    strategy = Adaptive(FACTORS, GOOD, BAD)
+    named = [{"f2": "b"}, {"f1": "b", "f3": "b"}]
+    run = _tests(strategy, _named_twice(good_failing=1))
+    assert strategy._each_alone(run, named) == [{"f1": "b", "f3": "b"}]
+    assert [(s.phase, variant_key(s.levels), s.answer) for s in run.trail] == [
+        ("confirm: alone in known-bad", variant_key(_flip("f1")), "pass"),
+        ("confirm: alone in known-bad", variant_key(_flip("f2")), "fail")]
+    # without noise a FAIL is no luck: nothing is tested, both stay
+    clean = _tests(strategy, _named_twice(good_failing=0))
+    assert strategy._each_alone(clean, named) == named and not clean.trail
+    # a set that holds another named one is not minimal, whatever the tests say
+    assert strategy._each_alone(clean, [{"f1": "b", "f3": "b"}, {"f1": "b", "f2": "b", "f3": "b"},
+                                        {"f1": "b", "f3": "b"}]) == [{"f1": "b", "f3": "b"}]
+
+
+def test_a_pass_counts_the_failures_its_stopped_trials_saw() -> None:
+    # 1 of 160 in full trials, and a first look that stopped at its first failing session:
+    # against known-bad's 17 of 160, the full trials alone would pass a half-rate failure
+    good, bad = (0, 160), (17, 160)
+    alone = judge((1, 160), good, bad, 0.01, 0.005)
+    seen = judge((1, 160), good, bad, 0.01, 0.005, curtailed=(2, 240), seen=(2, 161))
+    assert alone.answer is Answer.PASS and seen.answer is Answer.UNKNOWN
+
+
+def test_with_several_culprits_a_neighbour_passes_only_at_the_drop_level() -> None:
+    # 1 of 160 where known-bad fails 16 of 160 passes at the search's level, not at a tenth of
+    # alpha: a neighbour that holds one of two culprits is asked for another trial
+    strategy = Adaptive({**FACTORS, "f4": ["a", "b"]}, {**GOOD, "f4": "a"}, {**BAD, "f4": "b"})
+    neighbour = {**strategy.good, "f0": "b"}
+    evidence = [*[_trial(strategy.good, 0) for _ in range(2)],
+                *[_trial(strategy.bad, 8) for _ in range(2)],
+                _trial(neighbour, 1), _trial(neighbour, 0)]
+    assert _tests(strategy, evidence).test(neighbour, "confirm: without f1") is Answer.PASS
+    with pytest.raises(NeedTrials) as need:
+        _tests(strategy, evidence).test(neighbour, "confirm: without f1", pass_at=0.001)
+    assert [variant_key(v) for v in need.value.variants] == [variant_key(neighbour)]
+
+
+def test_against_the_culprit_alone_no_weaker_failure_is_ruled_out() -> None:
+    # 0 of 160 against a culprit alone at 8 of 160: clearly better than it, though 0 of 160
+    # would not rule out a failure at half its rate (2.5%: p = 0.017)
+    assert judge((0, 160), (0, 160), (8, 160), 0.01, 0.005, weaker_share=0.0).answer \
+        is Answer.PASS
+    assert judge((0, 160), (0, 160), (8, 160), 0.01, 0.005).answer is Answer.UNKNOWN

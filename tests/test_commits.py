@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from orchestrator.core.evidence import TrialEvidence
+from orchestrator.core.evidence import WEDGING, TrialEvidence
 from orchestrator.core.strategies.commits import (
     CommitReplay,
     Commits,
@@ -212,3 +212,59 @@ def test_one_pool_retries_both_endpoints_of_a_faint_change() -> None:
         evidence.append(TrialEvidence(proposals[0], {"ok": 80 - corrupt, "leak": corrupt}))
     assert ran == ["c015", "c000", "c015", "c000", "c015", "c000", "c015"]
     assert strategy.replay(evidence).status == "not_reproduced"
+
+
+def _both(n_commits: int, leak_from: int | None, wedge_from: int | None, *, seed: int = 0,
+          ) -> tuple[Commits, list[TrialEvidence], list[str]]:
+    """A commit search on a range where one commit starts leaking (10%) and another starts
+    hanging sessions (15%, timeouts): a default campaign watches both."""
+    commits = [f"c{i:03d}" for i in range(n_commits)]
+    strategy = Commits(commits, sessions=80, max_trials=60)
+    rng = random.Random(seed)
+    evidence: list[TrialEvidence] = []
+    while proposals := strategy.propose(evidence, []):
+        for levels in proposals:
+            at = commits.index(levels["commit"])
+            counts = {"ok": 0, "leak": 0, "timeout": 0}
+            for _ in range(80):
+                if wedge_from is not None and at >= wedge_from and rng.random() < 0.15:
+                    counts["timeout"] += 1
+                elif leak_from is not None and at >= leak_from and rng.random() < 0.10:
+                    counts["leak"] += 1
+                else:
+                    counts["ok"] += 1
+            evidence.append(TrialEvidence(levels, counts))
+    return strategy, evidence, commits
+
+
+def test_a_range_that_only_wedges_is_searched_for_its_wedging() -> None:
+    strategy, evidence, commits = _both(16, leak_from=None, wedge_from=9, seed=3)
+    replay = strategy.replay(evidence)
+    assert replay.status == "culprit" and replay.failing == WEDGING
+    assert replay.culprit == commits[9]
+    assert replay.reason.startswith("the bad commit c015")
+    assert "searched the wedging: first bad commit: c009" in replay.reason
+    assert "0 corrupt" in replay.reason and "timeouts" in replay.reason
+    conclusion = strategy.conclude(evidence, [])
+    assert conclusion.failing == WEDGING and conclusion.culprits[0].factors == {
+        "commit": commits[9]}
+
+
+def test_a_range_that_leaks_and_wedges_names_a_commit_for_each() -> None:
+    strategy, evidence, commits = _both(16, leak_from=5, wedge_from=11, seed=4)
+    replay = strategy.replay(evidence)
+    assert replay.culprit == commits[5] and replay.also is not None
+    assert replay.also.failing == WEDGING and replay.also.culprit == commits[11]
+    conclusion = strategy.conclude(evidence, [])
+    assert conclusion.culprits[0].factors == {"commit": commits[5]}
+    assert conclusion.also is not None and conclusion.also.culprits[0].factors == {
+        "commit": commits[11]}
+    assert "; wedging: first bad commit: c011" in conclusion.reason
+    assert any(step["phase"] == "wedging: posterior" for step in conclusion.log)
+
+
+def test_a_clean_range_says_what_the_bad_commit_showed() -> None:
+    strategy, evidence, _ = _both(8, leak_from=None, wedge_from=None)
+    replay = strategy.replay(evidence)
+    assert replay.status == "not_reproduced" and replay.also is None
+    assert "the bad commit: 0 corrupt, 0 timeouts, 0 errors" in replay.reason

@@ -30,17 +30,18 @@ def new_tree(tree: Path) -> None:
 
 
 def history(tree: Path, commits: int, first_bad: int, broken: Collection[int] = (),
-            authors: Mapping[int, str] | None = None) -> list[str]:
-    """A tree whose fault model turns bad at commit ``first_bad`` (0 is the good one); the
-    commits in ``broken`` carry a file BROKEN, which makes the campaign's build step fail.
-    Commit i's subject is ``subject_of(i)``; its author ``t`` unless ``authors`` names another."""
+            authors: Mapping[int, str] | None = None, effect: str = "leak") -> list[str]:
+    """A tree whose fault model turns bad at commit ``first_bad`` (0 is the good one), with
+    ``effect``; the commits in ``broken`` carry a file BROKEN, which makes the campaign's build
+    step fail. Commit i's subject is ``subject_of(i)``; its author ``t`` unless ``authors``
+    names another."""
     new_tree(tree)
     shas = []
     for index in range(commits):
         probability = 0.5 if index >= first_bad else 0.0
         (tree / "faults.yaml").write_text(yaml.safe_dump({"rules": [{
             "name": "race", "when": {"flags": {"enable-hierarchical-cache": True}},
-            "min_inflight": 1, "probability": probability, "effect": "leak"}]}))
+            "min_inflight": 1, "probability": probability, "effect": effect}]}))
         (tree / "CHANGES").write_text(f"change {index}\n")
         (tree / "BROKEN").unlink(missing_ok=True)
         if index in broken:
@@ -128,6 +129,31 @@ def test_commits_finds_the_first_bad_commit(ray_cluster: None, tmp_path: Path) -
     assert "Fix &lt;script&gt;alert(&#39;topk&#39;)&lt;/script&gt; &amp;" in html
     assert "Jane &#34;JD&#34; O&#39;Doe &amp; co" in html
     assert "Posterior over the first bad commit" in html and "Decision trail" not in html
+
+
+def test_a_range_that_only_fails_requests_is_searched_for_its_wedging(
+        ray_cluster: None, tmp_path: Path) -> None:
+    # From commit 5 on, half the requests fail with a 5xx and nothing leaks: the default
+    # campaign (corruption) finds the bad commit not worse than the good one, and searches the
+    # wedging instead, saying why (issue 13).
+    tree = tmp_path / "src"
+    shas = history(tree, commits=8, first_bad=5, effect="error")
+    path = commits_campaign(tmp_path, tree)
+    result = CliRunner().invoke(app, ["commits", str(path), "--good", shas[0], "--bad",
+                                      shas[-1], "--store", str(tmp_path / "bisect.db"),
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    verdict = json.loads(result.stdout)
+    assert verdict["status"] == "culprit" and verdict["target"] == "wedging"
+    assert [c["factors"] for c in verdict["culprits"]] == [{"commit": shas[5][:12]}]
+    reason = verdict["reason"]
+    assert reason.startswith(f"the bad commit {shas[-1][:12]} ") and " (0/" in reason
+    assert " errors, 0 wedge log lines in " in verdict["reason"]
+    assert f"searched the wedging: first bad commit: {shas[5][:12]} 'change 5'" in \
+        verdict["reason"]
+    assert verdict["failures"]["wedging"]["culprits"][0]["factors"] == {
+        "commit": shas[5][:12]}
+    assert git(tree, "rev-parse", "HEAD") == shas[-1]  # the tree is left as found
 
 
 @pytest.mark.parametrize(("broken", "first_bad"), [

@@ -38,21 +38,30 @@ class Judgement:
 
 
 def judge(variant: Counts, good: Counts, bad: Counts, alpha: float,
-          pass_alpha: float | None = None, curtailed: Counts | None = None) -> Judgement:
+          pass_alpha: float | None = None, curtailed: Counts | None = None,
+          seen: Counts | None = None, weaker_share: float = WEAKER_SHARE) -> Judgement:
     """``pass_alpha`` (default ``alpha``) is the stricter level a PASS may need: a PASS names a
     level as necessary to the failure, so a scan of many variants shares one error budget.
 
     ``curtailed``: when trials of the variant were stopped early, ``variant`` counts its full
     trials only and ``curtailed`` every trial, each stopped one with its unfinished sessions
     counted clean. Failing sessions finish first, so a stopped trial leans failing: a FAIL may
-    rest on it (counting the unfinished clean can only weaken a FAIL), a PASS never does."""
+    rest on it (counting the unfinished clean can only weaken a FAIL), a PASS never does.
+    ``seen``: every trial's judged sessions, the unfinished left out; a PASS is judged on them.
+    The failures a stopped trial saw are evidence against passing, and leaving that trial out
+    would keep only the trials that happened to run clean.
+    ``weaker_share``: of ``bad``'s rate, the weaker failure a PASS must rule out (none at 0:
+    where ``bad`` is the culprit alone, a variant fails as it does or not at all)."""
     p_fail = fisher_greater(*(curtailed or variant), *good)
     level = alpha if pass_alpha is None else pass_alpha
     # the weaker failure's rate: half of known-bad's, above known-good's own
-    weaker = max(WEAKER_SHARE * bad[0] / bad[1], good[0] / good[1] if good[1] else 0.0) \
+    weaker = max(weaker_share * bad[0] / bad[1], good[0] / good[1] if good[1] else 0.0) \
         if bad[1] else 0.0
-    p_pass = max(fisher_greater(*bad, *variant), binomial_at_most(*variant, weaker))
-    suspicion = fisher_greater(*variant, *good) if curtailed else p_fail
+    judged = variant if seen is None else seen
+    p_pass = fisher_greater(*bad, *judged)
+    if weaker_share:
+        p_pass = max(p_pass, binomial_at_most(*judged, weaker))
+    suspicion = fisher_greater(*judged, *good) if curtailed else p_fail
     if p_fail <= alpha:
         answer = Answer.FAIL
     elif p_pass <= level and suspicion > SUSPICION:

@@ -24,6 +24,9 @@ exactly where it was, and the verdict and `bisect log` are recomputed from the s
 5. More culprits (Go's bisect): break the culprit in known-bad — by a level another culprit
    may not share, if it has one — and if that still fails, another culprit is there, and
    steps 2-5 run again from it.
+6. Under background noise, each of several culprits must still make known-bad fail with the
+   others broken; one that does not (it was named on a lucky FAIL) is dropped, and a culprit
+   left alone is confirmed again as the only one.
 
 All of it for the campaign's target first, then for the other failure where known-bad shows it
 too, or instead where the target is not reproduced (both_failures.py).
@@ -86,6 +89,7 @@ class Replay:
     stop_at: Mapping[str, float] = field(default_factory=dict)
     failing: Failing | None = None  # set when it bisected another failure than the target's
     also: Replay | None = None  # the other failure known-bad shows, bisected beside the target
+    fail_level: float | None = None  # the p a needed trial stops at where not in stop_at
 
     @property
     def asking(self) -> Replay:
@@ -139,7 +143,7 @@ class Adaptive:
         cells = cells_of([t.judged_as(failing) for t in done])
         prior = cells.get(variant_key(levels), VariantCounts())
         good = cells.get(variant_key(self.good), VariantCounts())
-        level = asking.stop_at.get(variant_key(levels), self.alpha)
+        level = asking.stop_at.get(variant_key(levels), asking.fail_level or self.alpha)
         return StopWhenFailing(prior.curtailed, good.pair, level, failing)
 
     def replay(self, evidence: Sequence[TrialEvidence]) -> Replay:
@@ -155,10 +159,12 @@ class Adaptive:
         try:
             self._reproduce(run)
             bad = dict(self.bad)
+            searched_several = False
             while len(culprits) < MAX_CULPRITS:
                 found, spare, several = self._culprit_in(run, bad)
                 if not found:
                     break
+                searched_several = searched_several or several
                 culprit = confirm(self, run, found, bad, several=several or bool(culprits))
                 spare = [f for f in spare if f in culprit]
                 culprits.append(culprit)
@@ -166,9 +172,14 @@ class Adaptive:
                 if run.test(broken, "more culprits?") is not Answer.FAIL:
                     break
                 bad = broken
+            kept = self._each_alone(run, culprits)
+            if len(kept) == 1 and (searched_several or len(culprits) > 1):
+                # confirmed as one of several, it is known-bad's only culprit after all
+                kept = [confirm(self, run, kept[0], self.bad)]
+            culprits = kept
         except NeedTrials as need:
             return Replay(need.variants, None, tuple(culprits), tuple(run.trail),
-                          stop_at=need.stop_at)
+                          stop_at=need.stop_at, fail_level=run.fail_level())
         except Concluded as stop:
             return Replay((), stop.outcome, tuple(culprits), tuple(run.trail), stop.reason)
         names = "; ".join(" AND ".join(f"{f}={v}" for f, v in c.items()) for c in culprits)
@@ -181,6 +192,28 @@ class Adaptive:
 
     def meeting(self, unresolvable: Sequence[Unresolvable]) -> Adaptive:
         return self  # a variant it needs that cannot be deployed stops it in its conclusion
+
+    def _each_alone(self, run: Tests, culprits: list[dict[str, str]]
+                    ) -> list[dict[str, str]]:
+        """The culprits that hold no other one (a set holding another is not minimal) and,
+        under background noise, still make known-bad fail with every other one broken. Each
+        was found in known-bad with those before it broken; a culprit named on a clean
+        variant's lucky FAIL explains nothing of known-bad once the real ones are gone.
+        (Without noise a FAIL is no luck, and the test would only cost trials.)"""
+        minimal = [c for i, c in enumerate(culprits) if c not in culprits[:i]
+                   and not any(o.items() < c.items() for o in culprits)]
+        if len(minimal) < 2 or not run.noisy():
+            return minimal
+        kept = []
+        for culprit in minimal:
+            alone = dict(self.bad)
+            for other in minimal:
+                if other is not culprit:
+                    alone = self._break(alone, other, [f for f in other if f not in culprit])
+            whole = all(alone[f] == level for f, level in culprit.items())
+            if not whole or run.test(alone, "confirm: alone in known-bad") is Answer.FAIL:
+                kept.append(culprit)
+        return kept or minimal
 
     # -- the phases ---------------------------------------------------------------------------
 

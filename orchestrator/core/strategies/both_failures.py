@@ -23,6 +23,7 @@ from orchestrator.core.strategies.sequential import Step, cells_of
 
 if TYPE_CHECKING:
     from orchestrator.core.strategies.adaptive import Adaptive, Replay
+    from orchestrator.core.strategies.commits import CommitReplay, Commits
 
 
 def replay_both(strategy: Adaptive, evidence: Sequence[TrialEvidence]) -> Replay:
@@ -79,10 +80,54 @@ def _any_of(strategy: Adaptive, seen: Sequence[TrialEvidence]) -> bool:
 
 def _counts(strategy: Adaptive, evidence: Sequence[TrialEvidence]) -> str:
     """What known-bad showed of both failures, for a reason."""
-    bad = [t for t in evidence if variant_key(t.levels) == variant_key(strategy.bad)]
+    return _shown("known-bad", [t for t in evidence
+                                if variant_key(t.levels) == variant_key(strategy.bad)])
+
+
+def _shown(name: str, bad: Sequence[TrialEvidence]) -> str:
     timeouts = sum(t.counts.get("timeout", 0) for t in bad)
     errors = sum(t.counts.get("error", 0) for t in bad)
     logged = sum(t.events.get(kind, 0) for t in bad for kind in WEDGE_LOG_KINDS)
     corrupt = sum(t.judged_as(CORRUPTING).failures for t in bad)
-    return (f"known-bad: {corrupt} corrupt, {timeouts} timeouts, {errors} errors, {logged} "
+    return (f"{name}: {corrupt} corrupt, {timeouts} timeouts, {errors} errors, {logged} "
             f"wedge log lines in {sum(t.sessions for t in bad)} sessions")
+
+
+def commit_replay_both(strategy: Commits, evidence: Sequence[TrialEvidence]) -> CommitReplay:
+    """The commit search for the target, and for the other failure as the adaptive strategy
+    does: instead, where the bad commit does not reproduce the target but shows the other
+    (or the reason says what it showed), beside, where its stored trials reproduce both."""
+    first = strategy.search(evidence)
+    other = WEDGING if strategy.failing == CORRUPTING else CORRUPTING
+    seen = [t.judged_as(other) for t in evidence]
+    if first.status is Status.NOT_REPRODUCED:
+        ends = [t for t in seen if t.levels == strategy.variant(len(strategy.commits) - 1)]
+        if not any(t.failures for t in ends):
+            return dataclasses.replace(first, reason=f"{first.reason}; {_ends(strategy, evidence)}")
+        second = strategy.search(seen)
+        if second.status is Status.NOT_REPRODUCED:
+            return dataclasses.replace(first, reason=(
+                f"{first.reason}; {_ends(strategy, evidence)}, not worse than the good "
+                f"commit's: {second.reason}"))
+        return dataclasses.replace(second, failing=other, reason=second.reason and (
+            f"{first.reason}; {_ends(strategy, evidence)}: searched the {target_of(other)}: "
+            f"{second.reason}"))
+    if not first.finished:
+        return first
+    counts = {end: _pair(seen, strategy.variant(end)) for end in (0, len(strategy.commits) - 1)}
+    if reproduced(counts[len(strategy.commits) - 1], counts[0], strategy.alpha)[0] \
+            is not Answer.FAIL:
+        return first
+    return dataclasses.replace(first, also=dataclasses.replace(strategy.search(seen),
+                                                               failing=other))
+
+
+def _pair(seen: Sequence[TrialEvidence], levels: dict[str, str]) -> tuple[int, int]:
+    trials = [t for t in seen if t.levels == levels]
+    return sum(t.failures for t in trials), sum(t.judged for t in trials)
+
+
+def _ends(strategy: Commits, evidence: Sequence[TrialEvidence]) -> str:
+    """What the bad commit showed of both failures, for a reason."""
+    bad = strategy.variant(len(strategy.commits) - 1)
+    return _shown("the bad commit", [t for t in evidence if t.levels == bad])

@@ -29,7 +29,14 @@ import numpy as np
 from scipy.special import betaln, gammaln
 
 from orchestrator.core.attribution import Culprit, measure
-from orchestrator.core.evidence import Levels, TrialEvidence, cells
+from orchestrator.core.evidence import (
+    CORRUPTING,
+    Failing,
+    Levels,
+    TrialEvidence,
+    cells,
+    target_of,
+)
 from orchestrator.core.stats.compare import Answer, StopWhenFailing, reproduced
 from orchestrator.core.strategies.base import (
     UNFINISHED,
@@ -38,6 +45,7 @@ from orchestrator.core.strategies.base import (
     Unresolvable,
     not_yet_running,
 )
+from orchestrator.core.strategies.both_failures import commit_replay_both
 from orchestrator.core.verdict import judged_trials
 
 FACTOR = "commit"
@@ -63,6 +71,13 @@ class CommitReplay:
     skipped: tuple[str, ...] = ()  # commits that cannot be deployed, oldest first
     unverifiable: str | None = None  # the endpoint that cannot be deployed, if one cannot
     last_good: str | None = None  # when the status is culprit: the commit right before them
+    failing: Failing | None = None  # set when it searched another failure than the target's
+    also: CommitReplay | None = None  # the other failure the bad commit shows, searched beside
+
+    @property
+    def asking(self) -> CommitReplay:
+        """The search whose trials are needed now (the target's first)."""
+        return self.also if self.also is not None and self.finished else self
 
 
 def _log_marginal(k: np.ndarray, n: np.ndarray, prior: tuple[float, float]) -> np.ndarray:
@@ -177,7 +192,8 @@ class Commits:
                  confidence: float = 0.95, reproduce_trials: int = 2,
                  max_trials: int = 40, background: Mapping[str, str] | None = None,
                  skipped: Iterable[str] = (),
-                 described: Mapping[str, tuple[str, str]] | None = None) -> None:
+                 described: Mapping[str, tuple[str, str]] | None = None,
+                 failing: Failing = CORRUPTING) -> None:
         if len(commits) < 2:
             raise ValueError("a commit range needs a good and a bad commit")
         self.commits = list(commits)
@@ -187,6 +203,7 @@ class Commits:
         self.background = dict(background or {})  # every other factor, held at one level
         self.skipped = frozenset(skipped)  # commits that cannot be deployed
         self.described = dict(described or {})  # commit -> (subject, author), as git gave them
+        self.failing = failing  # what the evidence it is given was judged against
 
     def skipping(self, commits: Iterable[str]) -> Commits:
         """The same search, told that these commits cannot be deployed."""
@@ -201,15 +218,29 @@ class Commits:
 
     def conclude(self, done: Sequence[TrialEvidence],
                  unresolvable: Sequence[Unresolvable]) -> Conclusion:
-        return conclude_commit_replay(self.replay(done), self.commits, done, unresolvable,
-                                      self.described)
+        replay = self.replay(done)
+        main = conclude_commit_replay(replay, self.commits, _judged(done, replay.failing),
+                                      unresolvable, self.described)
+        also = replay.also
+        if also is None:
+            return dataclasses.replace(main, failing=replay.failing)
+        other = also.failing or CORRUPTING
+        beside = dataclasses.replace(conclude_commit_replay(
+            also, self.commits, _judged(done, other), (), self.described), failing=other)
+        name = target_of(other)
+        log = (*main.log, *({**step, "phase": f"{name}: {step['phase']}"} for step in beside.log))
+        if not also.finished:
+            return dataclasses.replace(main, status=Status.INCONCLUSIVE, reason=UNFINISHED,
+                                       log=log)
+        return dataclasses.replace(main, reason=f"{main.reason}; {name}: {beside.reason}",
+                                   log=log, also=beside)
 
     def variant(self, index: int) -> dict[str, str]:
         return {**self.background, FACTOR: self.commits[index]}
 
     def propose(self, done: Sequence[TrialEvidence], pending: Sequence[Levels]) -> list[
             dict[str, str]]:
-        return not_yet_running(self.replay(done).needed, pending)
+        return not_yet_running(self.replay(done).asking.needed, pending)
 
     def stop_rule(
         self, levels: Levels, done: Sequence[TrialEvidence]
@@ -217,6 +248,11 @@ class Commits:
         return None  # the posterior uses the full counts of every trial
 
     def replay(self, evidence: Sequence[TrialEvidence]) -> CommitReplay:
+        """The search for both failures (both_failures.py): the target's first."""
+        return commit_replay_both(self, evidence)
+
+    def search(self, evidence: Sequence[TrialEvidence]) -> CommitReplay:
+        """The search for the failure ``evidence`` was judged against."""
         index = {sha: i for i, sha in enumerate(self.commits)}
         k = [0] * len(self.commits)
         n = [0] * len(self.commits)
@@ -289,6 +325,11 @@ class Commits:
         scores = dict(zip(candidates, expected_entropies(k, n, candidates, self.sessions),
                           strict=True))
         return result((self.variant(min(scores, key=lambda i: (scores[i], i))),), None)
+
+
+def _judged(evidence: Sequence[TrialEvidence], failing: Failing | None
+            ) -> Sequence[TrialEvidence]:
+    return evidence if failing is None else [t.judged_as(failing) for t in evidence]
 
 
 def commit_words(sha: str, described: Mapping[str, tuple[str, str]]) -> str:

@@ -12,7 +12,16 @@ debugging over the rest finds a minimal completion, and the larger set is confir
 A neighbour's PASS is judged against known-bad, as the search's are, unless several culprits
 are in play (the culprit came out of delta debugging, or another was found before it) and the
 culprit alone may fail at less than half known-bad's rate: known-bad then fails at their rates
-together, and a neighbour must pass against the culprit alone.
+together, and a neighbour must pass against the culprit alone. Otherwise, with several
+culprits, a neighbour's PASS against known-bad, which keeps its level in the named set, needs
+the drop's level: a variant that holds one culprit fails at about half known-bad's rate and
+passes a test at alpha by luck.
+
+Under background noise (known-good fails, or a variant judged to pass did) a clean variant can
+fail against a known-good measured low by luck, and a set named on such a FAIL would not explain
+known-bad: the culprit alone must then fail as much as known-bad does (half as much with several
+culprits), measured on as many full trials, or it is completed. A neighbour that fails but
+clearly less than the culprit alone does not drop its level: the level is part of the failure.
 """
 
 from __future__ import annotations
@@ -21,8 +30,10 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
+from orchestrator.core.evidence import variant_key
 from orchestrator.core.stats.compare import WEAKER_SHARE, Answer
-from orchestrator.core.strategies.sequential import Tests
+from orchestrator.core.stats.exact import binomial_at_most
+from orchestrator.core.strategies.sequential import NEVER_STOP, Step, Tests
 
 if TYPE_CHECKING:
     from orchestrator.core.strategies.adaptive import Adaptive
@@ -39,7 +50,10 @@ def confirm(strategy: Adaptive, run: Tests, culprit: Mapping[str, str],
     found = dict(culprit)
     for _ in range(2 * len(strategy.factors)):  # each round drops or adds a level
         candidate = {**good, **found}
-        if run.test(candidate, "confirm: culprit alone") is not Answer.FAIL:
+        if run.test(candidate, "confirm: culprit alone") is not Answer.FAIL or (
+                run.noisy() and _short_of(strategy, run, candidate, strategy.bad,
+                                          WEAKER_SHARE if several else 1.0, "known-bad",
+                                          measure=True)):
             rest = [f for f in strategy.factors if f not in found and bad[f] != good[f]]
             if not rest:
                 return found  # nothing left to complete it with: named as found, unconfirmed
@@ -47,7 +61,7 @@ def confirm(strategy: Adaptive, run: Tests, culprit: Mapping[str, str],
             found |= {f: bad[f] for f in completion}
             continue
         needless = _needless(strategy, run, found, candidate if several and _weaker(
-            run, candidate, strategy.bad) else None)
+            run, candidate, strategy.bad) else None, several=several)
         if needless is None:
             return {f: found[f] for f in strategy.factors if f in found}
         del found[needless]
@@ -70,15 +84,43 @@ def _completed(candidate: Mapping[str, str], bad: Mapping[str, str],
     return {**candidate, **{f: bad[f] for f in subset}}
 
 
+def _short_of(strategy: Adaptive, run: Tests, variant: dict[str, str],
+              reference: Mapping[str, str], share: float, what: str, *,
+              measure: bool = False) -> bool:
+    """Whether ``variant`` fails clearly less often than ``share`` of ``reference``'s rate, at
+    the drop's level, on full trials. Conditioned on both counts' failures, the variant's share
+    of them is binomial under the null (rare failures: Poisson rates), so the reference's own
+    uncertainty is counted. ``measure``: until it is clear, the variant runs full trials up to
+    as many as the reference has."""
+    cell, ref = run.counts(variant), run.counts(reference)
+    (k, n), (k_ref, n_ref) = cell.pair, ref.pair
+    p = binomial_at_most(k, k + k_ref, share * n / (share * n + n_ref)) if n and n_ref else 1.0
+    short = p <= DROP_SHARE * strategy.alpha
+    run.trail.append(Step(f"confirm: fails as {what}?", variant,
+                          "short" if short else "no less", k, n, cell.full_trials, None, p))
+    if not short and measure and \
+            cell.full_trials < min(ref.full_trials, strategy.max_trials_per_variant):
+        run.need(variant, stop_at={variant_key(variant): NEVER_STOP})
+    return short
+
+
 def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
-              against: dict[str, str] | None) -> str | None:
-    """The first level whose neighbour still fails (it was not needed), or None. A level
-    known-good shares (an interaction with the background, as HiCache on in both) has no
-    level of known-good's to go back to: its neighbour flips it to another."""
+              against: dict[str, str] | None, *, several: bool) -> str | None:
+    """The first level whose neighbour still fails as the culprit alone does (the level was
+    not needed), or None. A level known-good shares (an interaction with the background, as
+    HiCache on in both) has no level of known-good's to go back to: its neighbour flips it to
+    another."""
+    candidate = {**strategy.good, **found}
+    drop = DROP_SHARE * strategy.alpha
     for factor in found:
-        neighbour = strategy._flip({**strategy.good, **found}, factor)
-        answer = run.test(neighbour, f"confirm: without {factor}", against=against)
-        if answer is Answer.FAIL and _certain(strategy, run, neighbour):
+        neighbour = strategy._flip(candidate, factor)
+        # against known-bad, whose half rate a variant holding one of several culprits fails
+        # at, a PASS needs the drop's level; the culprit alone as reference is that one's rate
+        answer = run.test(neighbour, f"confirm: without {factor}", against=against,
+                          stop_at=drop, pass_at=drop if several and against is None else None)
+        # UNKNOWN here is at the trial budget: it may still fail at alpha (_certain)
+        if answer is not Answer.PASS and _certain(strategy, run, neighbour) and \
+                not _short_of(strategy, run, neighbour, candidate, 1.0, "the culprit alone"):
             return factor
     return None
 
@@ -88,10 +130,17 @@ def _certain(strategy: Adaptive, run: Tests, neighbour: dict[str, str]) -> bool:
     level needed. Under background noise a clean variant fails at alpha by luck about once in
     a hundred tests, and a known-good measured low by luck makes it likelier: dropping a level
     on such a FAIL would name a smaller, wrong set. The drop is rare when the search was right,
-    so it may ask for more: p of failing at a tenth of alpha, trials added up to the budget."""
+    so it may ask for more: p of failing at a tenth of alpha, trials added up to the budget.
+    Once the budget is spent, failing at alpha is enough: the caller then drops the level only
+    if the neighbour fails no less than the culprit alone, which a clean variant does not."""
     p_fail = run.trail[-1].p_fail
-    if p_fail is not None and p_fail <= DROP_SHARE * strategy.alpha:
+    if p_fail is None:
+        return False
+    if p_fail <= DROP_SHARE * strategy.alpha:
         return True
-    if run.counts(neighbour).trials < strategy.max_trials_per_variant:
-        run.need(neighbour)
-    return False
+    trials, good = run.counts(neighbour).trials, run.counts(strategy.good).trials
+    if good < min(trials, strategy.max_trials_per_variant):
+        run.need(dict(strategy.good))  # known-good's smaller sample holds the p back
+    if trials < strategy.max_trials_per_variant:
+        run.need(neighbour, stop_at={variant_key(neighbour): DROP_SHARE * strategy.alpha})
+    return p_fail <= strategy.alpha

@@ -80,7 +80,8 @@ def _commits(campaign: Campaign, plan: CommitsConfig) -> Commits:
                    alpha=plan.alpha, max_trials=plan.max_trials,
                    reproduce_trials=plan.reproduce_trials, background=campaign.commits.levels,
                    described={sha: (d.subject, d.author)
-                              for sha, d in campaign.commits.described.items()})
+                              for sha, d in campaign.commits.described.items()},
+                   failing=failing_for(plan.target))
 
 
 register(FactorialConfig, _factorial)

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from orchestrator.core.evidence import TrialEvidence, variant_key
-from orchestrator.core.stats.compare import SUSPICION, Answer, Counts, Judgement, judge
+from orchestrator.core.stats.compare import (
+    SUSPICION,
+    WEAKER_SHARE,
+    Answer,
+    Counts,
+    Judgement,
+    judge,
+)
 from orchestrator.core.stats.exact import fisher_greater
 from orchestrator.core.strategies.base import Status
 
@@ -110,7 +117,8 @@ class Tests:
         return self.cells.get(variant_key(levels), VariantCounts())
 
     def test(self, levels: dict[str, str], phase: str, *, look: bool = False,
-             against: Mapping[str, str] | None = None) -> Answer:
+             against: Mapping[str, str] | None = None, stop_at: float | None = None,
+             pass_at: float | None = None) -> Answer:
         """FAIL or PASS; once the variant's trial budget is spent, PASS on the evidence at hand
         when it is clearly better than known-bad and not worse than known-good, else UNKNOWN.
 
@@ -120,7 +128,12 @@ class Tests:
 
         ``against``: the failing variant a PASS must be clearly better than (known-bad unless
         told): where several culprits made known-bad fail, a variant holding one of them fails
-        at that one's lower rate, and would pass against known-bad by luck far more often."""
+        at that one's lower rate, and would pass against known-bad by luck far more often.
+        Against the culprit alone no weaker failure is ruled out: on known-good's background
+        its neighbour fails as it does (the level was not needed) or not at all.
+
+        ``stop_at``: the p of failing its trials may stop at (the FAIL level unless told);
+        ``pass_at``: a stricter level its PASS needs than the search's."""
         s = self.strategy
         cell = self.counts(levels)
         known = {variant_key(s.bad): Answer.FAIL, variant_key(s.good): Answer.PASS}
@@ -129,9 +142,10 @@ class Tests:
             self.trail.append(Step(phase, levels, f"{answer.value} (known)", cell.failures,
                                    cell.judged, cell.trials, None, None))
             return answer
-        stop_at = {variant_key(levels): LOOKS_FAILING} if look and not cell.trials else {}
+        stops = {} if stop_at is None else {variant_key(levels): stop_at}
         if cell.trials < s.min_trials:
-            self.need(levels, stop_at=stop_at)
+            self.need(levels, stop_at={variant_key(levels): LOOKS_FAILING}
+                      if look and not cell.trials else stops)
         good, bad = self.counts(s.good), self.counts(s.bad if against is None else against)
         if against is not None and not bad.pair[1]:
             # a reference is a rate: it needs a full trial (one stopped at its failures, which
@@ -139,15 +153,18 @@ class Tests:
             self.need(dict(against), stop_at={variant_key(against): NEVER_STOP})
         if look and (seen := self._look(levels, phase, cell, good)) is not None:
             return seen
-        pass_alpha = s.pass_alpha(good)
-        j = judge(cell.pair, good.pair, bad.pair, s.alpha, pass_alpha,
-                  cell.curtailed if cell.unfinished else None)
+        pass_alpha = s.pass_alpha(good) if pass_at is None else min(pass_at, s.pass_alpha(good))
+        fail_alpha = self.fail_level()
+        j = judge(cell.pair, good.pair, bad.pair, fail_alpha, pass_alpha,
+                  cell.curtailed if cell.unfinished else None,
+                  (cell.failures, cell.judged) if cell.unfinished else None,
+                  WEAKER_SHARE if against is None else 0.0)
         answer, said = j.answer, j.answer.value
         if answer is Answer.UNKNOWN:
-            more = self._next_for(levels, cell, good, bad, j, against or s.bad)
+            more = self._next_for(levels, cell, good, bad, j, against or s.bad, pass_alpha)
             if more:
-                self.need(*more)
-            if j.p_pass <= pass_alpha and j.p_fail > s.alpha:
+                self.need(*more, stop_at=stops)
+            if j.p_pass <= pass_alpha and j.p_fail > fail_alpha:
                 # Budget spent on a variant that is clearly better than known-bad and not worse
                 # than known-good: under background noise the suspicion margin can stay unmet
                 # for ever by chance, so the evidence at hand decides.
@@ -155,6 +172,17 @@ class Tests:
         self.trail.append(Step(phase, levels, said, cell.failures, cell.judged, cell.trials,
                                j.p_fail, j.p_pass, cell.unfinished))
         return answer
+
+    def noisy(self) -> bool:
+        """Whether clean variants fail too: known-good has, or a variant judged to pass had."""
+        return self.counts(self.strategy.good).failures > 0 or any(
+            step.answer.startswith("pass") and step.failures for step in self.trail)
+
+    def fail_level(self) -> float:
+        """The p a FAIL needs: alpha; under background noise, where a clean variant can fail
+        against known-good by luck, alpha shared over the factors as a PASS's is."""
+        s = self.strategy
+        return s.alpha / max(2, len(s.factors)) if self.noisy() else s.alpha
 
     def _look(self, levels: dict[str, str], phase: str, cell: VariantCounts,
               good: VariantCounts) -> Answer | None:
@@ -164,14 +192,14 @@ class Tests:
         p = fisher_greater(failures, judged + unfinished, *good.pair)
         if p > LOOKS_FAILING:
             return None
-        answer = Answer.FAIL if p <= self.strategy.alpha else Answer.UNKNOWN
+        answer = Answer.FAIL if p <= self.fail_level() else Answer.UNKNOWN
         said = "fail (first look)" if answer is Answer.FAIL else "looks failing"
         self.trail.append(Step(phase, levels, said, failures, judged, 1, p, None, unfinished))
         return answer
 
     def _next_for(self, levels: dict[str, str], cell: VariantCounts, good: VariantCounts,
                   bad: VariantCounts, j: Judgement, against: Mapping[str, str],
-                  ) -> list[dict[str, str]]:
+                  pass_alpha: float) -> list[dict[str, str]]:
         """What would settle an UNKNOWN best: a reference with fewer trials than the variant is
         the weak side of a comparison the variant already wins (a variant clearly better than
         known-bad is held back only by known-good's small sample, and the other way round), so
@@ -180,9 +208,9 @@ class Tests:
         480 where 5% fail, against 0 of 160, is p = 0.013)."""
         s = self.strategy
         most = min(cell.trials, s.max_trials_per_variant)
-        if (j.p_pass <= s.pass_alpha(good) or j.p_fail <= SUSPICION) and good.trials < most:
+        if (j.p_pass <= pass_alpha or j.p_fail <= SUSPICION) and good.trials < most:
             return [dict(s.good)]
-        if j.p_fail > s.alpha and bad.full_trials < most:
+        if j.p_fail > j.alpha and bad.full_trials < most:
             if variant_key(against) != variant_key(s.bad):
                 self.need(dict(against), stop_at={variant_key(against): NEVER_STOP})
             return [dict(against)]
