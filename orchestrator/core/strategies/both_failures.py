@@ -1,11 +1,12 @@
-"""Both failures, always: every adaptive campaign watches corruption and wedging.
+"""Both failures, always: every adaptive and commit campaign watches corruption and wedging.
 
 The campaign's target is bisected first. Where known-bad does not reproduce it but clearly
 shows the other failure, the other is bisected instead (or the reason says exactly why not,
 with the counts of timeouts, errors and wedge log lines); where the target was bisected and
 known-bad's stored trials show the other failure too, the other is bisected beside it. Each is
 its own replay, on the same trials judged against its own failing set, so evidence is shared:
-the other failure adds only the trials its own tests still need.
+the other failure adds only the trials its own tests still need. The commit search does the
+same with its posterior (`commit_replay_both`).
 """
 
 from __future__ import annotations
@@ -100,9 +101,9 @@ def commit_replay_both(strategy: Commits, evidence: Sequence[TrialEvidence]) -> 
     first = strategy.search(evidence)
     other = WEDGING if strategy.failing == CORRUPTING else CORRUPTING
     seen = [t.judged_as(other) for t in evidence]
+    last = len(strategy.commits) - 1
     if first.status is Status.NOT_REPRODUCED:
-        ends = [t for t in seen if t.levels == strategy.variant(len(strategy.commits) - 1)]
-        if not any(t.failures for t in ends):
+        if not any(t.failures for t in strategy.trials_at(seen, last)):
             return dataclasses.replace(first, reason=f"{first.reason}; {_ends(strategy, evidence)}")
         second = strategy.search(seen)
         if second.status is Status.NOT_REPRODUCED:
@@ -114,20 +115,17 @@ def commit_replay_both(strategy: Commits, evidence: Sequence[TrialEvidence]) -> 
             f"{second.reason}"))
     if not first.finished:
         return first
-    counts = {end: _pair(seen, strategy.variant(end)) for end in (0, len(strategy.commits) - 1)}
-    if reproduced(counts[len(strategy.commits) - 1], counts[0], strategy.alpha)[0] \
-            is not Answer.FAIL:
+    bad, good = (strategy.trials_at(seen, end) for end in (last, 0))
+    if reproduced(_pair(bad), _pair(good), strategy.alpha)[0] is not Answer.FAIL:
         return first
     return dataclasses.replace(first, also=dataclasses.replace(strategy.search(seen),
                                                                failing=other))
 
 
-def _pair(seen: Sequence[TrialEvidence], levels: dict[str, str]) -> tuple[int, int]:
-    trials = [t for t in seen if t.levels == levels]
+def _pair(trials: Sequence[TrialEvidence]) -> tuple[int, int]:
     return sum(t.failures for t in trials), sum(t.judged for t in trials)
 
 
 def _ends(strategy: Commits, evidence: Sequence[TrialEvidence]) -> str:
     """What the bad commit showed of both failures, for a reason."""
-    bad = strategy.variant(len(strategy.commits) - 1)
-    return _shown("the bad commit", [t for t in evidence if t.levels == bad])
+    return _shown("the bad commit", strategy.trials_at(evidence, len(strategy.commits) - 1))

@@ -238,6 +238,10 @@ class Commits:
     def variant(self, index: int) -> dict[str, str]:
         return {**self.background, FACTOR: self.commits[index]}
 
+    def trials_at(self, evidence: Sequence[TrialEvidence], index: int) -> list[TrialEvidence]:
+        """The trials of one commit of the range."""
+        return [t for t in evidence if t.levels.get(FACTOR) == self.commits[index]]
+
     def propose(self, done: Sequence[TrialEvidence], pending: Sequence[Levels]) -> list[
             dict[str, str]]:
         return not_yet_running(self.replay(done).asking.needed, pending)
