@@ -185,3 +185,21 @@ def test_against_the_culprit_alone_no_weaker_failure_is_ruled_out() -> None:
     assert judge((0, 160), (0, 160), (8, 160), 0.01, 0.005, weaker_share=0.0).answer \
         is Answer.PASS
     assert judge((0, 160), (0, 160), (8, 160), 0.01, 0.005).answer is Answer.UNKNOWN
+
+
+def test_a_culprit_alone_at_its_budget_fails_at_alpha_as_a_neighbour_does() -> None:
+    # Under noise a FAIL needs alpha/4; f1 AND f3 alone at 10 of 480 against known-good's 1 of
+    # 480 (p = 0.006) is UNKNOWN with its 6 trials spent. It fails at alpha all the same, as a
+    # neighbour at its budget would: otherwise it would be completed with a level (f0) that its
+    # neighbour then drops again, round after round.
+    strategy = Adaptive(FACTORS, GOOD, BAD)
+    culprit = _with("f1", "f3")
+    evidence = [*[_trial(GOOD, 1 if i == 0 else 0) for i in range(6)],
+                *[_trial(BAD, 2) for _ in range(6)],
+                *[_trial(culprit, 2 if i < 4 else 1) for i in range(6)]]
+    run = _tests(strategy, evidence)
+    with pytest.raises(NeedTrials) as need:
+        confirm(strategy, run, {"f1": "b", "f3": "b"}, BAD)
+    assert [(s.phase, s.answer) for s in run.trail] == [
+        ("confirm: culprit alone", "unknown"), ("confirm: fails as known-bad?", "no less")]
+    assert [variant_key(v) for v in need.value.variants] == [variant_key(_with("f3"))]

@@ -50,7 +50,8 @@ def confirm(strategy: Adaptive, run: Tests, culprit: Mapping[str, str],
     found = dict(culprit)
     for _ in range(2 * len(strategy.factors)):  # each round drops or adds a level
         candidate = {**good, **found}
-        if run.test(candidate, "confirm: culprit alone") is not Answer.FAIL or (
+        alone = run.test(candidate, "confirm: culprit alone")
+        if not (alone is Answer.FAIL or _fails_at_budget(strategy, run, alone)) or (
                 run.noisy() and _short_of(strategy, run, candidate, strategy.bad,
                                           WEAKER_SHARE if several else 1.0, "known-bad",
                                           measure=True)):
@@ -86,16 +87,16 @@ def _completed(candidate: Mapping[str, str], bad: Mapping[str, str],
 
 def _short_of(strategy: Adaptive, run: Tests, variant: dict[str, str],
               reference: Mapping[str, str], share: float, what: str, *,
-              measure: bool = False) -> bool:
+              measure: bool = False, level: float | None = None) -> bool:
     """Whether ``variant`` fails clearly less often than ``share`` of ``reference``'s rate, at
-    the drop's level, on full trials. Conditioned on both counts' failures, the variant's share
-    of them is binomial under the null (rare failures: Poisson rates), so the reference's own
-    uncertainty is counted. ``measure``: until it is clear, the variant runs full trials up to
-    as many as the reference has."""
+    ``level`` (the drop's unless told), on full trials. Conditioned on both counts' failures,
+    the variant's share of them is binomial under the null (rare failures: Poisson rates), so
+    the reference's own uncertainty is counted. ``measure``: until it is clear, the variant runs
+    full trials up to as many as the reference has."""
     cell, ref = run.counts(variant), run.counts(reference)
     (k, n), (k_ref, n_ref) = cell.pair, ref.pair
     p = binomial_at_most(k, k + k_ref, share * n / (share * n + n_ref)) if n and n_ref else 1.0
-    short = p <= DROP_SHARE * strategy.alpha
+    short = p <= (DROP_SHARE * strategy.alpha if level is None else level)
     run.trail.append(Step(f"confirm: fails as {what}?", variant,
                           "short" if short else "no less", k, n, cell.full_trials, None, p))
     if not short and measure and \
@@ -118,11 +119,26 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
         # at, a PASS needs the drop's level; the culprit alone as reference is that one's rate
         answer = run.test(neighbour, f"confirm: without {factor}", against=against,
                           stop_at=drop, pass_at=drop if several and against is None else None)
-        # UNKNOWN here is at the trial budget: it may still fail at alpha (_certain)
-        if answer is not Answer.PASS and _certain(strategy, run, neighbour) and \
-                not _short_of(strategy, run, neighbour, candidate, 1.0, "the culprit alone"):
+        if not (answer is Answer.FAIL or _fails_at_budget(strategy, run, answer)):
+            continue
+        p_fail = run.trail[-1].p_fail
+        # a drop on the budget's weaker evidence (alpha, not a tenth of it) needs the neighbour
+        # to be no less failing than the culprit alone at alpha too
+        level = drop if p_fail is not None and p_fail <= drop else strategy.alpha
+        if _certain(strategy, run, neighbour) and not _short_of(
+                strategy, run, neighbour, candidate, 1.0, "the culprit alone", level=level):
             return factor
     return None
+
+
+def _fails_at_budget(strategy: Adaptive, run: Tests, answer: Answer) -> bool:
+    """An UNKNOWN that fails at alpha with its trial budget spent (confirmation's tests answer
+    UNKNOWN only then): under noise a FAIL needs alpha shared over the factors, which a culprit
+    near it may miss for ever by chance. The culprit alone and a neighbour are judged alike
+    here, or a set would be completed with a level its neighbour then drops, round after
+    round."""
+    p_fail = run.trail[-1].p_fail
+    return answer is Answer.UNKNOWN and p_fail is not None and p_fail <= strategy.alpha
 
 
 def _certain(strategy: Adaptive, run: Tests, neighbour: dict[str, str]) -> bool:
