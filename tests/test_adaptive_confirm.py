@@ -203,3 +203,52 @@ def test_a_culprit_alone_at_its_budget_fails_at_alpha_as_a_neighbour_does() -> N
     assert [(s.phase, s.answer) for s in run.trail] == [
         ("confirm: culprit alone", "unknown"), ("confirm: fails as known-bad?", "no less")]
     assert [variant_key(v) for v in need.value.variants] == [variant_key(_with("f3"))]
+
+
+def _looked(levels: Mapping[str, str], corrupt: int = 1) -> TrialEvidence:
+    """A first look stopped at its failing sessions (they finish first)."""
+    return TrialEvidence(dict(levels), {"leak": corrupt}, stopped_early=True, planned=80)
+
+
+def test_a_flip_that_looks_passing_on_its_first_full_trial_goes_to_confirmation() -> None:
+    # f0 alone fails, at 10%: the other flips look failing at their first session; f0's flip
+    # ran one full trial clean (p = 0.017 against half of known-bad's rate: above the scan's
+    # PASS level, below LOOKS_PASSING), and confirmation will prove the set
+    search = [_trial(BAD, 8), _trial(BAD, 8), _trial(GOOD, 0), _trial(GOOD, 0),
+              _trial(_flip("f0"), 0), *[_looked(_flip(f)) for f in ("f1", "f2", "f3")]]
+    strategy = Adaptive(FACTORS, GOOD, BAD)
+    replay = strategy.replay(search)
+    answers = {s.phase: s.answer for s in replay.trail}
+    assert answers["flip f0"] == "looks passing"
+    assert [variant_key(v) for v in replay.needed] == [variant_key(_with("f0"))]  # sufficient?
+    # under background noise (known-good failed once) every PASS of the scan is proven there
+    noisy = strategy.replay([*search[:2], _trial(GOOD, 1), *search[3:]])
+    assert variant_key(_flip("f0")) in [variant_key(v) for v in noisy.needed]
+    assert "looks passing" not in {s.answer for s in noisy.trail}
+
+
+def test_delta_debugging_narrows_on_a_first_trial_that_fails_at_the_narrowing_level() -> None:
+    # two culprits at once, f0 and f2: every flip still fails, so delta debugging starts; its
+    # first subset's trial stopped at 3 failing sessions (p = 0.036 against 0 of 160): enough
+    # to narrow on, not to name, so the next subset is asked for at once
+    flips = [_looked(_flip(f)) for f in FACTORS]
+    evidence = [_trial(BAD, 16), _trial(BAD, 16), _trial(GOOD, 0), _trial(GOOD, 0), *flips,
+                _looked(_with("f0", "f1"), 3)]
+    replay = Adaptive(FACTORS, GOOD, BAD).replay(evidence)
+    narrowing = [s for s in replay.trail if s.phase == "ddmin subset"]
+    assert [(variant_key(s.levels), s.answer, s.fail_at) for s in narrowing] == [
+        (variant_key(_with("f0", "f1")), "fail (narrowing)", 0.05)]
+    assert [variant_key(v) for v in replay.needed] == [variant_key(_with("f0"))]
+
+
+def test_a_rate_compared_with_the_culprit_alone_waits_for_a_full_trial_of_it() -> None:
+    # the culprit alone has only a trial stopped at its failures: no rate to fall short of yet
+    from orchestrator.core.strategies.confirm import _short_of
+    strategy = Adaptive(FACTORS, GOOD, BAD)
+    evidence = [_trial(GOOD, 0), _trial(GOOD, 0), _looked(_with("f0", "f1"), 5),
+                *[_trial(_with("f1"), 2) for _ in range(6)]]
+    run = Replayed(strategy, cells_of(evidence), len(evidence))
+    with pytest.raises(NeedTrials) as need:
+        _short_of(strategy, run, _with("f1"), _with("f0", "f1"), 1.0, "the culprit alone")
+    assert [variant_key(v) for v in need.value.variants] == [variant_key(_with("f0", "f1"))]
+    assert need.value.stop_at == {variant_key(_with("f0", "f1")): -1.0}  # never stops early

@@ -63,6 +63,10 @@ def _p(value: float | None) -> str:
     return "–" if value is None else f"{value:.2g}"  # None: no test was made at this step
 
 
+def _at(level: float | None) -> str:
+    return "" if level is None else f" (at ≤{level:.2g})"  # the threshold it was compared to
+
+
 def trail_line(index: int, step: dict[str, Any]) -> str:
     """One line a step: readable at any width."""
     variant = ",".join(f"{f}={lvl}" for f, lvl in step["levels"].items())
@@ -78,6 +82,7 @@ def trail_line(index: int, step: dict[str, Any]) -> str:
     unfinished = f" (+{step['unfinished']} unfinished)" if step.get("unfinished") else ""
     return (f"{index:3} {step['phase']:<22} {step['answer']:<17} "
             f"{step['corrupted']}/{step['sessions']}{unfinished} in {step['trials']} trial(s)  "
-            f"p(worse than good)={_p(step['p_fail'])} p(better than bad)={_p(step['p_pass'])}  "
+            f"p(worse than good)={_p(step['p_fail'])}{_at(step.get('fail_at'))} "
+            f"p(better than bad)={_p(step['p_pass'])}{_at(step.get('pass_at'))}  "
             f"{variant}"
             + (f"  cannot be deployed: {step['reason']}" if "reason" in step else ""))

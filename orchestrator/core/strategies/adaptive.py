@@ -11,14 +11,18 @@ exactly where it was, and the verdict and `bisect log` are recomputed from the s
    failure needs — among them those good and bad share (an interaction with the background,
    such as HiCache being on in both). One sequential test per factor, all proposed at once. An
    UNKNOWN test adds a trial where it helps most: to the variant, or to known-good or known-bad
-   when the variant already has more trials than that reference. Where many factors differ,
+   when the variant already has more trials than that reference. A flip whose first full trial
+   looks passing is taken as passing: confirmation (step 4) proves the set it goes into, and a
+   level let in by luck fails its neighbour there (not under background noise, where every PASS
+   is proven in the scan). Where many factors differ,
    a flip back to known-good's level gets a first look that stops at its first failing
    session, and one sufficiency test (known-good plus only the found levels still fails)
    proves all the flips let go innocent at once. When it does not fail and no flip passes,
    the found levels need one of several others (f2 AND (f3 OR f6)): ddmin completes them.
 3. If no flip passes (every flip still fails, or only looked failing), several culprits are
    most often active at once: Zeller's ddmin over the factors where good and bad differ
-   isolates one 1-minimal failing set, and its shared background is scanned as in step 2.
+   isolates one 1-minimal failing set, and its shared background is scanned as in step 2. Its
+   FAILs only narrow the search (p <= 0.05, sequential.NARROWING): confirmation proves the end.
 4. Confirm (confirm.py, Go's bisect): known-good with exactly the culprit set must fail and
    each of its neighbours must pass, or the set is made smaller or completed.
 5. More culprits (Go's bisect): break the culprit in known-bad — by a level another culprit
@@ -234,7 +238,7 @@ class Adaptive:
             run.need(*[self.good] * (self.reproduce_trials - good.trials))
         answer, p = reproduced(bad.pair, good.pair, self.alpha)
         run.trail.append(Step("reproduce", self.bad, answer.value, bad.failures, bad.judged,
-                              bad.trials, p, 1.0))
+                              bad.trials, p, 1.0, fail_at=self.alpha))
         if answer is Answer.FAIL:
             return
         if bad.trials >= self.max_trials_per_variant:
@@ -265,7 +269,7 @@ class Adaptive:
         def with_levels(subset: Sequence[str]) -> dict[str, str]:
             return {**self.good, **{f: bad[f] for f in subset}}
 
-        minimal = self._ddmin(run, delta, with_levels)
+        minimal = self._ddmin(run, delta, with_levels, narrowing=True)
         failing = with_levels(minimal)
         background = [f for f in self.factors if f not in delta]
         culprit = {**{f: failing[f] for f in minimal},
@@ -320,8 +324,10 @@ class Adaptive:
             # only a flip back to known-good's level can be proven innocent by sufficiency
             first_look = look and self.good[factor] != failing[factor]
             try:
+                # a first full trial that looks passing will do: confirmation proves the set
+                # (under background noise, where a PASS is weaker, every PASS is proven here)
                 answer = run.test(self._flip(failing, factor), f"flip {factor}",
-                                  look=first_look)
+                                  look=first_look, provisional=not run.noisy())
             except NeedTrials as need:
                 waiting.extend(need.variants)
                 stop_at.update(need.stop_at)
@@ -341,19 +347,24 @@ class Adaptive:
         return {**levels, factor: next(lvl for lvl in self.factors[factor]
                                        if lvl != levels[factor])}
 
-    def _ddmin(self, run: Tests, delta: list[str], with_levels: _WithLevels) -> list[str]:
+    def _ddmin(self, run: Tests, delta: list[str], with_levels: _WithLevels, *,
+               narrowing: bool = False) -> list[str]:
+        """Zeller's ddmin: a 1-minimal subset of ``delta`` whose variant fails. ``narrowing``:
+        its FAILs only narrow the search (sequential.NARROWING), the caller proves the end."""
         n = 2
         while len(delta) >= 2:
             size = -(-len(delta) // n)
             chunks = [delta[i:i + size] for i in range(0, len(delta), size)]
             for chunk in chunks:
-                if run.test(with_levels(chunk), "ddmin subset") is Answer.FAIL:
+                if run.test(with_levels(chunk), "ddmin subset",
+                            narrowing=narrowing) is Answer.FAIL:
                     delta, n = chunk, 2
                     break
             else:
                 for chunk in chunks if len(chunks) > 2 else []:
                     rest = [f for f in delta if f not in chunk]
-                    if run.test(with_levels(rest), "ddmin complement") is Answer.FAIL:
+                    if run.test(with_levels(rest), "ddmin complement",
+                                narrowing=narrowing) is Answer.FAIL:
                         delta, n = rest, max(n - 1, 2)
                         break
                 else:
@@ -384,7 +395,8 @@ def conclude_replay(
     log = tuple(
         {"phase": s.phase, "levels": dict(s.levels), "answer": s.answer,
          "corrupted": s.failures, "sessions": s.judged, "unfinished": s.unfinished,
-         "trials": s.trials, "p_fail": s.p_fail, "p_pass": s.p_pass}
+         "trials": s.trials, "p_fail": s.p_fail, "p_pass": s.p_pass,
+         "fail_at": s.fail_at, "pass_at": s.pass_at}
         for s in (*replay.trail, *(replay.also.trail if replay.also else ()))
     )
     blocked = {variant_key(u.levels): u for u in unresolvable}

@@ -384,7 +384,7 @@ def conclude_commit_replay(
             "levels": {FACTOR: sha}, "answer": f"{p:.4f}", "posterior": p, **words(sha),
             "corrupted": sum(t.failures for t in tested[sha]),
             "sessions": sum(t.judged for t in tested[sha]), "trials": len(tested[sha]),
-            "p_fail": None, "p_pass": None,
+            "p_fail": None, "p_pass": None, "fail_at": None, "pass_at": None,
             **({"reason": why[sha].error.splitlines()[0]} if sha in why else {})}
            for sha, p in zip(commits, replay.posterior, strict=True)
            if p >= 0.001 or tested[sha] or sha in replay.skipped)

@@ -95,10 +95,13 @@ def _short_of(strategy: Adaptive, run: Tests, variant: dict[str, str],
     full trials up to as many as the reference has."""
     cell, ref = run.counts(variant), run.counts(reference)
     (k, n), (k_ref, n_ref) = cell.pair, ref.pair
+    if not n_ref:  # a rate needs a full trial: one stopped at its failures overstates it
+        run.need(dict(reference), stop_at={variant_key(reference): NEVER_STOP})
     p = binomial_at_most(k, k + k_ref, share * n / (share * n + n_ref)) if n and n_ref else 1.0
-    short = p <= (DROP_SHARE * strategy.alpha if level is None else level)
-    run.trail.append(Step(f"confirm: fails as {what}?", variant,
-                          "short" if short else "no less", k, n, cell.full_trials, None, p))
+    at = DROP_SHARE * strategy.alpha if level is None else level
+    short = p <= at
+    run.trail.append(Step(f"confirm: fails as {what}?", variant, "short" if short else
+                          "no less", k, n, cell.full_trials, None, p, pass_at=at))
     if not short and measure and \
             cell.full_trials < min(ref.full_trials, strategy.max_trials_per_variant):
         run.need(variant, stop_at={variant_key(variant): NEVER_STOP})

@@ -30,6 +30,15 @@ if TYPE_CHECKING:
 # against known-good's clean 0 of 160 gives p = 1/3. It proves nothing; the caller proves it
 # later (the sufficiency test).
 LOOKS_FAILING = 0.35
+# A flip of the scan may pass on its first full trial at this level ("looks passing"): the
+# confirmation that follows every scan tests the named set's own neighbours to the end, and a
+# level let in by luck fails its neighbour there and is dropped (confirm.py). 0 of 80 sessions
+# where known-bad fails 15 of 160 gives p = 0.02.
+LOOKS_PASSING = 0.05
+# The p a delta-debugging subset of the search fails at: it only narrows the search, and the
+# minimal set it ends with is proven by confirmation (the culprit alone must fail at the FAIL
+# level), so a narrowing FAIL need not be as sure as a named one.
+NARROWING = 0.05
 NEVER_STOP = -1.0  # a trial that must run to its end (a p-value is never below it)
 
 
@@ -46,6 +55,8 @@ class Step:
     p_fail: float | None  # None: no test was made (a reference, or a first look's other side)
     p_pass: float | None
     unfinished: int = 0  # sessions that trials stopped early never finished (not in judged)
+    fail_at: float | None = None  # the p_fail a FAIL needed (None: no such test was made)
+    pass_at: float | None = None  # the p_pass a PASS needed
 
 
 class NeedTrials(Exception):
@@ -117,6 +128,7 @@ class Tests:
         return self.cells.get(variant_key(levels), VariantCounts())
 
     def test(self, levels: dict[str, str], phase: str, *, look: bool = False,
+             provisional: bool = False, narrowing: bool = False,
              against: Mapping[str, str] | None = None, stop_at: float | None = None,
              pass_at: float | None = None) -> Answer:
         """FAIL or PASS; once the variant's trial budget is spent, PASS on the evidence at hand
@@ -125,6 +137,11 @@ class Tests:
         ``look``: the variant's first trial may stop as soon as it looks failing, and a variant
         whose first trial does is let go as UNKNOWN ("looks failing") for the caller to prove,
         whatever trials it had since (a replay makes the same decisions every time).
+
+        ``provisional``: a PASS may rest on the first full trial at `LOOKS_PASSING` ("looks
+        passing"), for a caller whose later tests prove it (confirmation's neighbours).
+        ``narrowing``: a FAIL at `NARROWING` (its trials stop there), for a caller whose later
+        tests prove it (the culprit alone, in confirmation).
 
         ``against``: the failing variant a PASS must be clearly better than (known-bad unless
         told): where several culprits made known-bad fail, a variant holding one of them fails
@@ -136,6 +153,9 @@ class Tests:
         ``pass_at``: a stricter level its PASS needs than the search's."""
         s = self.strategy
         cell = self.counts(levels)
+        fail_alpha = max(NARROWING, self.fail_level()) if narrowing else self.fail_level()
+        if narrowing and stop_at is None:
+            stop_at = fail_alpha
         known = {variant_key(s.bad): Answer.FAIL, variant_key(s.good): Answer.PASS}
         if variant_key(levels) in known:  # reproduced already: no trial of its own
             answer = known[variant_key(levels)]
@@ -154,12 +174,17 @@ class Tests:
         if look and (seen := self._look(levels, phase, cell, good)) is not None:
             return seen
         pass_alpha = s.pass_alpha(good) if pass_at is None else min(pass_at, s.pass_alpha(good))
-        fail_alpha = self.fail_level()
         j = judge(cell.pair, good.pair, bad.pair, fail_alpha, pass_alpha,
                   cell.curtailed if cell.unfinished else None,
                   (cell.failures, cell.judged) if cell.unfinished else None,
                   WEAKER_SHARE if against is None else 0.0)
         answer, said = j.answer, j.answer.value
+        if answer is Answer.UNKNOWN and provisional and cell.full_trials == 1 and judge(
+                cell.pair, good.pair, bad.pair, fail_alpha, LOOKS_PASSING, None,
+                None).answer is Answer.PASS:
+            answer, said = Answer.PASS, "looks passing"
+        if answer is Answer.FAIL and j.p_fail > self.fail_level():
+            said = "fail (narrowing)"
         if answer is Answer.UNKNOWN:
             more = self._next_for(levels, cell, good, bad, j, against or s.bad, pass_alpha)
             if more:
@@ -170,13 +195,15 @@ class Tests:
                 # for ever by chance, so the evidence at hand decides.
                 answer, said = Answer.PASS, "pass (at budget)"
         self.trail.append(Step(phase, levels, said, cell.failures, cell.judged, cell.trials,
-                               j.p_fail, j.p_pass, cell.unfinished))
+                               j.p_fail, j.p_pass, cell.unfinished, fail_alpha,
+                               LOOKS_PASSING if said == "looks passing" else pass_alpha))
         return answer
 
     def noisy(self) -> bool:
         """Whether clean variants fail too: known-good has, or a variant judged to pass had."""
         return self.counts(self.strategy.good).failures > 0 or any(
-            step.answer.startswith("pass") and step.failures for step in self.trail)
+            step.answer.startswith(("pass", "looks passing")) and step.failures
+            for step in self.trail)
 
     def fail_level(self) -> float:
         """The p a FAIL needs: alpha; under background noise, where a clean variant can fail
@@ -194,7 +221,8 @@ class Tests:
             return None
         answer = Answer.FAIL if p <= self.fail_level() else Answer.UNKNOWN
         said = "fail (first look)" if answer is Answer.FAIL else "looks failing"
-        self.trail.append(Step(phase, levels, said, failures, judged, 1, p, None, unfinished))
+        self.trail.append(Step(phase, levels, said, failures, judged, 1, p, None, unfinished,
+                               self.fail_level()))
         return answer
 
     def _next_for(self, levels: dict[str, str], cell: VariantCounts, good: VariantCounts,
