@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, fields
 from types import TracebackType
@@ -56,6 +56,7 @@ from db.records import (
 )
 
 R = TypeVar("R")
+ID_BATCH = 500  # trial ids in one query's IN (...)
 
 
 def _reason(exc: SQLAlchemyError) -> str:
@@ -90,10 +91,31 @@ def _finite(value: Any) -> Any:
     return value
 
 
+_FIELDS: dict[type[Any], tuple[str, ...]] = {}  # a record's field names, looked up once
+
+
+def _field_names(cls: type[Any]) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
 def _record(cls: type[R], row: Any, **computed: Any) -> R:
-    """The frozen record of an ORM row whose columns bear the record's field names."""
-    names = [f.name for f in fields(cls) if f.name not in computed]  # type: ignore[arg-type]
+    """The frozen record of a row whose columns bear the record's field names: an ORM object,
+    or a plain row's mapping (a Row's attributes are not all its columns: ``Row.t``)."""
+    names = [name for name in _field_names(cls) if name not in computed]
+    if isinstance(row, Mapping):
+        return cls(**{name: row[name] for name in names}, **computed)
     return cls(**{name: getattr(row, name) for name in names}, **computed)
+
+
+def _metric(row: Mapping[str, Any]) -> MetricRecord:
+    return _record(MetricRecord, row, labels=json.loads(row["labels_json"]))
+
+
+def _step(row: Mapping[str, Any]) -> StepRecord:
+    return _record(StepRecord, row, details=json.loads(row["details_json"]))
 
 
 def _missing_file(engine: Engine) -> str | None:
@@ -476,13 +498,29 @@ class Store:
                               (TrialSession.idx, TrialSession.id),
                               lambda r: _record(SessionRecord, r))
 
-    def metrics(self, trial_id: int) -> list[MetricRecord]:
-        return self._of_trial(trial_id, "metrics", MetricSample, (MetricSample.t, MetricSample.id),
-                              lambda r: _record(MetricRecord, r, labels=json.loads(r.labels_json)))
+    def metrics(self, trial_id: int, names: Collection[str] | None = None) -> list[MetricRecord]:
+        """The trial's metric samples by time; only those ``names`` if given."""
+        return self.trials_metrics([trial_id], names).get(trial_id, [])
+
+    def trials_metrics(self, trial_ids: Collection[int], names: Collection[str] | None = None
+                       ) -> dict[int, list[MetricRecord]]:
+        """The metric samples of these trials (``names`` only, if given), read together, by
+        trial id, each by time; a trial with none is absent."""
+        where = [] if names is None else [MetricSample.name.in_(names)]
+        return self._of_trials("metrics", MetricSample, trial_ids, where,
+                               (MetricSample.trial_id, MetricSample.t, MetricSample.id), _metric)
 
     def log_events(self, trial_id: int) -> list[LogRecord]:
         return self._of_trial(trial_id, "log events", LogEvent, (LogEvent.id,),
                               lambda r: _record(LogRecord, r))
+
+    def trials_log_events(self, trial_ids: Collection[int], kinds: Collection[str] | None = None
+                          ) -> dict[int, list[LogRecord]]:
+        """The log events of these trials (of ``kinds`` only, if given), read together, by
+        trial id, each in order; a trial with none is absent."""
+        where = [] if kinds is None else [LogEvent.kind.in_(kinds)]
+        return self._of_trials("log events", LogEvent, trial_ids, where,
+                               (LogEvent.trial_id, LogEvent.id), lambda r: _record(LogRecord, r))
 
     def generators(self, trial_id: int) -> list[GeneratorRecord]:
         """The load generators that ran the trial's sessions, in order; none if its pool's actor
@@ -493,23 +531,53 @@ class Store:
     def steps(self, trial_id: int) -> list[StepRecord]:
         """The trial's chain of steps as it ran, in order (none for a trial stored before 0006,
         or one still running)."""
-        return self._of_trial(trial_id, "steps", TrialStep, (TrialStep.position,),
-                              lambda r: _record(StepRecord, r, details=json.loads(r.details_json)))
+        return self._of_trial(trial_id, "steps", TrialStep, (TrialStep.position,), _step)
 
     def campaign_steps(self, campaign_id: str) -> dict[int, list[StepRecord]]:
         """Every stored step of the campaign's trials, by trial id, each trial's in order."""
-        with self._session(f"read the steps of campaign {campaign_id!r}") as s:
-            query = (select(TrialStep).join(Trial, TrialStep.trial_id == Trial.id)
-                     .where(Trial.campaign_id == campaign_id)
-                     .order_by(TrialStep.trial_id, TrialStep.position))
-            found: dict[int, list[StepRecord]] = {}
-            for row in s.scalars(query):
-                found.setdefault(row.trial_id, []).append(
-                    _record(StepRecord, row, details=json.loads(row.details_json)))
-            return found
+        return self._of_campaign(campaign_id, "steps", TrialStep,
+                                 (TrialStep.trial_id, TrialStep.position), _step)
+
+    def campaign_generators(self, campaign_id: str) -> dict[int, list[GeneratorRecord]]:
+        """The load generators of every trial of the campaign, by trial id, each trial's in
+        order; a trial whose pool's actor ran its sessions is absent."""
+        return self._of_campaign(campaign_id, "load generators", TrialGenerator,
+                                 (TrialGenerator.trial_id, TrialGenerator.position),
+                                 lambda r: _record(GeneratorRecord, r))
+
+    # Plain rows (a Core select of the table's columns), not ORM objects: a trial holds tens
+    # of thousands of samples, and building an ORM instance for each, only to copy it into a
+    # record, is most of the time of reading them.
 
     def _of_trial(self, trial_id: int, what: str, model: Any, order: Sequence[Any],
                   record: Callable[[Any], R]) -> list[R]:
         with self._session(f"read the {what} of trial {trial_id}") as s:
-            query = select(model).where(model.trial_id == trial_id).order_by(*order)
-            return [record(row) for row in s.scalars(query)]
+            query = (select(*model.__table__.columns).where(model.trial_id == trial_id)
+                     .order_by(*order))
+            return [record(row) for row in s.execute(query).mappings()]
+
+    def _of_trials(self, what: str, model: Any, trial_ids: Collection[int],
+                   where: Sequence[Any], order: Sequence[Any],
+                   record: Callable[[Any], R]) -> dict[int, list[R]]:
+        ids = sorted(set(trial_ids))
+        found: dict[int, list[R]] = {}
+        with self._session(f"read the {what} of trials") as s:
+            # a few hundred ids a query: SQLite bounds the parameters of one statement
+            for start in range(0, len(ids), ID_BATCH):
+                query = (select(*model.__table__.columns)
+                         .where(model.trial_id.in_(ids[start:start + ID_BATCH]), *where)
+                         .order_by(*order))
+                for row in s.execute(query).mappings():
+                    found.setdefault(row["trial_id"], []).append(record(row))
+        return found
+
+    def _of_campaign(self, campaign_id: str, what: str, model: Any, order: Sequence[Any],
+                     record: Callable[[Any], R]) -> dict[int, list[R]]:
+        with self._session(f"read the {what} of campaign {campaign_id!r}") as s:
+            query = (select(*model.__table__.columns)
+                     .join(Trial, model.trial_id == Trial.id)
+                     .where(Trial.campaign_id == campaign_id).order_by(*order))
+            found: dict[int, list[R]] = {}
+            for row in s.execute(query).mappings():
+                found.setdefault(row["trial_id"], []).append(record(row))
+            return found

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 
@@ -67,6 +68,12 @@ def test_the_demo_json_is_strict_and_names_the_paths_it_wrote(demo: Demo) -> Non
     assert document["store"] == str(demo.cwd / "bisect-demo" / "bisect.db")
     assert document["report"] == str(demo.cwd / "bisect-demo" / "report.html")
     assert Path(document["store"]).is_file() and Path(document["report"]).is_file()
+    # the Markdown summary and the JUnit file beside the HTML, from the same report model
+    assert document["markdown"] == str(demo.cwd / "bisect-demo" / "report.md")
+    assert document["junit"] == str(demo.cwd / "bisect-demo" / "report.xml")
+    summary = Path(document["markdown"]).read_text()
+    assert summary.startswith("**Culprit found:** Corruption follows index\\_k=bf16 AND hicache=on")
+    ElementTree.parse(document["junit"])  # well-formed
     # Steps where no test was made say so with null, never NaN.
     known = [s for s in document["log"] if s["answer"].endswith("(known)")]
     assert known and all(s["p_fail"] is None and s["p_pass"] is None for s in known)

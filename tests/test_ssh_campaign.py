@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from db.store import Store
 from deploy.lab import Lab
+from experiments.twin.server import VERSION
 from orchestrator.cli import app
 from orchestrator.lab_campaign import lab_pool
 
@@ -63,6 +64,16 @@ def test_a_campaign_over_ssh_finds_the_culprit_and_leaves_the_hosts_clean(
         assert {t.pool for t in trials} == {"pool-1", "pool-2"}
         startup = [e.text for t in trials for e in store.log_events(t.id) if e.kind == "startup"]
         assert startup, "the service log was read back over SSH"
+        # each trial's node facts, read over SSH on the node of its pool (tests/test_node_facts.py
+        # reads a GPU, a tree and a bare node over SSH function by function)
+        steps = store.campaign_steps(campaign.id)
+        for trial in trials:
+            [facts] = [s for s in steps[trial.id] if s.name == "facts"]
+            assert facts.outcome == "ok" and facts.service == lab.host(
+                int(trial.pool.split("-")[1])).name
+            assert (facts.details["server_version"], facts.details["gpu"],
+                    facts.details["commit"], facts.details["problems"]) == (VERSION, None, None, [])
+            assert facts.details["host"]
     for which in (1, 2):  # nothing left running, no pid file left on the hosts
         workdir = Path(lab.host(which).workdir)
         assert not list(workdir.glob("*.pid"))

@@ -17,7 +17,7 @@ from orchestrator.executor.driver import run_campaign
 from orchestrator.stored import MAX_FAILED_ATTEMPTS, create_campaign, evidence
 
 SERVICE = "sglang-p"
-CHAIN = ["apply", "restart", "health", "prove", "hooks", "stress", "collect"]
+CHAIN = ["apply", "restart", "health", "prove", "hooks", "facts", "stress", "collect"]
 READY = "The server is fired up and ready to roll!"
 
 
@@ -79,13 +79,13 @@ def test_every_step_of_every_trial_is_stored_and_shown(ray_cluster: None,
         assert checks["markers"] == {READY: True, next(
             m for m in checks["markers"] if f"dtype={dtype}" in m): True}
         assert checks["absent_markers"] == {"host memory for hierarchical KV cache": True}
-        assert steps[5]["details"]["sessions"] == 6
+        assert steps[6]["details"]["sessions"] == 6
         # what the workload measured: 6 one-round sessions, all ok (no faults), unstreamed
         figures = row["performance"]
         assert (figures["requests"], figures["completed"], figures["good_sessions"]) == (6, 6, 6)
         assert figures["request_throughput"] > 0 and figures["goodput"] > 0
         assert figures["output_tokens"] > 0 and figures["output_throughput"] > 0
-        assert 0 < figures["wall_s"] <= steps[5]["duration_s"]
+        assert 0 < figures["wall_s"] <= steps[6]["duration_s"]
         for name in ("ttft", "e2e"):
             latency = figures[name]
             assert 0 < latency["p50_ms"] <= latency["p90_ms"] <= latency["p99_ms"]
@@ -98,7 +98,7 @@ def test_every_step_of_every_trial_is_stored_and_shown(ray_cluster: None,
     for row in failed:
         steps = row["steps"]
         assert [s["name"] for s in steps] == CHAIN
-        assert [s["outcome"] for s in steps[3:]] == ["failed", "skipped", "skipped", "skipped"]
+        assert [s["outcome"] for s in steps[3:]] == ["failed"] + ["skipped"] * 4
         assert row["performance"] is None  # never stressed
         proof = steps[3]["details"]
         assert proof["failure"] == "variant" and "hicache_v9=1" in proof["error"]

@@ -45,10 +45,17 @@ def _finish_run(db: Store, campaign_id: str, verdict: Verdict, report: Path | No
                 as_json: bool, store: str, demo: bool = False) -> None:
     from orchestrator.reports.html import write_report
 
-    if report is not None:
+    beside: dict[str, Path] = {}
+    if report is not None and demo:  # and its Markdown and JUnit files beside it
+        from orchestrator.cli.report_view import write_beside
+
+        beside = write_beside(db, campaign_id, report)
+        report = beside.pop("html")
+    elif report is not None:
         report = write_report(db, campaign_id, report)
     paths = {"store": store_json(store),  # and the report, where one was written
-             **({"report": str(report.resolve())} if report is not None else {})}
+             **({"report": str(report.resolve())} if report is not None else {}),
+             **{name: str(path.resolve()) for name, path in beside.items()}}
     print_verdict(verdict, campaign_id, as_json, paths)
     if report is not None and not as_json and not demo:  # the demo says it with the rest
         out.print(f"report: {report}", highlight=False, markup=False)
@@ -94,6 +101,8 @@ def _demo_next(campaign_id: str, store: str, report: Path, as_json: bool) -> Non
     from this directory)."""
     at, bisect = f"{campaign_id} --store {store_arg(store)}", program()
     lines = [f"store: {store_arg(store)}", f"report: {shown_path(report)} (open it in a browser)",
+             f"markdown: {shown_path(report.with_suffix('.md'))} (for a pull request or an "
+             "issue)", f"junit: {shown_path(report.with_suffix('.xml'))} (for CI)",
              "next:",
              f"  {bisect} log {at}      # every comparison the strategy made",
              f"  {bisect} show {at}     # every trial",

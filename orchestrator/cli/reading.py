@@ -23,6 +23,7 @@ from orchestrator.cli.common import (
     out,
     reading,
     resolve_id,
+    store_arg,
     store_json,
 )
 from orchestrator.cli.verdict_view import print_verdict, trail_line
@@ -59,23 +60,76 @@ def verdict(campaign_id: CampaignId, store: StoreOption = "bisect.db",
 
 @app.command()
 def report(
-    campaign_id: CampaignId,
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")]
-    = Path("bisect-report.html"),
+    campaign_id: Annotated[str | None, typer.Argument(
+        metavar="[ID]", help="A campaign id, a unique prefix of one, or `last` (the newest); "
+        "none with --index.")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="The file to write, `-` for stdout (with --index: the "
+        "directory). Default: bisect-report.html for html, stdout for md, junit and json.")]
+    = None,
+    fmt: Annotated[str | None, typer.Option(
+        "--format", metavar="html|md|junit|json", help="The report's format: html (one "
+        "self-contained page), md (a summary for a pull request or an issue), junit (one test "
+        "case per variant, for CI), json (the report model). Default: from the output's "
+        "suffix (.md, .xml, .json), else html.")] = None,
+    compare_with: Annotated[str | None, typer.Option(
+        "--compare", metavar="B", help="Compare campaign B (an id, a prefix, `last`, or a "
+        "report saved with --format json) with ID, variant by variant: the change in rate, "
+        "its interval and what changed between them.")] = None,
+    index: Annotated[bool, typer.Option(
+        "--index", help="Write every campaign's HTML report into the directory -o DIR, and "
+        "an index page linking them (DIR/index.html).")] = False,
     store: StoreOption = "bisect.db",
     as_json: JsonOption = False,
 ) -> None:
-    """Write a campaign's HTML report."""
-    from orchestrator.reports.html import write_report
+    """Write a campaign's report (HTML, Markdown, JUnit XML or JSON), two campaigns compared,
+    or an index of every campaign."""
+    from orchestrator.cli.report_view import (
+        STDOUT,
+        bad_input,
+        chosen_format,
+        compared,
+        deliver,
+        destination,
+        other_report,
+        rendered,
+        write_index,
+    )
 
+    if index and (campaign_id is not None or compare_with is not None):
+        raise bad_input("--index reports every campaign: give no ID and no --compare")
+    if not index and campaign_id is None:
+        raise bad_input("give a campaign ID (or `last`), or --index -o DIR")
+    kind = chosen_format(fmt, output)
     with reading(store) as db:
-        campaign_id = resolve_id(db, campaign_id, store)
-        path = write_report(db, campaign_id, output)
-    if as_json:
-        emit_json({"campaign": campaign_id, "store": store_json(store),
-                   "report": str(path.resolve())})
+        if index:
+            path: Path | None = write_index(db, output, fmt, store_arg(store))
+            shown: dict[str, str] = {}
+        else:
+            from orchestrator.reports.build import build_report
+
+            assert campaign_id is not None
+            campaign_id = resolve_id(db, campaign_id, store)
+            target = destination(output, kind, "bisect-compare" if compare_with else
+                                 "bisect-report")
+            if as_json and target == STDOUT:
+                raise bad_input("--json names the file written: give -o FILE")
+            this = build_report(db, campaign_id)
+            if compare_with is not None:
+                other = other_report(db, compare_with, store)
+                text = compared(this, other, kind)
+                shown = {"compare": other.campaign.id}
+            else:
+                text, shown = rendered(this, kind), {}
+            path = deliver(text, target)
+    if path is None:  # on stdout: the report is all stdout holds
         return
-    out.print(f"report: {path}", highlight=False, markup=False)
+    if as_json:
+        key = "index" if index else "report"
+        emit_json({**({"campaign": campaign_id} if not index else {}), **shown,
+                   "store": store_json(store), key: str(path.resolve())})
+        return
+    out.print(f"{'index' if index else 'report'}: {path}", highlight=False, markup=False)
 
 
 @app.command("ls")

@@ -1,10 +1,12 @@
-"""A trial as a chain of named steps: apply → restart → health → prove → hooks → stress → collect
-(``probe`` in place of ``stress`` where the campaign's workload is the user's own probe).
+"""A trial as a chain of named steps: apply → restart → health → prove → hooks → facts → stress →
+collect (``probe`` in place of ``stress`` where the campaign's workload is the user's own probe).
 
 restart, health and prove run once per service of the pool, in declared order (a router after
 the servers it routes to), and are skipped for a service the variant leaves unchanged. Each step
 is timed and says what it observed (the proof of load's checks, the sessions run); the chain
-stops at the first failure and the steps after it are recorded as skipped.
+stops at the first failure and the steps after it are recorded as skipped. ``facts`` runs once
+per node of the pool (its ``service`` is the node's name) and never fails: what it cannot read
+is None (deploy.facts).
 
 A failure has one of two classes, decided by the exception's TYPE: ``infrastructure`` (the way to
 the node, a load generator: retried, never judged) or ``variant`` (the variant could not be
@@ -20,9 +22,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 from db.records import LogRow, StepRow
 from deploy.changes.base import ChangeError
+from deploy.facts import node_facts
 from deploy.health import HealthTimeout, wait_healthy
 from deploy.proof import node_clock, prove_loaded
 from deploy.render import LevelSettings, render_service
@@ -238,6 +242,45 @@ class Hooks:
         return {}
 
 
+def node_tree(pool: PoolRunner, node: str) -> str | None:
+    """The git source tree of ``node``: the one the trial's git change put at its commit, else
+    the first one a level (or the commit range) declares for a service of the node."""
+    _, applied = pool.sources.expected_code(node)
+    if applied is not None:
+        return applied[0]
+    campaign = pool.campaign
+    services = {s.name for s in pool.pool.services if s.node == node}
+    for factor in campaign.factors:
+        if factor.services is None or services & set(factor.services):
+            for name in factor.levels:
+                if (git := factor.level(name).git) is not None:
+                    return git.tree
+    commits = campaign.commits
+    if commits is not None and (commits.services is None or services & set(commits.services)):
+        return commits.tree
+    return None
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a report's provenance says of one node (``service``: its name): host, GPU model and
+    driver, server version and build, its tree's commit; read once per trial, after the deploy
+    (the commit and the server are the variant's). Never fails the trial."""
+
+    service: str
+    name: str = "facts"
+
+    async def run(self, pool: PoolRunner, trial: TrialState) -> Details:
+        node = self.service
+        servers = list(dict.fromkeys(  # each server's base URL, once, in the pool's order
+            f"{url.scheme}://{url.netloc}" for url in
+            (urlsplit(s.health_url) for s in pool.pool.services if s.node == node)))
+        facts = await asyncio.to_thread(
+            node_facts, pool.transports[node], tree=node_tree(pool, node), servers=servers,
+            api_key=pool.secrets.api_key(pool.pool.api_key_env))
+        return facts.details()
+
+
 @dataclass(frozen=True)
 class Stress:
     name: str = "stress"
@@ -288,7 +331,8 @@ def chain(services: list[Service], probe: bool = False) -> list[Step]:
     probe in place of the stress workload."""
     per_service: list[Step] = [step for service in services
                                for step in (Restart(service), Health(service), Prove(service))]
-    return [Apply(), *per_service, Hooks(), Probe() if probe else Stress(), Collect()]
+    nodes = [Facts(node) for node in dict.fromkeys(service.node for service in services)]
+    return [Apply(), *per_service, Hooks(), *nodes, Probe() if probe else Stress(), Collect()]
 
 
 async def run_chain(steps: list[Step], pool: PoolRunner,

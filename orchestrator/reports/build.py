@@ -1,0 +1,303 @@
+"""The report model built from the store: the recomputed verdict (``orchestrator.stored``) and
+what the trials observed. Nothing is stored anew; every renderer takes the ``Report`` only.
+
+Sizes are capped so that a campaign of hundreds of trials stays a small report: a few excerpts
+per outcome class, the time series of a few dozen trials, each downsampled (``Report.omitted``
+counts what was left out)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from db.store import Store
+from experiments.campaign import Campaign
+from experiments.outcomes import WEDGE_LOG_KINDS, Outcome, is_corrupt
+from orchestrator.core.evidence import (
+    CORRUPTING,
+    WEDGING,
+    Failing,
+    TrialEvidence,
+    cells,
+    variant_key,
+)
+from orchestrator.core.stats.proportions import wilson
+from orchestrator.core.verdict import Verdict, judged_trials
+from orchestrator.reports.model import (
+    CampaignFacts,
+    Cost,
+    CulpritRow,
+    Headline,
+    Interaction,
+    InteractionPoint,
+    Report,
+    TrailRow,
+    UnresolvableRow,
+    VariantRow,
+)
+from orchestrator.reports.observed import excerpts, series
+from orchestrator.reports.provenance import provenance
+from orchestrator.stored import campaign_of, verdict_of
+
+FAILURES: Mapping[str, Failing] = {"corruption": CORRUPTING, "wedging": WEDGING}
+LOG_PREFIX = "log:"  # a wedge log event's key in CulpritRow.outcomes ("error" is an outcome too)
+
+
+def build_report(store: Store, campaign_id: str) -> Report:
+    record = store.get_campaign(campaign_id)
+    campaign = campaign_of(store, campaign_id)
+    verdict = verdict_of(store, campaign_id)
+    document = verdict.to_json()
+    trials = store.trials(campaign_id, status=None)
+    done = [t for t in trials if t.status == "done"]
+    steps = store.campaign_steps(campaign_id)
+    culprits = culprit_rows(document, verdict.trials, campaign.level_names())
+    facts = CampaignFacts(
+        id=record.id, name=record.name, status=record.status, target=document["target"],
+        strategy=campaign.strategy.kind, created_at=record.created_at.isoformat(),
+        finished_at=record.finished_at.isoformat() if record.finished_at else None,
+        factors=campaign.level_names(), known_good=dict(campaign.known_good or {}),
+        known_bad=dict(campaign.known_bad or {}))
+    omitted: dict[str, int] = {}
+    return Report(
+        campaign=facts,
+        headline=headline(document, culprits, campaign),
+        culprits=culprits,
+        cost=Cost(**{k: document["cost"][k] for k in (
+            "trials", "restarts", "sessions", "stopped_early", "gpu_s_equivalent", "wall_s",
+            "unjudged_trials")}),
+        variants=variant_rows(verdict, campaign, culprits),
+        interaction=interaction(culprits, verdict, campaign),
+        trail=[trail_row(step) for step in document["log"]],
+        evidence=excerpts(store, done, omitted),
+        series=series(store, done, culprits, omitted, steps),
+        provenance=provenance(store, record, campaign, trials, steps),
+        commits=document.get("commits"),
+        omitted=omitted,
+        unresolvable=[UnresolvableRow(levels=_ordered(u["levels"], campaign.level_names()),
+                                      attempts=u["attempts"], error=u["error"])
+                      for u in document["unresolvable"]],
+    )
+
+
+# --- culprits and the headline -------------------------------------------------------------
+
+
+def culprit_rows(document: dict[str, Any], evidence: Sequence[TrialEvidence],
+                 factors: Mapping[str, Sequence[str]]) -> list[CulpritRow]:
+    """Every culprit of every failure (the target's first), with what it comes with; its
+    levels in the campaign's order of factors."""
+    rows = []
+    target = document["target"]
+    failures = document["failures"]
+    for failure in sorted(failures, key=lambda name: name != target):
+        for c in failures[failure]["culprits"]:
+            rows.append(CulpritRow(
+                failure=failure, levels=_ordered(c["factors"], factors), kind=c["kind"],
+                failed_with=c["corrupted_with"], sessions_with=c["sessions_with"],
+                rate_with=c["rate_with"], failed_without=c["corrupted_without"],
+                sessions_without=c["sessions_without"], rate_without=c["rate_without"],
+                effect=c["effect"], ci95=(c["ci95"][0], c["ci95"][1]), p_value=c["p_value"],
+                trial_p_value=c["trial_p_value"], own=c.get("own"),
+                outcomes=_comes_with(c["factors"], FAILURES.get(failure, CORRUPTING), evidence)))
+    return rows
+
+
+def _ordered(levels: Mapping[str, str], factors: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    rank = {name: i for i, name in enumerate(factors)}
+    return dict(sorted(levels.items(), key=lambda item: rank.get(item[0], len(rank))))
+
+
+def _comes_with(levels: Mapping[str, str], failing: Failing,
+                evidence: Sequence[TrialEvidence]) -> dict[str, int]:
+    """The failing outcome classes and wedge log events of the trials holding ``levels``."""
+    holding = [t for t in evidence if all(t.levels.get(f) == lvl for f, lvl in levels.items())]
+    counted: dict[str, int] = {}
+    for trial in holding:
+        for outcome, n in trial.counts.items():
+            if outcome in failing and n:
+                counted[outcome] = counted.get(outcome, 0) + n
+        for kind in WEDGE_LOG_KINDS:
+            if trial.events.get(kind):
+                key = LOG_PREFIX + kind
+                counted[key] = counted.get(key, 0) + trial.events[kind]
+    return counted
+
+
+def percent(rate: float) -> str:
+    """17%, 0.42%, 0%: three significant figures at most, plainly."""
+    return "0%" if rate == 0 else f"{rate * 100:.3g}%"
+
+
+def p_text(p: float | None) -> str:
+    """1e-9 rather than 1e-09; '–' where no test was made."""
+    if p is None:
+        return "–"
+    shown = f"{p:.2g}"
+    if "e" in shown:
+        mantissa, exponent = shown.split("e")
+        shown = f"{mantissa}e{int(exponent)}"
+    return shown
+
+
+def _named(levels: Mapping[str, str]) -> str:
+    return " AND ".join(f"{f}={lvl}" for f, lvl in levels.items())
+
+
+def _clause(row: CulpritRow, commits: bool) -> str:
+    if commits:
+        return (f"from commit {row.levels.get('commit', '?')} on: {percent(row.rate_with)} of "
+                f"sessions ({row.failed_with} of {row.sessions_with}), "
+                f"{percent(row.rate_without)} before it ({row.failed_without} of "
+                f"{row.sessions_without}) (p = {p_text(row.p_value)})")
+    return (f"{_named(row.levels)}: {percent(row.rate_with)} of sessions with it "
+            f"({row.failed_with} of {row.sessions_with}), {percent(row.rate_without)} without "
+            f"({row.failed_without} of {row.sessions_without}) (p = {p_text(row.p_value)})")
+
+
+def headline(document: dict[str, Any], culprits: Sequence[CulpritRow],
+             campaign: Campaign) -> Headline:
+    status, reason, target = document["status"], document["reason"], document["target"]
+    commits = "commits" in document
+    alpha = campaign.strategy.alpha
+    own = [c for c in culprits if c.failure == target]
+    other = [c for c in culprits if c.failure != target]
+    failing = target.capitalize()
+    if status == "culprit" and own:
+        sentence = f"{failing} follows " + "; and ".join(_clause(c, commits) for c in own)
+        best = min((c.p_value for c in own if c.p_value is not None), default=None)
+        confidence = _confidence(best, own[0].trial_p_value, alpha, document)
+    elif status == "not_reproduced":
+        sentence = f"{failing} was not reproduced: {reason}"
+        confidence = "nothing to attribute: known-bad did not fail as it should"
+    elif status == "no_culprit":
+        sentence = f"No culprit found for {target}: {reason}"
+        confidence = f"no factor or pair passed the campaign's threshold (alpha = {alpha:g})"
+    else:
+        sentence = f"Inconclusive: {reason}"
+        confidence = "not decided: the evidence is not enough either way"
+    if other:
+        names = "; ".join(_clause(c, False) for c in other)
+        sentence += f"; {other[0].failure} follows {names}"
+    return Headline(status=status, sentence=sentence.rstrip(".") + ".", confidence=confidence,
+                    reason=reason)
+
+
+def _confidence(p: float | None, trial_p: float | None, alpha: float,
+                document: dict[str, Any]) -> str:
+    if "commits" in document:
+        mass = document["commits"].get("posterior")
+        return (f"the first bad commit holds {percent(mass)} of the posterior probability"
+                if mass is not None else "a commit search's posterior")
+    if p is None:
+        return "no test was made"
+    strength = "strong" if p < alpha / 100 else "clear" if p < alpha else "weak"
+    trials = "" if trial_p is None else f"; taking whole trials as the units, p = {p_text(trial_p)}"
+    return (f"{strength}: a difference this large would arise by chance with probability "
+            f"{p_text(p)} (sessions, one-sided Fisher's exact test){trials}; the campaign's "
+            f"threshold is alpha = {alpha:g}")
+
+
+# --- variants, the interaction, the trail ----------------------------------------------------
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(statistics.median(known), 3) if known else None
+
+
+def _latency(trials: Sequence[TrialEvidence], name: str, at: str) -> float | None:
+    return _median(getattr(getattr(t.performance, name, None), at, None) for t in trials)
+
+
+def variant_rows(verdict: Verdict, campaign: Campaign,
+                 culprits: Sequence[CulpritRow]) -> list[VariantRow]:
+    """A row per variant tried: its sessions, outcomes, errors and wedge events over all its
+    done trials; its rate and interval on its judgeable trials that ran to their end (a trial
+    stopped early ends with its failing sessions, which finish first: 9 of 9 is no 100%), or,
+    where every one stopped, a lower bound that counts the sessions never run as clean."""
+    judged = {id(t) for t in judged_trials(verdict.trials)}
+    everything = cells(t for t in verdict.trials if t.sessions)
+    order = campaign.level_names()
+    everything.sort(key=lambda c: [order[f].index(c.levels[f]) if c.levels.get(f) in order[f]
+                                   else -1 for f in order])
+    good, bad = campaign.known_good or {}, campaign.known_bad or {}
+    rows = []
+    for cell in everything:
+        levels = _ordered(cell.levels, order)
+        key = _key(levels)
+        counted = [t for t in cell.trials if id(t) in judged]
+        full = [t for t in counted if not t.stopped_early]
+        failed = sum(t.failures for t in full or counted)
+        judged_n = sum(t.judged + (0 if full else t.unfinished) for t in full or counted)
+        low, high = wilson(failed, judged_n)
+        outcomes: dict[str, int] = {}
+        for trial in cell.trials:
+            for outcome, n in trial.counts.items():
+                outcomes[outcome] = outcomes.get(outcome, 0) + n
+        rows.append(VariantRow(
+            key=key, levels=levels,
+            role="known-good" if levels == good else "known-bad" if levels == bad else "",
+            culprit=any(all(levels.get(f) == lvl for f, lvl in c.levels.items())
+                        for c in culprits),
+            sessions=cell.sessions,
+            corrupted=sum(n for o, n in outcomes.items() if is_corrupt(o)),
+            outcomes=outcomes, rate=round(failed / judged_n, 6) if judged_n else 0.0,
+            ci95=(round(low, 6), round(high, 6)), trials=len(cell.trials),
+            errors=outcomes.get(Outcome.ERROR.value, 0),
+            timeouts=outcomes.get(Outcome.TIMEOUT.value, 0),
+            wedge_events=sum(cell.events(WEDGE_LOG_KINDS).values()),
+            throughput=_median(t.performance.output_throughput if t.performance else None
+                               for t in cell.trials),
+            ttft_p50_ms=_latency(cell.trials, "ttft", "p50_ms"),
+            ttft_p99_ms=_latency(cell.trials, "ttft", "p99_ms"),
+            itl_p50_ms=_latency(cell.trials, "itl", "p50_ms"),
+            itl_p99_ms=_latency(cell.trials, "itl", "p99_ms"),
+            judged=judged_n,
+            unjudged_trials=sum(id(t) not in judged for t in cell.trials),
+            stopped_early=sum(t.stopped_early for t in cell.trials),
+            lower_bound=bool(counted) and not full))
+    return rows
+
+
+def _key(levels: Mapping[str, str]) -> str:
+    return variant_key(dict(levels))
+
+
+def interaction(culprits: Sequence[CulpritRow], verdict: Verdict,
+                campaign: Campaign) -> Interaction | None:
+    """The rate by the levels of a two-factor culprit's factors (the others pooled), judged
+    for the culprit's failure; None unless a culprit has exactly two factors."""
+    pair = next((c for c in culprits if len(c.levels) == 2), None)
+    factors = campaign.level_names()
+    if pair is None or any(f not in factors for f in pair.levels):
+        return None
+    row_factor, line_factor = list(pair.levels)
+    failing = FAILURES.get(pair.failure, CORRUPTING)
+    # full trials only: one stopped early ends with its failing sessions, no rate
+    trials = [t.judged_as(failing) for t in (judged_trials(verdict.trials)
+              if failing == CORRUPTING else verdict.trials) if not t.stopped_early]
+    points = []
+    for line_level in factors[line_factor]:
+        for row_level in factors[row_factor]:
+            inside = [t for t in trials if t.levels.get(row_factor) == row_level
+                      and t.levels.get(line_factor) == line_level]
+            failed, judged = sum(t.failures for t in inside), sum(t.judged for t in inside)
+            if not judged:
+                continue  # never tried: no point rather than a made-up 0%
+            low, high = wilson(failed, judged)
+            points.append(InteractionPoint(
+                row_level=row_level, line_level=line_level, rate=round(failed / judged, 6),
+                ci95=(round(low, 6), round(high, 6)), sessions=judged))
+    return Interaction(row_factor=row_factor, line_factor=line_factor, points=points)
+
+
+def trail_row(step: dict[str, Any]) -> TrailRow:
+    return TrailRow(
+        phase=str(step.get("phase", "")), levels=dict(step.get("levels") or {}),
+        answer=str(step.get("answer", "")), failures=step.get("corrupted"),
+        judged=step.get("sessions"), trials=step.get("trials"), p_fail=step.get("p_fail"),
+        p_pass=step.get("p_pass"), fail_at=step.get("fail_at"), pass_at=step.get("pass_at"),
+        unfinished=step.get("unfinished") or 0)
+

@@ -1,0 +1,143 @@
+"""The Markdown report, for a pull request or an issue: the verdict line first, the culprits,
+the first few variants that differ from known-good, then every variant in a ``<details>``.
+
+Everything shown came from a campaign file or a server: ``text`` escapes it so that no name can
+end a table cell or a row, open a link, a code span or an HTML tag, or render as math.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from orchestrator.reports.answers import DIFFERENT, VariantAnswer, variant_answers
+from orchestrator.reports.files import clean
+from orchestrator.reports.model import CulpritRow, Report, VariantRow
+
+SHOWN_DIFFERENT = 5  # variants that differ, above the fold
+MAX_CELL = 200  # characters of one name or level: a table stays a table
+
+# What can open markup inside a line: a backslash (it would undo the escapes), a code span,
+# emphasis, a link or image, a table cell's end, strikethrough, math. (A list marker, a heading
+# or a setext line needs the line's start, and every line here starts with text of its own.)
+_PUNCTUATION = re.compile(r"([\\`*_\[\]|~$])")
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+HEADLINES = {"culprit": "Culprit found", "no_culprit": "No culprit",
+             "inconclusive": "Inconclusive", "not_reproduced": "Not reproduced"}
+
+
+def text(value: object, limit: int = MAX_CELL) -> str:
+    """``value`` as inert Markdown text on one line: HTML's three specials as entities, every
+    punctuation that opens markup backslash-escaped (GFM reads ``\\|`` inside a table cell),
+    line breaks as a visible mark, control characters as U+FFFD."""
+    raw = clean(str(value))
+    if len(raw) > limit:
+        raw = raw[:limit - 1] + "…"
+    raw = raw.replace("\r\n", "\n").replace("\r", "\n").replace("\n", " ⏎ ").replace("\t", " ")
+    escaped = _PUNCTUATION.sub(r"\\\1", raw)
+    return "".join(_ENTITIES.get(char, char) for char in escaped)
+
+
+def levels_text(levels: dict[str, str]) -> str:
+    return ", ".join(f"{text(f)}={text(lvl)}" for f, lvl in levels.items()) or "–"
+
+
+def _pct(rate: float | None) -> str:
+    return "–" if rate is None else f"{rate:.1%}"
+
+
+def _interval(ci: tuple[float, float], signed: bool = False) -> str:
+    spec = "+.1%" if signed else ".1%"
+    return f"{ci[0]:{spec}} … {ci[1]:{spec}}"
+
+
+def _p(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2g}"
+
+
+def _number(value: float | None, digits: int = 0) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A GFM table; every cell already escaped (``text``). Numbers right-aligned."""
+    align = ["---:" if h.endswith("#") else "---" for h in header]
+    lines = ["| " + " | ".join(h.removesuffix("#") for h in header) + " |",
+             "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _culprit_rows(culprits: Sequence[CulpritRow]) -> list[list[str]]:
+    return [[text(c.failure), levels_text(c.levels), text(c.kind),
+             f"{c.failed_with}/{c.sessions_with} ({_pct(c.rate_with)})",
+             f"{c.failed_without}/{c.sessions_without} ({_pct(c.rate_without)})",
+             f"{c.effect:+.1%} ({_interval(c.ci95, signed=True)})", _p(c.p_value)]
+            for c in culprits]
+
+
+def _variant_name(variant: VariantRow) -> str:
+    marks = [m for m in (variant.role, "culprit" if variant.culprit else "") if m]
+    return levels_text(variant.levels) + (f" **{text(', '.join(marks))}**" if marks else "")
+
+
+def _rate(variant: VariantRow) -> str:
+    """``≥`` where every trial stopped early: a lower bound (model.VariantRow.lower_bound)."""
+    return ("≥ " if variant.lower_bound else "") + _pct(variant.rate)
+
+
+def _different_rows(answers: Sequence[VariantAnswer]) -> list[list[str]]:
+    return [[_variant_name(a.variant), f"{a.failed}/{a.judged}",
+             f"{_rate(a.variant)} ({_interval(a.variant.ci95)})", _p(a.p_value),
+             text(a.said)] for a in answers]
+
+
+def _full_rows(answers: Sequence[VariantAnswer]) -> list[list[str]]:
+    rows = []
+    for a in answers:
+        v = a.variant
+        outcomes = ", ".join(f"{text(o)} {n}" for o, n in sorted(v.outcomes.items()) if n)
+        rows.append([_variant_name(v), str(v.sessions), str(v.corrupted), outcomes or "–",
+                     f"{_rate(v)} ({_interval(v.ci95)})", str(v.trials), str(v.errors),
+                     str(v.timeouts), str(v.wedge_events), _number(v.throughput, 1),
+                     f"{_number(v.ttft_p50_ms)} / {_number(v.ttft_p99_ms)}",
+                     f"{_number(v.itl_p50_ms)} / {_number(v.itl_p99_ms)}", text(a.answer)])
+    return rows
+
+
+def render_markdown(report: Report) -> str:
+    """The Markdown summary of ``report``."""
+    facts, head, cost = report.campaign, report.headline, report.cost
+    lines = [f"**{HEADLINES.get(head.status, text(head.status))}:** {text(head.sentence, 1000)}",
+             ""]
+    if head.confidence:
+        lines += [f"Confidence: {text(head.confidence, 1000)}", ""]
+    lines.append(f"Campaign {text(facts.name)} ({text(facts.id, 80)}), "
+                 f"{text(facts.status)}, {text(facts.strategy)} strategy, target "
+                 f"{text(facts.target)}: {cost.trials} trials, {cost.restarts} restarts, "
+                 f"{cost.sessions:,} sessions, {cost.wall_s:,.0f} s of wall time, "
+                 f"{cost.gpu_s_equivalent:,.0f} GPU-s equivalent.")
+    if head.reason and head.reason != head.sentence:
+        lines += ["", f"Reason: {text(head.reason, 1000)}"]
+    if report.culprits:
+        lines += ["", "### Culprits", ""]
+        lines += table(["failure", "levels", "kind", "failed with#", "failed without#",
+                        "effect (95% CI)#", "p#"], _culprit_rows(report.culprits))
+    answers = variant_answers(report)
+    different = [a for a in answers if a.answer == DIFFERENT]
+    if different:
+        shown = different[:SHOWN_DIFFERENT]
+        more = f" (the first {len(shown)} of {len(different)})" if len(different) > len(shown) \
+            else ""
+        lines += ["", f"### Variants that differ from known-good{more}", ""]
+        lines += table(["variant", "failed/judged#", "rate (95% CI)#",
+                        "p#", "answer"], _different_rows(shown))
+    lines += ["", f"<details><summary>All {len(answers)} variants</summary>", ""]
+    lines += table(["variant", "sessions#", "corrupted#", "by outcome", "rate (95% CI)#",
+                    "trials#", "errors#", "timeouts#", "wedge events#", "tokens/s#",
+                    "TTFT p50 / p99 ms#", "ITL p50 / p99 ms#", "vs known-good"],
+                   _full_rows(answers))
+    lines += ["", "</details>", "",
+              f"<sub>{text(report.provenance.tool_version, 60)}, report version "
+              f"{report.version}</sub>", ""]
+    return "\n".join(lines)
