@@ -26,6 +26,7 @@ from experiments.yaml_lines import (
     MAX_DEPTH,
     MAX_EXPANDED,
     MAX_LINE_CHARS,
+    YamlInputError,
     load_yaml,
 )
 from orchestrator.cli import app
@@ -294,8 +295,18 @@ def test_the_loader_gives_a_campaign_or_a_file_named_error(
 _TEXT = st.text(st.characters(exclude_categories=("Cc", "Cs")), max_size=12)
 _SCALARS = (st.none() | st.booleans() | st.integers(-(2**200), 2**200)
             | st.floats(allow_nan=False) | _TEXT)
+
+
+def _raw(key: object) -> str:
+    """A key as the file spells it: PyYAML writes True as `true` and quotes the text 'true'."""
+    return str(key).lower() if isinstance(key, bool) else str(key)
+
+
+# Keys whose spellings differ: the loader refuses `true` beside 'true', or `1` beside "1", as
+# one key written twice (they would become one level name), which PyYAML itself keeps apart.
 _VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-    _TEXT | st.integers() | st.booleans(), inner, max_size=4), max_leaves=25)
+    _TEXT | st.integers() | st.booleans(), inner, max_size=4).filter(
+        lambda d: len({_raw(k) for k in d}) == len(d)), max_leaves=25)
 
 
 @settings(max_examples=200, deadline=timedelta(seconds=30), database=None)
@@ -308,6 +319,15 @@ def test_what_pyyaml_writes_the_bounded_loader_reads_back(shared: object, other:
     text = yaml.safe_dump(data, default_flow_style=flow, sort_keys=False, allow_unicode=True)
     loaded = load_yaml(text, "round-trip.yaml").data
     assert json.dumps(loaded) == json.dumps(data) == json.dumps(yaml.safe_load(text))
+
+
+def test_two_spellings_of_one_key_are_refused_as_a_duplicate() -> None:
+    # PyYAML keeps `true` and 'true' (a bool and a text) apart; as level names they would be one
+    for first, second in (("'true'", "true"), ('"1"', "1")):
+        with pytest.raises(YamlInputError) as refused:
+            load_yaml(f"levels:\n  {first}: a\n  {second}: b\n", "twice.yaml")
+        assert str(refused.value).startswith("twice.yaml:3: duplicate key ")
+        assert str(refused.value).endswith("at levels (first on line 2)")
 
 
 def test_a_full_factorial_too_large_to_ever_end_is_refused(tmp_path: Path) -> None:
