@@ -4,6 +4,7 @@ exits 2 with one line and writes nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from db import Store
 from experiments.campaign import Campaign
 from orchestrator.cli import app
 from orchestrator.cli.report_view import write_beside
+from orchestrator.reports.answers import DIFFERENT, UNKNOWN, variant_answers
 from orchestrator.reports.build import build_report
 from orchestrator.reports.model import Report
 from orchestrator.stored import create_campaign
@@ -93,6 +95,22 @@ def test_junit_has_a_testcase_per_variant_failing_where_it_differs(
     assert properties["campaign.id"] == report_campaigns.culprit
     assert properties["verdict.status"] == "culprit"
     assert properties["factor.index_k"] == "fp8,bf16"
+
+
+def test_a_narrowing_fail_is_no_difference_from_known_good(
+        report_campaigns: ReportCampaigns) -> None:
+    # delta debugging's FAILs at p <= 0.05 only say where to look next: undecided, not different
+    with Store.open(str(report_campaigns.db_path)) as store:
+        built = build_report(store, report_campaigns.culprit)
+    [step] = [s for s in built.trail if s.levels == CULPRIT and s.answer == "fail"][-1:]
+    narrowed = dataclasses.replace(built, trail=[
+        dataclasses.replace(s, answer="fail (narrowing)") if s.levels == CULPRIT else s
+        for s in built.trail])
+    answers = {key(a.variant.levels): a for a in variant_answers(narrowed)}
+    assert answers[key(CULPRIT)].answer == UNKNOWN and step.p_fail is not None
+    assert answers[key(CULPRIT)].said.startswith("fail (narrowing)")
+    assert {key(a.variant.levels): a.answer for a in variant_answers(built)}[
+        key(CULPRIT)] == DIFFERENT
 
 
 def test_json_is_the_report_model_versioned(report_campaigns: ReportCampaigns) -> None:

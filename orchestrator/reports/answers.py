@@ -10,13 +10,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import yaml
-
 from orchestrator.core.stats.compare import Answer, judge
 from orchestrator.reports.model import Report, TrailRow, VariantRow
 
 DIFFERENT, LIKE_GOOD, UNKNOWN, REFERENCE = "different", "like known-good", "unknown", "known-good"
-DEFAULT_ALPHA = 0.01  # experiments.strategy_config.StrategyConfig.alpha's default
 
 
 @dataclass(frozen=True)
@@ -35,22 +32,14 @@ def counts(variant: VariantRow) -> tuple[int, int]:
     return round(variant.rate * variant.judged), variant.judged
 
 
-def alpha_of(report: Report) -> float:
-    """The campaign's ``strategy.alpha`` (its redacted campaign file), else the default."""
-    try:
-        spec = yaml.safe_load(report.provenance.campaign_file)
-        alpha = spec["strategy"]["alpha"]
-    except (yaml.YAMLError, KeyError, TypeError):
-        return DEFAULT_ALPHA
-    return float(alpha) if isinstance(alpha, int | float) and 0 < alpha < 1 else DEFAULT_ALPHA
-
-
 def _trail_answer(step: TrailRow) -> str | None:
     """A step's answer against known-good; None for a step that asked something else (a
     confirmation's "fails as known-bad?" answers "no less") or only restated a known answer."""
     said = step.answer.lower()
     if said.endswith("(known)"):
         return None
+    if said == "fail (narrowing)":  # p <= 0.05: it only told delta debugging where to look
+        return UNKNOWN
     if said.startswith("fail"):
         return DIFFERENT
     if said.startswith("pass") or said == "looks passing":
@@ -62,7 +51,7 @@ def _trail_answer(step: TrailRow) -> str | None:
 
 def variant_answers(report: Report) -> list[VariantAnswer]:
     """Every variant of the report, in its order, answered."""
-    alpha = alpha_of(report)
+    alpha = report.campaign.alpha
     last: dict[tuple[tuple[str, str], ...], TrailRow] = {}
     for row in report.trail:  # a later step on the same variant has more trials
         if _trail_answer(row) is not None:

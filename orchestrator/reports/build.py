@@ -58,7 +58,7 @@ def build_report(store: Store, campaign_id: str) -> Report:
         strategy=campaign.strategy.kind, created_at=record.created_at.isoformat(),
         finished_at=record.finished_at.isoformat() if record.finished_at else None,
         factors=campaign.level_names(), known_good=dict(campaign.known_good or {}),
-        known_bad=dict(campaign.known_bad or {}))
+        known_bad=dict(campaign.known_bad or {}), alpha=campaign.strategy.alpha)
     omitted: dict[str, int] = {}
     return Report(
         campaign=facts,

@@ -28,6 +28,7 @@ class CampaignFacts:
     factors: dict[str, list[str]]
     known_good: dict[str, str]
     known_bad: dict[str, str]
+    alpha: float = 0.01  # the strategy's significance level, what its tests were judged at
 
 
 @dataclass(frozen=True)
