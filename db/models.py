@@ -213,3 +213,68 @@ class NodeLock(Base):
     node: Mapped[str]
     acquired_at: Mapped[datetime]
     released_at: Mapped[datetime | None]
+
+
+class Sweep(Base):
+    """A scheduled regression sweep, by the name its sweep file gives it."""
+
+    __tablename__ = "sweep"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(unique=True)
+    created_at: Mapped[datetime]
+
+
+class SweepRun(Base):
+    """One run of a sweep: its ordinary campaign (none if skipped or missed), its outcome and
+    whether it was accepted as the sweep's baseline."""
+
+    __tablename__ = "sweep_run"
+    __table_args__ = (UniqueConstraint("sweep_id", "seq"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweep.id"))
+    seq: Mapped[int]  # 1, 2, … within its sweep
+    campaign_id: Mapped[str | None] = mapped_column(ForeignKey("campaign.id"), index=True)
+    status: Mapped[str]
+    trigger: Mapped[str]  # "manual" or "schedule"
+    schedule: Mapped[str | None]
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    accepted: Mapped[bool] = mapped_column(default=False, server_default=false())
+    accepted_at: Mapped[datetime | None]
+    baseline_run_id: Mapped[int | None] = mapped_column(ForeignKey("sweep_run.id"))
+    result_json: Mapped[str | None] = mapped_column(Text)
+    facts_json: Mapped[str | None] = mapped_column(Text)
+    reason: Mapped[str | None] = mapped_column(ServerText)
+    slot: Mapped[datetime | None]  # a missed run: the time it was scheduled for
+
+
+class SweepHunt(Base):
+    """A campaign a sweep run started to find what made a regressed variant differ from its
+    baseline (``good``: the baseline's side, ``bad``: the regressed one)."""
+
+    __tablename__ = "sweep_hunt"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("sweep_run.id"), index=True)
+    campaign_id: Mapped[str] = mapped_column(ForeignKey("campaign.id"))
+    good: Mapped[str] = mapped_column(Text)
+    bad: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+
+
+class SweepLock(Base):
+    """The run that holds its sweep, one row per held sweep: inserting it is taking the lock
+    (the primary key refuses a second), deleting it is releasing it. Who holds it (host, boot,
+    pid and the pid's start time) tells a dead holder on this host from a live one."""
+
+    __tablename__ = "sweep_lock"
+
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweep.id"), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("sweep_run.id"))
+    host: Mapped[str]
+    boot_id: Mapped[str | None]  # the host's boot (/proc/sys/kernel/random/boot_id)
+    pid: Mapped[int]
+    pid_start: Mapped[int | None] = mapped_column(BigInt)  # clock ticks since boot
+    since: Mapped[datetime]

@@ -292,7 +292,7 @@ def register_strategy_config(config: type[StrategyConfig]) -> None:
 
 def unregister_strategy_config(kind: str) -> None:
     """Take a plug-in kind out again (a test's); the built-in kinds stay."""
-    if kind in ("adaptive", "factorial", "commits"):
+    if kind in ("adaptive", "factorial", "commits", "sweep"):
         raise ValueError(f"'{kind}' is a built-in strategy kind")
     CONFIGS.pop(kind, None)
     _rebuild_strategy_union()
@@ -310,7 +310,7 @@ def _rebuild_strategy_union() -> None:
 _rebuild_strategy_union()
 
 
-def _error_line(err: Any) -> tuple[Path_, str]:
+def error_line(err: Any) -> tuple[Path_, str]:
     """Where an error is and what it says, as the file's author wrote it: the union's tag is
     no field of theirs, and a field of another kind says which kinds have it."""
     loc, message = tuple(err["loc"]), err["msg"].replace("Field required", "missing")
@@ -331,7 +331,7 @@ def _error_line(err: Any) -> tuple[Path_, str]:
     return loc, message
 
 
-def _format(loaded: LoadedYaml, path: Path_, message: str) -> str:
+def format_problem(loaded: LoadedYaml, path: Path_, message: str) -> str:
     field = dotted(path)
     # One line each, whatever the key or message quotes from the file.
     return shown(f"{loaded.where(path)}: {field + ': ' if field else ''}{message}")
@@ -346,13 +346,13 @@ def parse_campaign(loaded: LoadedYaml) -> Campaign:
     try:
         campaign = Campaign.model_validate(loaded.data)
     except ValidationError as exc:
-        lines = [_format(loaded, *_error_line(err)) for err in exc.errors()]
+        lines = [format_problem(loaded, *error_line(err)) for err in exc.errors()]
         raise CampaignError("\n".join(lines)) from None
     from experiments.campaign_checks import check_references  # it needs Campaign: imported here
 
     problems = check_references(campaign)
     if problems:
-        raise CampaignError("\n".join(_format(loaded, path, msg) for path, msg in problems))
+        raise CampaignError("\n".join(format_problem(loaded, path, msg) for path, msg in problems))
     return campaign
 
 
@@ -365,7 +365,7 @@ def load_campaign(path: str | Path) -> Campaign:
     if isinstance(campaign.workload, ProbeSpec):  # it runs from the file's directory
         probe, problems = placed(campaign.workload, Path(path).resolve().parent)
         if problems:
-            raise CampaignError("\n".join(_format(loaded, at, msg) for at, msg in problems))
+            raise CampaignError("\n".join(format_problem(loaded, at, msg) for at, msg in problems))
         campaign = campaign.model_copy(update={"workload": probe})
     return campaign
 

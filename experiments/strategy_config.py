@@ -139,6 +139,7 @@ def kind_of(config: type[StrategyConfig]) -> str:
 
 CONFIGS: dict[str, type[StrategyConfig]] = {
     kind_of(c): c for c in (AdaptiveConfig, FactorialConfig, CommitsConfig)}
+# SweepConfig, defined below with its parts, joins CONFIGS there.
 
 
 def inferred_kind(data: dict[str, Any]) -> str:
@@ -180,3 +181,85 @@ def foreign_field(kind: str, name: str) -> str | None:
         return None
     return (f"only the {' and '.join(owners)} strategy has {_SAID.get(name, f'`{name}`')} "
             f"(this campaign's strategy is {kind})")
+
+
+class Thresholds(BaseModel):
+    """The smallest change a sweep alerts on, per metric (None: the metric is not watched).
+    A difference must be significant AND at least this large (Perfherder's rule), so a tiny
+    but certain drift on a quiet machine raises no alert."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    corruption: float | None = Field(default=0.05, gt=0, le=1, allow_inf_nan=False)  # points
+    wedging: float | None = Field(default=0.05, gt=0, le=1, allow_inf_nan=False)  # points
+    throughput: float | None = Field(default=0.15, gt=0, lt=1, allow_inf_nan=False)  # drop
+    p99_latency: float | None = Field(default=0.25, gt=0, le=100, allow_inf_nan=False)  # rise
+
+
+class NamedVariant(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    levels: dict[str, str]
+
+
+class BaselineTrial(BaseModel):
+    """One trial of the baseline run, as a sweep compares with it: its session counts and the
+    two figures of its performance (copied from the baseline's stored trials when the run is
+    created, so the run's conclusion is recomputed from its own stored spec)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    variant: str
+    counts: dict[str, int]
+    output_throughput: float | None = None  # output tokens per second
+    p99_e2e_ms: float | None = None
+
+
+class SweepConfig(StrategyConfig):
+    """A run of a regression sweep (`bisect sweep`): each named variant against the baseline
+    run's trials of it, confirmed on fresh trials before a difference is a regression."""
+
+    kind: Literal["sweep"] = "sweep"
+    needs_factors: ClassVar[bool] = False  # a sweep may watch the production build alone
+    variants: list[NamedVariant] = Field(min_length=1)
+    production: str
+    thresholds: Thresholds = Thresholds()
+    min_trials: int = Field(default=2, ge=2, le=1000)  # per variant, before a comparison
+    max_trials: int = Field(default=6, ge=2, le=10_000)  # per variant: then UNKNOWN stays
+    confirm_trials: int = Field(default=2, ge=2, le=1000)  # fresh trials of a suspect
+    baseline: list[BaselineTrial] = []  # empty: the first run, nothing to compare with
+    baseline_run: int | None = None
+    # True: the campaign has a factor `build` (current | baseline: the baseline's commit checked
+    # out), and a suspect is confirmed against fresh trials of the baseline's build
+    confirm_build: bool = False
+    # The sweep's `source:` tree, so that every trial's node facts carry its commit
+    source_tree: str | None = None
+    source_services: list[str] | None = None
+
+    def problems(self, campaign: Campaign, levels: dict[str, list[str]]) -> Problems:
+        problems: Problems = []
+        names = [v.name for v in self.variants]
+        if self.production not in names:
+            problems.append((("strategy", "production"), f"no variant '{self.production}'"))
+        if self.max_trials < self.min_trials:
+            problems.append((("strategy", "max_trials"), "below min_trials"))
+        for index, variant in enumerate(self.variants):
+            if variant.name in names[:index]:
+                problems.append((("strategy", "variants", index, "name"),
+                                 f"duplicate variant name '{variant.name}'"))
+            wanted = set(levels) - ({"build"} if self.confirm_build else set())
+            if missing := sorted(wanted - set(variant.levels)):
+                problems.append((("strategy", "variants", index, "levels"),
+                                 f"no level for {', '.join(missing)}"))
+            for factor, level in variant.levels.items():
+                if level not in levels.get(factor, []):
+                    problems.append((("strategy", "variants", index, "levels", factor),
+                                     f"no factor level {factor}={level}"))
+        if self.confirm_build and sorted(levels.get("build", [])) != ["baseline", "current"]:
+            problems.append((("factors",), "confirm_build needs the factor `build` with the "
+                                           "levels current and baseline"))
+        return problems
+
+
+CONFIGS[kind_of(SweepConfig)] = SweepConfig

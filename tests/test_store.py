@@ -36,7 +36,7 @@ from orchestrator.cli import app
 from orchestrator.stored import create_campaign, evidence, verdict_of
 
 TABLES = {"campaign", "variant", "trial", "session", "metric_sample", "log_event", "node_lock",
-          "trial_generator", "trial_step"}
+          "trial_generator", "trial_step", "sweep", "sweep_run", "sweep_hunt", "sweep_lock"}
 OUTCOMES = ["ok", "leak", "no_tool", "lost_plot", "bad_args", "error", "timeout"]
 BAD = {"index_k": "bf16", "hicache": "on"}
 GOOD = {"index_k": "fp8", "hicache": "on"}

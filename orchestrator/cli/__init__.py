@@ -9,6 +9,8 @@ from orchestrator.cli import (  # noqa: F401 - registers the commands
     doctor,
     lab,
     reading,
+    schedule_view,
+    sweep_view,
     tools,
 )
 from orchestrator.cli.common import app, main

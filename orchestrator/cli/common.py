@@ -73,7 +73,8 @@ def _options(version: Annotated[bool, typer.Option(
 # Known failures by module and name: bad input (exit 2), then a failed run (exit 1). NotFound
 # is a StoreError: it is matched first.
 _BAD_INPUT = (("experiments.campaign", "CampaignError"), ("experiments.secrets", "SecretMissing"),
-              ("orchestrator.executor.nodes", "PreflightFailed"), ("db.errors", "NotFound"))
+              ("orchestrator.executor.nodes", "PreflightFailed"), ("db.errors", "NotFound"),
+              ("experiments.sweep", "SweepError"))
 _RUN_FAILED = (("db.errors", "StoreError"), ("orchestrator.executor.driver", "RunFailed"))
 
 

@@ -67,6 +67,14 @@ def _at(level: float | None) -> str:
     return "" if level is None else f" (at ≤{level:.2g})"  # the threshold it was compared to
 
 
+def sweep_change(step: dict[str, Any]) -> str:
+    """A sweep comparison's change as a reader says it: rates in points, figures in percent."""
+    if step["metric"] in ("corruption", "wedging"):
+        return (f"{step['baseline']:.1%} -> {step['current']:.1%} "
+                f"({step['change'] * 100:+.1f} points, alert at +{step['min_effect'] * 100:g})")
+    return f"{step['change']:+.1%} worse (alert at +{step['min_effect']:.0%})"
+
+
 def trail_line(index: int, step: dict[str, Any]) -> str:
     """One line a step: readable at any width."""
     variant = ",".join(f"{f}={lvl}" for f, lvl in step["levels"].items())
@@ -79,6 +87,11 @@ def trail_line(index: int, step: dict[str, Any]) -> str:
             if step["phase"] == "skipped" else ""
         return (f"{index:3} posterior {step['posterior']:.4f}  {step['corrupted']}/"
                 f"{step['sessions']} in {step['trials']} trial(s)  {commit}{skipped}")
+    if "metric" in step:  # a sweep's: one metric of a variant against its reference
+        return (f"{index:3} {step['phase']:<8} {step['variant']:<16} {step['metric']:<12} "
+                f"{step['answer']:<10} {sweep_change(step)}  in {step['trials']} trial(s)  "
+                f"p(worse)={_p(step['p_worse'])}{_at(step['alpha'])} "
+                f"p(same)={_p(step['p_same'])}{_at(step['alpha'])}  {variant}")
     unfinished = f" (+{step['unfinished']} unfinished)" if step.get("unfinished") else ""
     return (f"{index:3} {step['phase']:<22} {step['answer']:<17} "
             f"{step['corrupted']}/{step['sessions']}{unfinished} in {step['trials']} trial(s)  "

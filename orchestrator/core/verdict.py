@@ -58,6 +58,7 @@ class Verdict:
     design: Design | None = None  # a factorial campaign's design: what its runs can tell apart
     commits: Mapping[str, Any] | None = None  # a commit search: first bad commit(s), skips
     also: Conclusion | None = None  # the other failure, where the strategy bisected it too
+    sweep: Mapping[str, Any] | None = None  # a sweep run: each variant against its baseline
 
     def failures(self) -> dict[str, dict[str, Any]]:
         """A culprit list per failure: the target's, and the other's where it was bisected
@@ -78,9 +79,11 @@ class Verdict:
         design = {} if self.design is None else {"design": {
             **self.design.to_json(), "effects": estimate_effects(self.design, self.cells)}}
         commits = {"commits": dict(self.commits)} if self.commits is not None else {}
+        sweep = {"sweep": dict(self.sweep)} if self.sweep is not None else {}
         return {
             **design,
             **commits,
+            **sweep,
             "target": target_of(self.failing),
             "unresolvable": [
                 {"levels": dict(u.levels), "attempts": u.attempts, "error": u.error}
@@ -219,4 +222,4 @@ def verdict_from(
     return Verdict(conclusion.status, conclusion.reason, conclusion.culprits, tuple(shown),
                    tuple(evidence), len(evidence) - len(judged), cost, conclusion.log,
                    wedge, tuple(unresolvable), failing, design=conclusion.design,
-                   commits=conclusion.commits, also=also)
+                   commits=conclusion.commits, also=also, sweep=conclusion.sweep)

@@ -35,6 +35,7 @@ from deploy.services.systemd import VariantNotApplied
 from deploy.transports.base import TransportError
 from experiments.campaign import Service
 from experiments.collect import Sample
+from experiments.strategy_config import SweepConfig
 from experiments.workload.stress import StressResult
 from orchestrator.executor.base import Failure
 from orchestrator.executor.load_generators import GeneratorFailed
@@ -258,6 +259,10 @@ def node_tree(pool: PoolRunner, node: str) -> str | None:
     commits = campaign.commits
     if commits is not None and (commits.services is None or services & set(commits.services)):
         return commits.tree
+    plan = campaign.strategy
+    if isinstance(plan, SweepConfig) and plan.source_tree is not None and (
+            plan.source_services is None or services & set(plan.source_services)):
+        return plan.source_tree
     return None
 
 

@@ -60,6 +60,7 @@ class Conclusion:
     failing: Failing | None = None
     # the other failure known-bad showed, concluded beside the target (its own `failing`)
     also: Conclusion | None = None
+    sweep: Mapping[str, Any] | None = None  # a sweep run: each variant against its baseline
 
 
 class Strategy(Protocol):

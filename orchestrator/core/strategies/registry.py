@@ -21,6 +21,7 @@ from experiments.strategy_config import (
     CommitsConfig,
     FactorialConfig,
     StrategyConfig,
+    SweepConfig,
     kind_of,
 )
 from orchestrator.core.evidence import failing_for
@@ -28,6 +29,7 @@ from orchestrator.core.strategies.adaptive import Adaptive
 from orchestrator.core.strategies.base import Strategy
 from orchestrator.core.strategies.commits import Commits
 from orchestrator.core.strategies.factorial import Factorial, fraction
+from orchestrator.core.strategies.sweep import SweepStrategy
 
 C = TypeVar("C", bound=StrategyConfig)
 _FACTORIES: dict[str, Callable[[Campaign, Any], Strategy]] = {}
@@ -87,3 +89,4 @@ def _commits(campaign: Campaign, plan: CommitsConfig) -> Commits:
 register(FactorialConfig, _factorial)
 register(AdaptiveConfig, _adaptive)
 register(CommitsConfig, _commits)
+register(SweepConfig, lambda campaign, plan: SweepStrategy(plan))

@@ -1,0 +1,101 @@
+"""`bisect sweep SWEEP.yaml`: one run of a regression sweep, its answer printed; exit 0 clean,
+1 regression, 3 inconclusive, 4 skipped (another run holds the sweep), 2 bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from orchestrator.cli.common import (
+    JsonOption,
+    StoreOption,
+    app,
+    emit_json,
+    out,
+    progress,
+    store_json,
+    user_errors,
+)
+
+if TYPE_CHECKING:
+    from orchestrator.sweeps.run import SweepOutcome
+
+STATES = {"clean": "same as the baseline", "regression": "REGRESSION (confirmed)",
+          "unconfirmed": "a difference the fresh trials did not show again",
+          "inconclusive": "undecided within the budget", "new": "no baseline to compare with",
+          "undeployable": "could not be deployed", "measuring": "unfinished",
+          "confirming": "unfinished (confirming)"}
+
+
+@app.command()
+def sweep(
+    sweep_file: Annotated[Path, typer.Argument(help="The sweep YAML file.")],
+    store: StoreOption = "bisect.db",
+    accept: Annotated[bool, typer.Option(
+        "--accept", help="Make this run the sweep's baseline (a run without a regression).")]
+    = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="With --accept: accept a run that found a regression.")] = False,
+    schedule: Annotated[str | None, typer.Option(
+        "--schedule", hidden=True, help="The schedule that started this run.")] = None,
+    as_json: JsonOption = False,
+    ray_address: Annotated[str | None, typer.Option(
+        "--ray-address", envvar="RAY_ADDRESS", help="Join this Ray cluster.")] = None,
+) -> None:
+    """Run a regression sweep once: each variant against the baseline (the last accepted run),
+    a difference confirmed on fresh trials before it is a regression."""
+    from db.store import Store
+    from experiments.sweep import load_sweep
+    from orchestrator.sweeps.hunt import hunt_commits
+    from orchestrator.sweeps.run import run_sweep
+
+    with user_errors():
+        spec = load_sweep(sweep_file)
+        with Store.open(store) as db:
+            try:
+                outcome = run_sweep(db, spec, str(sweep_file), accept=accept, force=force,
+                                    trigger="manual" if schedule is None else "schedule",
+                                    schedule=schedule, progress=progress,
+                                    ray_address=ray_address,
+                                    hunt=hunt_commits if spec.hunt is not None else None)
+            except KeyboardInterrupt:
+                progress("interrupted: the run is stored as interrupted; its trials are kept")
+                raise typer.Exit(130) from None
+    document = outcome_json(outcome, store)
+    if as_json:
+        emit_json(document)
+    else:
+        print_outcome(document)
+    raise typer.Exit(outcome.exit_code)
+
+
+def outcome_json(outcome: SweepOutcome, store: str) -> dict[str, Any]:
+    run = outcome.run
+    return {"sweep": run.sweep, "run": run.seq, "run_id": run.id, "status": outcome.status,
+            "accepted": outcome.accepted, "baseline_run_id": run.baseline_run_id,
+            "campaign": run.campaign_id, "store": store_json(store), **outcome.result}
+
+
+def print_outcome(document: dict[str, Any]) -> None:
+    say = lambda text: out.print(text, highlight=False, markup=False)  # noqa: E731
+    say(f"sweep {document['sweep']} run {document['run']}: {document['status']}"
+        + (f": {document['reason']}" if document.get("reason") else ""))
+    for variant in document.get("variants", []):
+        say(f"  {variant['name']}: {STATES.get(variant['state'], variant['state'])} "
+            f"({variant['trials']} trial(s))")
+        for c in variant["confirmation"] or variant["comparisons"]:
+            say(f"    {c['metric']}: {c['answer']} {_change(c)}")
+    for fact in document.get("changed_facts", []):
+        say(f"  changed on {fact['node']}: {fact['fact']} {fact['baseline']} -> {fact['now']}")
+    if hunt := document.get("hunt"):
+        say(f"  hunt: {hunt.get('reason', '')} (campaign {hunt.get('campaign')})")
+    if document.get("campaign"):
+        say(f"  trials: bisect show {document['campaign']} --store {document['store']}")
+
+
+def _change(c: dict[str, Any]) -> str:
+    if c["metric"] in ("corruption", "wedging"):
+        return f"{c['baseline']:.1%} -> {c['current']:.1%}"
+    return f"{c['change']:+.1%} worse"

@@ -1,0 +1,188 @@
+"""Three-way comparisons of a sweep's variant with its baseline, one metric at a time.
+
+DIFFERENT: significantly worse AND worse by at least the metric's minimum effect (Perfherder
+alerts on a significant and large change only: a significant 0.3% change is noise to a human).
+SAME: the data rule out a worsening of the minimum effect or more at level alpha. UNKNOWN
+otherwise, which means "add trials" (Pinpoint). Each side of a decision errs at most alpha.
+
+Binary metrics (corruption, wedging) compare failing sessions of judged sessions; continuous
+ones (throughput, p99 latency) compare one value per trial, on the log scale. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+import numpy as np
+from scipy.stats import t as student_t
+
+from orchestrator.core.stats.exact import fisher_greater
+from orchestrator.core.stats.noninferiority import noninferiority_p
+from orchestrator.core.stats.proportions import newcombe_difference
+
+# The least run-to-run spread a per-trial measure is credited with, as a standard deviation of
+# its log (about 1%). Trials that repeat a value exactly (a twin, a rounded measure, two lucky
+# runs) would otherwise give a zero standard error: a division by zero, or the certainty that a
+# 0.1% change is real. Serving benchmarks on real machines move by 1% or more between runs
+# (chromeperf ignores changes under 1% relative), so the floor hides no real precision; it only
+# bounds how sure a few identical trials can make us.
+NOISE_FLOOR = 0.01
+
+
+class Change(StrEnum):
+    """The answer of a comparison: did the metric change?"""
+
+    DIFFERENT = "different"
+    SAME = "same"
+    UNKNOWN = "unknown"
+
+
+_RANK = {Change.SAME: 0, Change.UNKNOWN: 1, Change.DIFFERENT: 2}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    metric: str  # "corruption" | "wedging" | "throughput" | "p99_latency"
+    answer: Change
+    baseline: float  # the baseline's rate (binary) or geometric mean (continuous)
+    current: float
+    # binary: current rate - baseline rate (0.05 is 5 points); continuous: relative change,
+    # signed so that > 0 is worse (a 30% throughput drop and a 30% p99 rise are both 0.3)
+    change: float
+    interval: tuple[float, float]  # of change, two-sided 1 - 2 alpha (each side errs alpha)
+    p_worse: float  # one-sided p that current is worse than baseline
+    p_same: float  # p of H0 "current is worse by min_effect or more" (small => SAME)
+    min_effect: float  # in the units of change
+    alpha: float
+    counts: tuple[tuple[int, int], tuple[int, int]] | None = None  # ((k, n) current, baseline)
+    values: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # current, baseline
+
+
+def worst(answers: Iterable[Change]) -> Change:
+    """The worst answer of several (DIFFERENT > UNKNOWN > SAME): a variant is the SAME only
+    when every metric is. No answers at all is an error, not a clean bill."""
+    found = list(answers)
+    if not found:
+        raise ValueError("worst() of no answers")
+    return max(found, key=_RANK.__getitem__)
+
+
+def _check_alpha(metric: str, alpha: float) -> None:
+    if not 0.0 < alpha < 0.5:
+        raise ValueError(f"{metric}: alpha must be between 0 and 0.5, got {alpha}")
+
+
+def _check_counts(metric: str, side: str, counts: tuple[int, int]) -> tuple[int, int]:
+    k, n = counts
+    if isinstance(k, bool) or isinstance(n, bool) or not isinstance(k, int | np.integer) \
+            or not isinstance(n, int | np.integer) or not 0 <= k <= n:
+        raise ValueError(f"{metric}: {side} counts must be whole numbers 0 <= k <= n, "
+                         f"got {counts!r}")
+    return int(k), int(n)
+
+
+def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, int], *,
+                   min_effect: float, alpha: float) -> Comparison:
+    """Compare failing sessions of judged sessions, ``(k, n)``, current against baseline.
+
+    DIFFERENT: one-sided Fisher p <= alpha and a rise of at least ``min_effect`` (a rate
+    difference: 0.02 is 2 points). SAME: Chan's exact test rules out a rise of ``min_effect``
+    or more at level alpha (``noninferiority_p``; its size is at most alpha, where asymptotic
+    bounds are not when the current side has many more sessions than the baseline).
+    ``interval`` is Newcombe's, descriptive only: at its edge it may disagree with the exact
+    tests that decide. Pooled sessions only: whether the effect holds trial by trial is the
+    caller's (``exact.trials_greater``).
+    """
+    _check_alpha(metric, alpha)
+    if not 0.0 < min_effect < 1.0:
+        raise ValueError(f"{metric}: min_effect must be between 0 and 1, got {min_effect}")
+    k1, n1 = _check_counts(metric, "current", current)
+    k2, n2 = _check_counts(metric, "baseline", baseline)
+    rate1 = k1 / n1 if n1 else 0.0
+    rate2 = k2 / n2 if n2 else 0.0
+    change = rate1 - rate2
+    interval = newcombe_difference(k1, n1, k2, n2, confidence=1.0 - 2.0 * alpha)
+    p_worse = fisher_greater(k1, n1, k2, n2)
+    p_same = noninferiority_p(k1, n1, k2, n2, float(min_effect))
+    if n1 == 0 or n2 == 0:
+        answer = Change.UNKNOWN
+    elif p_worse <= alpha and change >= min_effect:
+        answer = Change.DIFFERENT
+    elif p_same <= alpha and change < min_effect:
+        answer = Change.SAME
+    else:
+        answer = Change.UNKNOWN
+    return Comparison(metric, answer, rate2, rate1, change, interval, p_worse, p_same,
+                      min_effect, alpha, counts=((k1, n1), (k2, n2)))
+
+
+def _logs(metric: str, side: str, values: Sequence[float]) -> np.ndarray:
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1 or not np.all(np.isfinite(array)) or not np.all(array > 0.0):
+        raise ValueError(f"{metric}: {side} values must be finite and positive, "
+                         f"got {list(values)!r}")
+    return np.log(array)
+
+
+def compare_values(metric: str, current: Sequence[float], baseline: Sequence[float], *,
+                   min_relative: float, alpha: float, worse: Literal["lower", "higher"],
+                   noise_floor: float = NOISE_FLOOR) -> Comparison:
+    """Compare one value per trial, current against baseline, on the log scale (a ratio of
+    geometric means: a 10% drop means the same at 100 and at 10,000 tokens/s).
+
+    ``worse``: "lower" for throughput, "higher" for latency. Welch's t, one-sided towards
+    worse. DIFFERENT: p_worse <= alpha and a relative worsening of at least ``min_relative``;
+    SAME: the one-sided 1 - alpha upper bound of the worsening is below ``min_relative``.
+    Each side's standard deviation of log values is at least ``noise_floor`` (NOISE_FLOOR).
+    Fewer than two values on a side: UNKNOWN, and its interval is infinite.
+    """
+    _check_alpha(metric, alpha)
+    if worse not in ("lower", "higher"):
+        raise ValueError(f"{metric}: worse must be 'lower' or 'higher', got {worse!r}")
+    if not min_relative > 0.0 or (worse == "lower" and not min_relative < 1.0):
+        raise ValueError(f"{metric}: min_relative must be above 0 (and below 1 where lower is "
+                         f"worse), got {min_relative}")
+    if not noise_floor > 0.0:
+        raise ValueError(f"{metric}: noise_floor must be above 0, got {noise_floor}")
+    log1 = _logs(metric, "current", current)
+    log2 = _logs(metric, "baseline", baseline)
+    sign = -1.0 if worse == "lower" else 1.0
+
+    def relative(log_worsening: float) -> float:
+        # the worsening as a share of the baseline: 1 - cur/base for lower, cur/base - 1 higher
+        if worse == "lower":
+            return -math.expm1(-max(log_worsening, -700.0))  # clamped: no overflow
+        return math.expm1(log_worsening) if log_worsening < 700.0 else math.inf
+
+    mean1 = float(log1.mean()) if log1.size else 0.0
+    mean2 = float(log2.mean()) if log2.size else 0.0
+    current_mean = math.exp(mean1) if log1.size else 0.0
+    baseline_mean = math.exp(mean2) if log2.size else 0.0
+    values = (tuple(float(v) for v in current), tuple(float(v) for v in baseline))
+    if log1.size < 2 or log2.size < 2:
+        change = relative(sign * (mean1 - mean2)) if log1.size and log2.size else 0.0
+        return Comparison(metric, Change.UNKNOWN, baseline_mean, current_mean, change,
+                          (-math.inf, math.inf), 1.0, 1.0, min_relative, alpha, values=values)
+    worsening = sign * (mean1 - mean2)
+    var1 = max(float(log1.std(ddof=1)), noise_floor) ** 2 / log1.size
+    var2 = max(float(log2.std(ddof=1)), noise_floor) ** 2 / log2.size
+    se = math.sqrt(var1 + var2)
+    df = (var1 + var2) ** 2 / (var1**2 / (log1.size - 1) + var2**2 / (log2.size - 1))
+    margin = -math.log1p(-min_relative) if worse == "lower" else math.log1p(min_relative)
+    p_worse = float(student_t.sf(worsening / se, df))
+    p_same = float(student_t.cdf((worsening - margin) / se, df))
+    half = float(student_t.ppf(1.0 - alpha, df)) * se
+    low, high = relative(worsening - half), relative(worsening + half)
+    change = relative(worsening)
+    if p_worse <= alpha and change >= min_relative:
+        answer = Change.DIFFERENT
+    elif high < min_relative:
+        answer = Change.SAME
+    else:
+        answer = Change.UNKNOWN
+    return Comparison(metric, answer, baseline_mean, current_mean, change, (low, high),
+                      p_worse, p_same, min_relative, alpha, values=values)

@@ -1,0 +1,1 @@
+"""Regression sweeps: runs, baselines, hunts, schedules."""

@@ -1,0 +1,414 @@
+"""Schedules: a regression sweep run on a calendar by a systemd timer, or a crontab line.
+
+A schedule NAME is two units, ``bisect-sweep-NAME.service`` (Type=oneshot) and
+``bisect-sweep-NAME.timer`` (``OnCalendar=``, ``Persistent=true``: a slot missed while the
+machine was off runs at boot), in /etc/systemd/system or, ``--user``, the user's own unit
+directory. The service runs ``bisect schedule run NAME --sweep FILE --store STORE
+--on-calendar EXPR``: every value it needs is on that one line (absolute, unit-quoted), so the
+unit file is the schedule's only record and ``run NAME`` by hand reads it back and runs exactly
+that command.
+
+What a run does is ``orchestrator.sweeps.scheduled``.
+
+Unit files are 0644 in /etc/systemd/system (systemd's convention there: ``systemctl cat`` and
+``bisect schedule ls`` work for every user; they hold no secret, a store password is refused)
+and 0600 in the user's directory (only that user's manager reads them). systemd needs neither:
+it refuses only files it could not read and warns about executable or world-writable ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from deploy.safe_words import SYSTEMD_UNIT, word_error
+from deploy.services.systemd import unit_quote
+from orchestrator.sweeps import calendar
+
+PREFIX = "bisect-sweep-"
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+SYSTEM_DIR = Path("/etc/systemd/system")
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class ScheduleError(ValueError):
+    """Bad input to a schedule command (exit 2): the message names the argument."""
+
+
+class SystemctlFailed(RuntimeError):
+    """systemctl refused (exit 1): its own words."""
+
+
+# --- what a schedule is --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Schedule:
+    name: str
+    calendar: str  # OnCalendar= as the user wrote it
+    sweep: Path  # the sweep file, absolute
+    store: str  # an absolute SQLite path or a URL without a password
+    program: str  # the absolute path of the `bisect` that runs it
+    user: bool = False  # the user's own systemd instance
+
+    @property
+    def service(self) -> str:
+        return f"{PREFIX}{self.name}.service"
+
+    @property
+    def timer(self) -> str:
+        return f"{PREFIX}{self.name}.timer"
+
+    @property
+    def workdir(self) -> Path:
+        return self.sweep.parent
+
+    @property
+    def scope(self) -> str:
+        return "user" if self.user else "system"
+
+    def argv(self) -> list[str]:
+        """What the service runs (and `run NAME` by hand)."""
+        return [self.program, "schedule", "run", self.name, "--sweep", str(self.sweep),
+                "--store", self.store, "--on-calendar", self.calendar]
+
+    def sweep_argv(self) -> list[str]:
+        """What a run of the schedule runs: the sweep, as a run started by this schedule."""
+        return [self.program, "sweep", str(self.sweep), "--store", self.store,
+                "--schedule", self.name]
+
+
+def check_name(name: str) -> str:
+    if not NAME.fullmatch(name) or not SYSTEMD_UNIT.fullmatch(f"{PREFIX}{name}.service"):
+        raise ScheduleError(f"NAME: {name!r} is not a schedule name (letters, digits, '_', '.' "
+                            "and '-', not starting with '.' or '-', at most 100): it becomes the "
+                            f"unit name {PREFIX}NAME.service")
+    return name
+
+
+def unit_store(store: str) -> str:
+    """``--store`` as a unit may hold it: a path made absolute (the service runs elsewhere); a
+    URL as given, never with a password (secrets are never written at rest)."""
+    if _CONTROL.search(store) or word_error(store):
+        raise ScheduleError(f"--store: {store!r} contains control characters")
+    if not _URL.match(store):
+        return os.path.abspath(os.path.expanduser(store))
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(store)
+    except ArgumentError as exc:
+        raise ScheduleError(f"--store: {store!r} is not a database URL ({exc})") from None
+    in_query = [key for key in url.query if key.lower() == "password"]
+    if url.password is not None or in_query:
+        shown = url.difference_update_query(in_query).render_as_string(hide_password=True)
+        where = f" (in {', '.join(in_query)}=)" if in_query else ""
+        raise ScheduleError(
+            f"--store: {shown} holds a password{where}: a schedule writes its store "
+            "into a unit file, and secrets are never written at rest; leave the password out "
+            "and give it in a .pgpass file (~/.pgpass of the user the sweep runs as, mode 0600) "
+            "or a file named by PGPASSFILE")
+    if url.drivername.startswith("sqlite") and url.database and url.database != ":memory:" \
+            and not os.path.isabs(url.database):  # relative to the service's directory: not ours
+        return url.set(database=os.path.abspath(url.database)).render_as_string(False)
+    return store
+
+
+def check_sweep(path: Path) -> Path:
+    """The sweep file, absolute, that exists and validates (SweepError from its loader)."""
+    shown = str(path)
+    if _CONTROL.search(shown) or word_error(shown):
+        raise ScheduleError(f"SWEEP: {shown!r} contains control characters")
+    absolute = Path(os.path.abspath(os.path.expanduser(path)))
+    if not absolute.is_file():
+        raise ScheduleError(f"SWEEP: no sweep file {shown}")
+    parent = str(absolute.parent)
+    if parent != parent.rstrip() or parent.endswith("\\"):  # WorkingDirectory= takes the rest
+        raise ScheduleError(f"SWEEP: the directory of {shown} ends in a space or a backslash, "
+                            "which a unit's WorkingDirectory= cannot hold")
+    sweep_name(absolute)
+    return absolute
+
+
+def sweep_name(path: Path) -> str:
+    """The sweep's name, from its file as `bisect sweep` loads it (SweepError if invalid)."""
+    from experiments.sweep import load_sweep  # pydantic and the campaign schema: only here
+
+    return load_sweep(path).name
+
+
+def bisect_program() -> str:
+    """The absolute path of this `bisect`: the console script this process was started as, else
+    the one installed beside this Python (a test's runner), else the one on PATH."""
+    invoked = Path(sys.argv[0])
+    candidates = [invoked] if invoked.name == "bisect" else []
+    candidates.append(Path(sys.executable).parent / "bisect")
+    if found := shutil.which("bisect"):
+        candidates.append(Path(found))
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return os.path.abspath(candidate)
+    raise ScheduleError("cannot find the `bisect` program a schedule would run (the console "
+                        "script of bisect-serving): install it, or run this as `bisect`")
+
+
+# --- unit files and the crontab line -------------------------------------------------------
+
+def render_service(schedule: Schedule) -> str:
+    command = " ".join(unit_quote(word, expand_dollar=True) for word in schedule.argv())
+    network = [] if schedule.user else ["Wants=network-online.target",
+                                        "After=network-online.target"]
+    return "\n".join([
+        f"# Written by `bisect schedule add`: the regression sweep of schedule {schedule.name}.",
+        f"# `bisect schedule rm {schedule.name}` removes it; `bisect schedule run "
+        f"{schedule.name}` runs it now.",
+        "[Unit]",
+        f"Description=bisect regression sweep {schedule.name}",
+        *network,
+        "",
+        "[Service]",
+        "Type=oneshot",  # no start timeout for a oneshot: a sweep may take hours
+        f"WorkingDirectory={str(schedule.workdir).replace('%', '%%')}",  # a path, never unquoted
+        f"ExecStart={command}",
+        f"Environment={unit_quote('PYTHONUNBUFFERED=1', expand_dollar=False)}",
+        "StandardOutput=journal",
+        "StandardError=journal",
+        f"SyslogIdentifier={PREFIX}{schedule.name}",
+        "",
+    ])
+
+
+def render_timer(schedule: Schedule) -> str:
+    return "\n".join([
+        f"# Written by `bisect schedule add`: when schedule {schedule.name} runs.",
+        "[Unit]",
+        f"Description=bisect regression sweep {schedule.name} on {schedule.calendar}",
+        "",
+        "[Timer]",
+        f"OnCalendar={schedule.calendar}",
+        "Persistent=true",  # a slot missed while the machine was off runs at boot
+        # to the second (systemd's default is a minute): a run knows the slot it serves
+        "AccuracySec=1s",
+        f"Unit={schedule.service}",
+        "",
+        "[Install]",
+        "WantedBy=timers.target",
+        "",
+    ])
+
+
+def crontab_line(schedule: Schedule) -> str:
+    """The crontab line that runs the schedule when its timer would. It guards nothing: a run
+    that overlaps the last is refused by the sweep's own lock (exit 4, recorded as skipped)."""
+    fields = calendar.cron_fields(schedule.calendar)
+    command = f"cd {shlex.quote(str(schedule.workdir))} && " + shlex.join(schedule.argv())
+    return f"{fields} {command.replace('%', chr(92) + '%')}"  # cron reads a bare % as a newline
+
+
+def unit_unquote(words: str) -> list[str]:
+    """The words of an ``ExecStart=`` line that ``unit_quote`` wrote, exactly as systemd reads
+    them back (C escapes, ``%%`` and ``$$``)."""
+    found: list[str] = []
+    rest = words.strip()
+    while rest:
+        matched = re.match(r'"((?:[^"\\]|\\.)*)"\s*', rest)
+        if matched is None:
+            raise ScheduleError(f"not a line `bisect schedule add` wrote: {words!r}")
+        body, out, i = matched[1], [], 0
+        while i < len(body):
+            ch = body[i]
+            if ch == "\\":
+                code = body[i + 1]
+                if code == "x":
+                    out.append(chr(int(body[i + 2:i + 4], 16)))
+                    i += 4
+                    continue
+                out.append({"n": "\n", "t": "\t"}.get(code, code))
+                i += 2
+            elif ch in "%$" and body[i + 1:i + 2] == ch:
+                out.append(ch)
+                i += 2
+            else:
+                out.append(ch)
+                i += 1
+        found.append("".join(out))
+        rest = rest[matched.end():]
+    return found
+
+
+def parse_service(text: str, *, user: bool, where: str) -> Schedule:
+    """The schedule a service unit of ours runs (its ExecStart= line)."""
+    line = next((line for line in text.splitlines() if line.startswith("ExecStart=")), None)
+    argv = unit_unquote(line.removeprefix("ExecStart=")) if line else []
+    if len(argv) != 10 or argv[1:3] != ["schedule", "run"] or argv[4::2] != [
+            "--sweep", "--store", "--on-calendar"]:
+        raise ScheduleError(f"{where}: not a unit `bisect schedule add` wrote (its ExecStart= "
+                            "is not `bisect schedule run NAME --sweep ... --store ... "
+                            "--on-calendar ...`)")
+    return Schedule(name=argv[3], calendar=argv[9], sweep=Path(argv[5]), store=argv[7],
+                    program=argv[0], user=user)
+
+
+# --- where things are ---------------------------------------------------------------------
+
+def unit_dir(user: bool) -> Path:
+    if not user:
+        return SYSTEM_DIR
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    return Path(config, "systemd", "user")
+
+
+def systemctl(user: bool, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    argv = ["systemctl", *(["--user"] if user else []), *args]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise SystemctlFailed("`systemctl` is not installed: this machine has no systemd "
+                              "(`bisect schedule add --crontab` prints a crontab line)") from None
+    if check and done.returncode != 0:
+        raise SystemctlFailed(f"`{shlex.join(argv)}` failed: "
+                              f"{done.stderr.strip() or f'exit {done.returncode}'}")
+    return done
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    """Atomically: a unit systemd reads while we write is the old one or the new one."""
+    fd, temporary = tempfile.mkstemp(prefix=".bisect-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+# --- add, rm, ls --------------------------------------------------------------------------
+
+def install(schedule: Schedule) -> bool:
+    """Write both units, reload, enable and start the timer; True if it replaced a schedule of
+    this name. What systemctl refuses is undone: a new schedule removed, a replaced one back."""
+    directory = unit_dir(schedule.user)
+    if not schedule.user:
+        if not Path("/run/systemd/system").is_dir():
+            raise ScheduleError("this machine does not run systemd (no /run/systemd/system): "
+                                "`--crontab` prints a crontab line to install instead")
+        if not os.access(directory, os.W_OK):
+            raise ScheduleError(f"{directory} is not writable: a system schedule needs root "
+                                "(or add --user for your own systemd instance)")
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    paths = [directory / schedule.service, directory / schedule.timer]
+    before = {path: path.read_text(encoding="utf-8") for path in paths if path.is_file()}
+    mode = 0o600 if schedule.user else 0o644
+    _write(paths[0], render_service(schedule), mode)
+    _write(paths[1], render_timer(schedule), mode)
+    try:
+        systemctl(schedule.user, "daemon-reload")
+        systemctl(schedule.user, "enable", "--now", schedule.timer)
+        if before:  # a running timer keeps its old calendar until it starts again
+            systemctl(schedule.user, "restart", schedule.timer)
+    except SystemctlFailed:
+        for path in paths:
+            if path in before:
+                _write(path, before[path], mode)
+            else:
+                path.unlink(missing_ok=True)
+        systemctl(schedule.user, "daemon-reload", check=False)
+        raise
+    return bool(before)
+
+
+def load(name: str, user: bool) -> Schedule:
+    """The installed schedule NAME, read back from its service unit."""
+    path = unit_dir(user) / f"{PREFIX}{check_name(name)}.service"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        other = unit_dir(not user) / path.name
+        hint = f" (there is one in {other.parent}: {'leave out' if user else 'add'} --user)" \
+            if other.is_file() else " (`bisect schedule ls` lists them)"
+        raise ScheduleError(f"NAME: no schedule {name!r} in {path.parent}{hint}") from None
+    return parse_service(text, user=user, where=str(path))
+
+
+def remove(name: str, user: bool) -> Schedule:
+    """Disable and stop the timer, delete both units, reload. A run under way finishes."""
+    schedule = load(name, user)
+    directory = unit_dir(user)
+    systemctl(user, "disable", "--now", schedule.timer)
+    for unit in (schedule.timer, schedule.service):
+        (directory / unit).unlink(missing_ok=True)
+    systemctl(user, "daemon-reload")
+    systemctl(user, "reset-failed", schedule.service, check=False)  # a failed last run's state
+    return schedule
+
+
+def _show(user: bool, units: list[str]) -> dict[str, dict[str, str]]:
+    done = systemctl(user, "show", "-p", "Id,ActiveState,UnitFileState,Result,ExecMainStatus,"
+                     "ExecMainStartTimestampMonotonic", "--", *units, check=False)
+    shown: dict[str, dict[str, str]] = {}
+    for block in done.stdout.split("\n\n"):
+        values = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if "Id" in values:
+            shown[values["Id"]] = values
+    return shown
+
+
+def _when(microseconds: Any) -> str | None:
+    if not isinstance(microseconds, int) or microseconds <= 0:
+        return None
+    return datetime.fromtimestamp(microseconds / 1e6, UTC).isoformat(timespec="seconds")
+
+
+def listing(user: bool) -> list[dict[str, Any]]:
+    """The installed schedules of one scope with their calendar, next and last trigger, and how
+    their last run ended (None where systemd does not know, or does not run here)."""
+    directory = unit_dir(user)
+    timers = sorted(directory.glob(f"{PREFIX}*.timer")) if directory.is_dir() else []
+    schedules = []
+    for path in timers:
+        with contextlib.suppress(ScheduleError, OSError):
+            schedules.append(load(path.name.removeprefix(PREFIX).removesuffix(".timer"), user))
+    if not schedules:
+        return []
+    triggers: dict[str, dict[str, Any]] = {}
+    shown: dict[str, dict[str, str]] = {}
+    if user or Path("/run/systemd/system").is_dir():
+        done = systemctl(user, "list-timers", "--all", "--output=json", f"{PREFIX}*.timer",
+                         check=False)
+        with contextlib.suppress(ValueError):
+            triggers = {t["unit"]: t for t in json.loads(done.stdout or "[]")}
+        shown = _show(user, [u for s in schedules for u in (s.timer, s.service)])
+    rows = []
+    for schedule in schedules:
+        timer, service = shown.get(schedule.timer, {}), shown.get(schedule.service, {})
+        trigger = triggers.get(schedule.timer, {})
+        ran = service.get("ExecMainStartTimestampMonotonic", "0") not in ("", "0")
+        status = service.get("ExecMainStatus")
+        rows.append({
+            "name": schedule.name, "scope": schedule.scope, "calendar": schedule.calendar,
+            "sweep": str(schedule.sweep), "store": schedule.store,
+            "enabled": timer.get("UnitFileState"), "timer": timer.get("ActiveState"),
+            "next": _when(trigger.get("next")), "last": _when(trigger.get("last")),
+            "running": service.get("ActiveState") == "activating",
+            # how its service last ended (a start by the timer, by hand or at boot); None: never
+            # since systemd started
+            "last_result": service.get("Result") if ran else None,
+            "last_exit_status": int(status) if ran and status else None,
+        })
+    return rows
