@@ -225,7 +225,7 @@ class SweepConfig(StrategyConfig):
     variants: list[NamedVariant] = Field(min_length=1)
     production: str
     thresholds: Thresholds = Thresholds()
-    min_trials: int = Field(default=2, ge=2, le=1000)  # per variant, before a comparison
+    min_trials: int = Field(default=3, ge=2, le=1000)  # per variant, before a comparison
     max_trials: int = Field(default=6, ge=2, le=10_000)  # per variant: then UNKNOWN stays
     confirm_trials: int = Field(default=2, ge=2, le=1000)  # fresh trials of a suspect
     baseline: list[BaselineTrial] = []  # empty: the first run, nothing to compare with

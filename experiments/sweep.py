@@ -57,7 +57,9 @@ class Source(_Strict):
 
 
 class Trials(_Strict):
-    min: int = Field(default=2, ge=2, le=1000)  # per variant before it is compared
+    # per variant before it is compared: with two, a per-trial figure has one degree of freedom
+    # for its spread, and no throughput change short of tenfold is significant
+    min: int = Field(default=3, ge=2, le=1000)
     max: int = Field(default=6, ge=2, le=10_000)  # per variant: UNKNOWN after that is reported
     confirm: int = Field(default=2, ge=2, le=1000)  # fresh trials of a suspect
 
@@ -149,6 +151,12 @@ def _problems(sweep: Sweep) -> list[tuple[Path_, str]]:
     if any(f.name == BUILD for f in sweep.factors) and sweep.source is not None:
         problems.append((("factors",), f"`{BUILD}` is the factor a run adds to put the "
                                        "baseline's commit back: name yours otherwise"))
+    seen: dict[tuple[tuple[str, str], ...], str] = {}
+    for name, levels in sweep.variants.items():  # a trial must say which variant it was
+        key = tuple(sorted(levels.items()))
+        if key in seen:
+            problems.append((("variants", name), f"the same levels as variant '{seen[key]}'"))
+        seen.setdefault(key, name)
     services = {s.name for pool in sweep.pools for s in pool.services}
     if sweep.source is not None:
         problems += [(("source", "services", index), f"unknown service '{name}'")

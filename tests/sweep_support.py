@@ -43,7 +43,7 @@ def commit_faults(tree: Path, race: float, subject: str, background: bool = True
 def sweep_file(tmp_path: Path, tree: Path, *, hunt: bool = True, sessions: int = 24,
                thresholds: dict[str, Any] | None = None,
                variants: dict[str, dict[str, str]] | None = None,
-               trials: dict[str, int] | None = None, latency_ms: float = 2,
+               trials: dict[str, int] | None = None, latency_ms: float = 2, rounds: int = 1,
                extra_flags: list[str] | None = None) -> Path:
     pool = twin_pool("p", "here", tree / "faults.yaml", latency_ms=latency_ms)
     pool["services"][0]["start"] += extra_flags or []
@@ -55,11 +55,11 @@ def sweep_file(tmp_path: Path, tree: Path, *, hunt: bool = True, sessions: int =
             "off": None, "on": {"flags": ["--enable-hierarchical-cache"]}}}],
         "variants": variants or {"production": {"hicache": "off"},
                                  "hicache-on": {"hicache": "on"}},
-        "workload": {"sessions": sessions, "rounds": 1, "timeout_s": 20},
+        "workload": {"sessions": sessions, "rounds": rounds, "timeout_s": 20},
         "source": {"tree": str(tree)},
         "thresholds": thresholds or {"corruption": 0.15, "wedging": 0.15,
                                      "throughput": None, "p99_latency": None},
-        "trials": trials or {"min": 2, "max": 6, "confirm": 2},
+        "trials": trials or {"min": 3, "max": 6, "confirm": 2},
         **({"hunt": {"max_trials": 30}} if hunt else {}),
     }
     path = tmp_path / "sweep.yaml"
@@ -67,7 +67,7 @@ def sweep_file(tmp_path: Path, tree: Path, *, hunt: bool = True, sessions: int =
     return path
 
 
-def run_sweep_cli(path: Path, store: Path, *args: str) -> tuple[int, dict[str, Any]]:
+def run_sweep_cli(path: Path, store: Path | str, *args: str) -> tuple[int, dict[str, Any]]:
     """`bisect sweep PATH --store STORE --json ARGS`: its exit code and its JSON document."""
     result = CliRunner().invoke(app, ["sweep", str(path), "--store", str(store), "--json",
                                       *args])

@@ -3,9 +3,10 @@ reached over real SSH, where `bisect schedule` runs as root as an operator would
 
 The units `add` writes load and are scheduled; a run started by hand, by the timer or at start
 (Persistent=true, after a slot missed while "off") runs `bisect schedule run`, which records the
-missed slots in the store and runs the sweep; a failing run keeps its journal and its log, and
-the timer fires again after it. Until `bisect sweep` exists every run fails (no such command);
-after, the sweep file's pool never comes up: a failed run either way."""
+missed slots in the store and runs the sweep. Most schedules here run a sweep whose node cannot
+be reached (a failed run, in seconds): a failing run keeps its journal and its log, and the timer
+fires again after it. One runs a sweep on a twin inside the container, its Ray started there by
+the sweep itself, to the end: a clean run stored as the schedule's, exit 0."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from deploy.lab.registry import process_prefix
 from deploy.transports.base import CommandResult
 from deploy.transports.ssh import SSHTransport
 from orchestrator.sweeps import calendar
-from tests.support.schedules import schedule_program, write_sweep
+from tests.support.schedules import VENV_BISECT, write_sweep, write_twin_sweep
 
 STATE = "/var/lib/bisect/schedules"
 UNITS = "/etc/systemd/system"
@@ -63,14 +64,20 @@ def work(sd_lab: Lab) -> Path:
 
 
 @pytest.fixture(scope="module")
-def program(work: Path) -> Path:
-    return schedule_program(work / "bin")
+def program() -> Path:
+    return VENV_BISECT
 
 
 @pytest.fixture(scope="module")
 def sweep(work: Path) -> Path:
     # what WorkingDirectory= and ExecStart= must hold verbatim: a space, %, $, quotes
     return write_sweep(work / "sweeps dir 100% $HOME 'q' \"d\"")
+
+
+@pytest.fixture(scope="module")
+def twin_sweep(work: Path) -> Path:
+    # its services, their logs and Ray's files inside the container; the store out here
+    return write_twin_sweep(work / "twin sweep")
 
 
 def sh(node: SSHTransport, script: str, *args: str, timeout_s: float = 120) -> CommandResult:
@@ -219,3 +226,33 @@ def test_a_slot_missed_while_off_runs_at_start_and_the_ones_before_it_are_record
     assert "2 missed run(s) recorded" in journal
     row = listed(node, program)["catchup"]
     assert row["last"] is not None and row["last_result"] == "exit-code"
+
+
+def test_a_clean_run_on_twins_inside_the_host_is_stored_as_the_schedules_run(
+        node: SSHTransport, program: Path, twin_sweep: Path, work: Path) -> None:
+    add(node, program, twin_sweep, "ontwins", "*-*-* 03:00")
+    started = sh(node, "systemctl start bisect-sweep-ontwins.service", timeout_s=600)
+    journal = sh(node, "journalctl -q --no-pager -o cat -u bisect-sweep-ontwins.service"
+                 ).check().stdout
+    assert started.returncode == 0, journal[-4000:]
+    ended = show(node, "bisect-sweep-ontwins.service", "Result", "ExecMainStatus")
+    assert ended == {"Result": "success", "ExecMainStatus": "0"}
+    with Store.open(str(work / "bisect.db")) as store:
+        [run] = Sweeps(store).runs("twins")
+        assert run.campaign_id is not None
+        trials = store.trials(run.campaign_id)
+    assert (run.trigger, run.schedule, run.status) == ("schedule", "ontwins", "clean")
+    assert run.reason is not None and run.reason.startswith("no baseline yet")
+    assert len(trials) == 2  # trials.min of the one variant, run by Ray inside the container
+
+    [log] = logs(node, "ontwins")
+    text = sh(node, 'cat "$1"', f"{STATE}/ontwins/{log}").check().stdout
+    sweep_said = [line for line in text.splitlines() if not line.startswith("# ")]
+    assert "sweep twins: run 1, no baseline yet" in sweep_said
+    assert any(line.startswith("sweep twins run 1: clean: no baseline yet") for line in sweep_said)
+    # its words, both places (journald drops a line's trailing blanks)
+    assert [line for line in sweep_said if line.rstrip() not in journal] == [], journal
+    assert text.splitlines()[-1] == "# schedule ontwins: exit 0"
+    assert "schedule ontwins: exit 0" in journal
+    row = listed(node, program)["ontwins"]
+    assert row["last_result"] == "success" and row["last_exit_status"] == 0

@@ -76,6 +76,9 @@ def test_the_first_variant_is_production_unless_named(tmp_path: Path) -> None:
      "source.services[0]: unknown service 'ghost'"),
     ({"variants": {}}, "variants: Dictionary should have at least 1 item"),
     ({"alpha": 0.7}, "alpha: Input should be less than 0.5"),
+    ({"variants": {"production": {"index_k": "bf16", "hicache": "off"},
+                   "again": {"hicache": "off", "index_k": "bf16"}}},
+     "variants.again: the same levels as variant 'production'"),
 ])
 def test_bad_sweep_files_name_line_and_field(tmp_path: Path, changes: dict[str, Any],
                                              where: str) -> None:

@@ -119,13 +119,14 @@ class StressResult:
 
     def performance(self) -> dict[str, Any]:
         """What a trial stores of the run's speed (JSON; a stored observation the search and the
-        sweeps read): requests sent and completed, output tokens, per second of ``wall_s``
+        sweeps read): requests sent and completed, output tokens, per second of ``duration``
+        (the measured sessions: the model lookup and warm-up are not the server's speed)
         completed requests (``request_throughput``), output tokens (``output_throughput``) and
         good sessions (``goodput``, ``good_sessions``), and the p50/p90/p99 of each latency in
         ``LATENCIES`` (None where the run measured none: ITL and TPOT need streaming)."""
         every = list(self.requests())
         done = [r for r in every if r.completed]
-        per_s = 1 / self.wall_s if self.wall_s > 0 else 0.0
+        per_s = 1 / self.duration if self.duration > 0 else 0.0
         output_tokens = sum(r.completion_tokens or 0 for r in done)
         good = self.good_sessions()
         samples = latency_samples(done)

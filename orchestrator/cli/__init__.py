@@ -10,6 +10,7 @@ from orchestrator.cli import (  # noqa: F401 - registers the commands
     lab,
     reading,
     schedule_view,
+    sweep_report_view,
     sweep_view,
     tools,
 )

@@ -22,11 +22,6 @@ from orchestrator.cli.common import (
 if TYPE_CHECKING:
     from orchestrator.sweeps.run import SweepOutcome
 
-STATES = {"clean": "same as the baseline", "regression": "REGRESSION (confirmed)",
-          "unconfirmed": "a difference the fresh trials did not show again",
-          "inconclusive": "undecided within the budget", "new": "no baseline to compare with",
-          "undeployable": "could not be deployed", "measuring": "unfinished",
-          "confirming": "unfinished (confirming)"}
 
 
 @app.command()
@@ -79,6 +74,8 @@ def outcome_json(outcome: SweepOutcome, store: str) -> dict[str, Any]:
 
 
 def print_outcome(document: dict[str, Any]) -> None:
+    from orchestrator.core.strategies.sweep import STATES
+
     say = lambda text: out.print(text, highlight=False, markup=False)  # noqa: E731
     say(f"sweep {document['sweep']} run {document['run']}: {document['status']}"
         + (f": {document['reason']}" if document.get("reason") else ""))

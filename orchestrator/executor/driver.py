@@ -195,7 +195,8 @@ def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
                 actors.submit(pool, TrialOrder(trial_id, levels, seed, rule,
                                                rule.failing if rule and rule.failing else failing))
                 running[pool] = levels
-                progress(f"trial {next_seq} on {pool}: {variant.key}")
+                progress(f"trial {next_seq} on {pool}" + (f": {variant.key}" if variant.key
+                                                          else ""))
                 next_seq += 1
             if not pending:
                 break

@@ -107,12 +107,13 @@ def _environment() -> Environment:
         autoescape=select_autoescape(enabled_extensions=("html", "j2"), default=True),
         trim_blocks=True, lstrip_blocks=True)
     environment.filters.update(pct=_pct, p=_p, num=_num, sortkey=_sort, duration=_duration,
-                               label=label, clean=_clean, when=_when)
+                               label=label, clean=_clean, when=when)
     return environment
 
 
-def _when(value: str | None) -> str:
-    """An ISO time as a reader wants it (to the minute, UTC); as stored when it is not one."""
+def when(value: str | None, seconds: bool = True) -> str:
+    """An ISO time as a reader wants it (UTC, to the second or the minute); as stored when it
+    is not one."""
     if not value:
         return "–"
     try:
@@ -121,7 +122,7 @@ def _when(value: str | None) -> str:
         return value
     if moment.tzinfo is not None:
         moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC")
 
 
 def _ordered(levels: dict[str, str], report: Report) -> str:

@@ -1,10 +1,15 @@
-"""What the schedule tests share: a valid sweep file, and the `bisect` program a schedule runs."""
+"""What the schedule tests share: sweep files a schedule runs (one that fails at once, one on
+twins that passes), and the `bisect` program a schedule runs."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orchestrator.demo import twin_pool
 
 VENV_BISECT = Path(sys.executable).parent / "bisect"
 
@@ -37,6 +42,9 @@ variants:
   risky: {{index_k: bf16}}
 """
 
+# No per-token cost (as FAST in tests/test_twin_support.py): a run counts outcomes, not time.
+FAST = ["--twin-prefill-us-per-token", "0", "--twin-decode-ms-per-token", "0"]
+
 
 def write_sweep(directory: Path, name: str = "nightly") -> Path:
     """A sweep file that validates; its one node cannot be reached (SSH to port 1 of the
@@ -47,24 +55,26 @@ def write_sweep(directory: Path, name: str = "nightly") -> Path:
     return path
 
 
-_LAUNCHER = f"""#!{sys.executable}
-# `bisect` with `bisect schedule` registered, for as long as orchestrator/cli/__init__.py does
-# not import orchestrator.cli.schedule_view itself.
-import sys
-from orchestrator.cli import main, schedule_view  # noqa: F401
-sys.exit(main())
-"""
-
-
-def schedule_program(directory: Path) -> Path:
-    """The `bisect` console script when it has `bisect schedule`; until then, a launcher named
-    `bisect` in ``directory`` that registers it (the real CLI otherwise)."""
-    registered = subprocess.run([str(VENV_BISECT), "schedule", "--help"], capture_output=True,
-                                check=False, timeout=60).returncode == 0
-    if registered:
-        return VENV_BISECT
+def write_twin_sweep(directory: Path, name: str = "twins") -> Path:
+    """A sweep file that runs clean where it runs: one `transport: local` node (the machine the
+    sweep runs on), one twin pool on a loopback port (free on this machine; a lab host's own
+    network namespace has only its sshd listening), one variant, a fault model without faults,
+    a tiny workload and the fewest trials. Its services and files live in ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    launcher = directory / "bisect"
-    launcher.write_text(_LAUNCHER, encoding="utf-8")
-    launcher.chmod(0o755)
-    return launcher
+    faults = directory / "faults.yaml"
+    faults.write_text(yaml.safe_dump({"rules": []}), encoding="utf-8")
+    pool = twin_pool("p1", "here", faults, latency_ms=1)
+    pool["services"][0]["start"] += FAST
+    data: dict[str, Any] = {
+        "name": name,
+        "nodes": [{"name": "here", "transport": "local", "workdir": str(directory / "services")}],
+        "pools": [pool],
+        "factors": [{"name": "index_k", "levels": {"fp8": {"env": {"BF16_INDEX_K": "0"}},
+                                                    "bf16": {"env": {"BF16_INDEX_K": "1"}}}}],
+        "variants": {"production": {"index_k": "fp8"}},
+        "workload": {"sessions": 8, "rounds": 1, "timeout_s": 20},
+        "trials": {"min": 2, "max": 2, "confirm": 2},
+    }
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path

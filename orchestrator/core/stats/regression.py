@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import Literal
 
 import numpy as np
-from scipy.stats import t as student_t
+from scipy.special import stdtr, stdtrit
 
 from orchestrator.core.stats.exact import fisher_greater
 from orchestrator.core.stats.noninferiority import noninferiority_p
@@ -31,9 +31,12 @@ from orchestrator.core.stats.proportions import newcombe_difference
 # (chromeperf ignores changes under 1% relative), so the floor hides no real precision; it only
 # bounds how sure a few identical trials can make us.
 NOISE_FLOOR = 0.01
+# An effect computed as exactly the minimum (12/240 - 0/240 against 0.05) is at the minimum,
+# whatever the last bit of its floating-point difference says.
+SLACK = 1e-12
 
 
-class Change(StrEnum):
+class Difference(StrEnum):
     """The answer of a comparison: did the metric change?"""
 
     DIFFERENT = "different"
@@ -41,13 +44,13 @@ class Change(StrEnum):
     UNKNOWN = "unknown"
 
 
-_RANK = {Change.SAME: 0, Change.UNKNOWN: 1, Change.DIFFERENT: 2}
+_RANK = {Difference.SAME: 0, Difference.UNKNOWN: 1, Difference.DIFFERENT: 2}
 
 
 @dataclass(frozen=True)
 class Comparison:
     metric: str  # "corruption" | "wedging" | "throughput" | "p99_latency"
-    answer: Change
+    answer: Difference
     baseline: float  # the baseline's rate (binary) or geometric mean (continuous)
     current: float
     # binary: current rate - baseline rate (0.05 is 5 points); continuous: relative change,
@@ -62,7 +65,7 @@ class Comparison:
     values: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # current, baseline
 
 
-def worst(answers: Iterable[Change]) -> Change:
+def worst(answers: Iterable[Difference]) -> Difference:
     """The worst answer of several (DIFFERENT > UNKNOWN > SAME): a variant is the SAME only
     when every metric is. No answers at all is an error, not a clean bill."""
     found = list(answers)
@@ -109,19 +112,22 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
     p_worse = fisher_greater(k1, n1, k2, n2)
     p_same = noninferiority_p(k1, n1, k2, n2, float(min_effect))
     if n1 == 0 or n2 == 0:
-        answer = Change.UNKNOWN
-    elif p_worse <= alpha and change >= min_effect:
-        answer = Change.DIFFERENT
-    elif p_same <= alpha and change < min_effect:
-        answer = Change.SAME
+        answer = Difference.UNKNOWN
+    elif p_worse <= alpha and change >= min_effect - SLACK:
+        answer = Difference.DIFFERENT
+    elif p_same <= alpha and change < min_effect - SLACK:
+        answer = Difference.SAME
     else:
-        answer = Change.UNKNOWN
+        answer = Difference.UNKNOWN
     return Comparison(metric, answer, rate2, rate1, change, interval, p_worse, p_same,
                       min_effect, alpha, counts=((k1, n1), (k2, n2)))
 
 
 def _logs(metric: str, side: str, values: Sequence[float]) -> np.ndarray:
-    array = np.asarray(values, dtype=np.float64)
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        array = np.array([math.nan])
     if array.ndim != 1 or not np.all(np.isfinite(array)) or not np.all(array > 0.0):
         raise ValueError(f"{metric}: {side} values must be finite and positive, "
                          f"got {list(values)!r}")
@@ -165,7 +171,7 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
     values = (tuple(float(v) for v in current), tuple(float(v) for v in baseline))
     if log1.size < 2 or log2.size < 2:
         change = relative(sign * (mean1 - mean2)) if log1.size and log2.size else 0.0
-        return Comparison(metric, Change.UNKNOWN, baseline_mean, current_mean, change,
+        return Comparison(metric, Difference.UNKNOWN, baseline_mean, current_mean, change,
                           (-math.inf, math.inf), 1.0, 1.0, min_relative, alpha, values=values)
     worsening = sign * (mean1 - mean2)
     var1 = max(float(log1.std(ddof=1)), noise_floor) ** 2 / log1.size
@@ -173,16 +179,17 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
     se = math.sqrt(var1 + var2)
     df = (var1 + var2) ** 2 / (var1**2 / (log1.size - 1) + var2**2 / (log2.size - 1))
     margin = -math.log1p(-min_relative) if worse == "lower" else math.log1p(min_relative)
-    p_worse = float(student_t.sf(worsening / se, df))
-    p_same = float(student_t.cdf((worsening - margin) / se, df))
-    half = float(student_t.ppf(1.0 - alpha, df)) * se
+    # Student's t distribution function and its inverse (scipy.stats.t without its overhead)
+    p_worse = float(stdtr(df, -worsening / se))
+    p_same = float(stdtr(df, (worsening - margin) / se))
+    half = float(stdtrit(df, 1.0 - alpha)) * se
     low, high = relative(worsening - half), relative(worsening + half)
     change = relative(worsening)
-    if p_worse <= alpha and change >= min_relative:
-        answer = Change.DIFFERENT
+    if p_worse <= alpha and change >= min_relative - SLACK:
+        answer = Difference.DIFFERENT
     elif high < min_relative:
-        answer = Change.SAME
+        answer = Difference.SAME
     else:
-        answer = Change.UNKNOWN
+        answer = Difference.UNKNOWN
     return Comparison(metric, answer, baseline_mean, current_mean, change, (low, high),
                       p_worse, p_same, min_relative, alpha, values=values)

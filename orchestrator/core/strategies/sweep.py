@@ -14,6 +14,7 @@ report.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,12 @@ from typing import Any
 from experiments.strategy_config import BaselineTrial, NamedVariant, SweepConfig
 from orchestrator.core.evidence import CORRUPTING, WEDGING, TrialEvidence, variant_key
 from orchestrator.core.stats.compare import StopWhenFailing
-from orchestrator.core.stats.regression import Change, Comparison, compare_counts, compare_values
+from orchestrator.core.stats.regression import (
+    Comparison,
+    Difference,
+    compare_counts,
+    compare_values,
+)
 from orchestrator.core.strategies.base import (
     UNFINISHED,
     Conclusion,
@@ -35,6 +41,13 @@ BUILD = "build"  # the factor of a run that can put the baseline's commit back
 BINARY = ("corruption", "wedging")
 CONTINUOUS = ("throughput", "p99_latency")
 METRICS = (*BINARY, *CONTINUOUS)
+# A variant's state as a reader says it (`bisect sweep`, the sweep report)
+STATES: Mapping[str, str] = {
+    "clean": "same as the baseline", "regression": "REGRESSION (confirmed)",
+    "unconfirmed": "a difference the fresh trials did not show again",
+    "inconclusive": "undecided within the budget", "new": "no baseline to compare with",
+    "undeployable": "could not be deployed", "measuring": "unfinished",
+    "confirming": "unfinished (confirming)"}
 
 
 @dataclass(frozen=True)
@@ -105,10 +118,10 @@ class Judged:
 
     @property
     def regressed(self) -> tuple[str, ...]:
-        return tuple(c.metric for c in self.confirmation if c.answer == Change.DIFFERENT)
+        return tuple(c.metric for c in self.confirmation if c.answer == Difference.DIFFERENT)
 
 
-def _answers(comparisons: Sequence[Comparison]) -> set[Change]:
+def _answers(comparisons: Sequence[Comparison]) -> set[Difference]:
     return {c.answer for c in comparisons}
 
 
@@ -138,12 +151,12 @@ class SweepStrategy:
             found = tuple(c for metric in METRICS
                           if (c := compare(metric, mine[:seen], reference, plan)) is not None)
             answers = _answers(found)
-            if Change.DIFFERENT in answers:
-                suspected = tuple(c.metric for c in found if c.answer == Change.DIFFERENT)
+            if Difference.DIFFERENT in answers:
+                suspected = tuple(c.metric for c in found if c.answer == Difference.DIFFERENT)
                 return self._confirm(variant, seen, found, suspected, mine[seen:],
                                      [of_trial(t) for t in done
                                       if variant_key(t.levels) == base_key], reference)
-            if answers <= {Change.SAME}:
+            if answers <= {Difference.SAME}:
                 return Judged(variant, "clean", seen, found)
             if seen >= plan.max_trials:
                 return Judged(variant, "inconclusive", seen, found)
@@ -162,8 +175,8 @@ class SweepStrategy:
             judged = tuple(c for metric in suspected
                            if (c := compare(metric, fresh[:pairs], against, plan)) is not None)
             answers = _answers(judged)
-            state = ("regression" if Change.DIFFERENT in answers else
-                     "unconfirmed" if answers <= {Change.SAME} else
+            state = ("regression" if Difference.DIFFERENT in answers else
+                     "unconfirmed" if answers <= {Difference.SAME} else
                      "inconclusive" if pairs >= plan.max_trials else "confirming")
             if state != "confirming":
                 return Judged(variant, state, seen, found, suspected, judged, pairs)
@@ -236,7 +249,8 @@ def _interleaved(levels: list[dict[str, str]]) -> list[dict[str, str]]:
 
 def _comparison_json(c: Comparison) -> dict[str, Any]:
     return {"metric": c.metric, "answer": c.answer.value, "baseline": c.baseline,
-            "current": c.current, "change": c.change, "interval": list(c.interval),
+            "current": c.current, "change": c.change,
+            "interval": [x if math.isfinite(x) else None for x in c.interval],  # strict JSON
             "p_worse": c.p_worse, "p_same": c.p_same, "min_effect": c.min_effect,
             "alpha": c.alpha,
             **({"counts": [list(x) for x in c.counts]} if c.counts is not None else {}),
@@ -253,12 +267,13 @@ def _judged_json(j: Judged, state: str) -> dict[str, Any]:
 
 def _said(c: Comparison) -> str:
     if c.metric in BINARY:
-        return f"{c.metric} {c.baseline:.1%} -> {c.current:.1%} ({c.change:+.1%})"
+        return (f"{c.metric} {c.baseline:.1%} -> {c.current:.1%} "
+                f"({c.change * 100:+.1f} points)")
     return f"{c.metric} {c.change:+.0%}"
 
 
 def _regression_words(j: Judged) -> str:
-    said = ", ".join(_said(c) for c in j.confirmation if c.answer == Change.DIFFERENT)
+    said = ", ".join(_said(c) for c in j.confirmation if c.answer == Difference.DIFFERENT)
     return f"{j.variant.name}: {said}"
 
 

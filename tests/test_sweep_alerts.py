@@ -1,0 +1,91 @@
+"""A sweep alerts rarely and rightly: an unchanged build on noisy twins raises no alert run
+after run; a throughput regression planted in the twin's time model is found and confirmed;
+a run that overlaps another of the same sweep is refused (exit 4) and recorded as skipped. On
+SQLite and on the real PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from db.store import Store
+from db.sweeps import Sweeps
+from tests.sweep_support import commit_faults, run_sweep_cli, sweep_file
+from tests.test_twin_support import FAST
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "postgresql":
+        yield str(request.getfixturevalue("postgres_url"))
+    else:
+        yield str(tmp_path / "bisect.db")
+
+
+def test_an_overlapping_run_is_refused_and_recorded(store_url: str, tmp_path: Path) -> None:
+    tree = tmp_path / "src"
+    commit_faults(tree, 0.0, "first")
+    path = sweep_file(tmp_path, tree)
+    with Store.open(store_url) as db:
+        running = Sweeps(db).start_run("nightly")  # another orchestrator's run, still going
+    code, document = run_sweep_cli(path, store_url)
+    assert code == 4, document
+    assert document["status"] == "skipped"
+    assert f"run {running.id}" in document["reason"]
+    with Store.open(store_url) as db:
+        runs = Sweeps(db).runs("nightly")
+        assert [r.status for r in runs] == ["running", "skipped"]
+        assert runs[1].campaign_id is None and "under way" in (runs[1].reason or "")
+        assert db.list_campaigns() == []  # nothing started
+
+
+def test_a_throughput_regression_is_found_and_confirmed(ray_cluster: None, store_url: str,
+                                                        tmp_path: Path) -> None:
+    tree = tmp_path / "src"
+    commit_faults(tree, 0.0, "first", background=False)
+    watched = {"corruption": 0.15, "wedging": 0.15, "throughput": 0.3, "p99_latency": None}
+    one = {"production": {"hicache": "off"}}
+    # time on the twin's clock more than on the shared CPU's: 10 ms a decoded token
+    path = sweep_file(tmp_path, tree, hunt=False, thresholds=watched, variants=one,
+                      sessions=16, rounds=3,
+                      extra_flags=[*FAST, "--twin-decode-ms-per-token", "10"])
+    code, first = run_sweep_cli(path, store_url, "--accept")
+    assert code == 0 and first["accepted"], first
+    # the new build decodes 30 ms a token where it took 10: output tokens/s fall to about a
+    # third (the last flag wins, as in argparse)
+    data = yaml.safe_load(path.read_text())
+    data["pools"][0]["services"][0]["start"] += ["--twin-decode-ms-per-token", "30"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    code, second = run_sweep_cli(path, store_url)
+    assert code == 1, second
+    production = second["variants"][0]
+    assert production["state"] == "regression" and production["regressed"] == ["throughput"]
+    throughput = production["confirmation"][0]
+    assert throughput["change"] > 0.3 and throughput["answer"] == "different"
+    assert "throughput" in second["reason"]
+    assert second["commits"]["baseline"] == second["commits"]["now"]  # the build is the same
+
+
+def test_an_unchanged_build_raises_no_alert_run_after_run(ray_cluster: None,
+                                                          tmp_path: Path) -> None:
+    """20 runs of an unchanged build on twins with a 1% background of leaks: not one alert."""
+    tree = tmp_path / "src"
+    commit_faults(tree, 0.0, "first")
+    watched = {"corruption": 0.1, "wedging": 0.1, "throughput": 0.5, "p99_latency": 1.0}
+    path = sweep_file(tmp_path, tree, hunt=False, thresholds=watched,
+                      variants={"production": {"hicache": "off"}}, sessions=40,
+                      extra_flags=list(FAST))
+    store = tmp_path / "bisect.db"
+    code, first = run_sweep_cli(path, store, "--accept")
+    assert code == 0, first
+    statuses = []
+    for _ in range(20):
+        code, run = run_sweep_cli(path, store)
+        statuses.append((code, run["status"]))
+    assert all(status != "regression" for _, status in statuses), statuses
+    assert sum(code == 0 for code, _ in statuses) >= 18, statuses  # clean, not merely unsure
+    with Store.open(str(store)) as db:
+        assert len(Sweeps(db).runs("nightly")) == 21
