@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -16,6 +17,14 @@ from orchestrator.demo import twin_pool
 
 # per-session fault draws at the twins: a 1% background (any variant), the race with HiCache
 BACKGROUND = {"name": "background", "probability": 0.01, "effect": "leak", "markup": "dsml"}
+
+
+@pytest.fixture(autouse=True)
+def builtin_triage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leaks judged by the built-in parser (autouse where imported): these tests judge sweeps,
+    not triage, and each run's new pool actor would import SGLang's detectors anew (seconds a
+    run). The driver's setting travels to its actors (``load_generators.driver_settings``)."""
+    monkeypatch.setenv("BISECT_TRIAGE", "builtin")
 
 
 def git(tree: Path, *args: str) -> str:

@@ -13,7 +13,12 @@ import yaml
 
 from db.store import Store
 from db.sweeps import Sweeps
-from tests.sweep_support import commit_faults, run_sweep_cli, sweep_file
+from tests.sweep_support import (
+    builtin_triage,  # noqa: F401 - autouse
+    commit_faults,
+    run_sweep_cli,
+    sweep_file,
+)
 from tests.test_twin_support import FAST
 
 
@@ -74,10 +79,11 @@ def test_an_unchanged_build_raises_no_alert_run_after_run(ray_cluster: None,
     """20 runs of an unchanged build on twins with a 1% background of leaks: not one alert."""
     tree = tmp_path / "src"
     commit_faults(tree, 0.0, "first")
-    watched = {"corruption": 0.1, "wedging": 0.1, "throughput": 0.5, "p99_latency": 1.0}
+    # corruption noise is what this asks about: the figures of a shared CPU are not watched
+    watched = {"corruption": 0.1, "wedging": 0.1, "throughput": None, "p99_latency": None}
     path = sweep_file(tmp_path, tree, hunt=False, thresholds=watched,
-                      variants={"production": {"hicache": "off"}}, sessions=40,
-                      extra_flags=list(FAST))
+                      variants={"production": {"hicache": "off"}}, sessions=60,
+                      trials={"min": 2, "max": 4, "confirm": 2}, extra_flags=list(FAST))
     store = tmp_path / "bisect.db"
     code, first = run_sweep_cli(path, store, "--accept")
     assert code == 0, first

@@ -39,7 +39,12 @@ from tests.sweep_report_support import (
     SweepStore,
     sweep_store_fixture,  # noqa: F401 - the store of six runs
 )
-from tests.sweep_support import commit_faults, run_sweep_cli, sweep_file
+from tests.sweep_support import (  # noqa: F401 - builtin_triage: autouse
+    builtin_triage,
+    commit_faults,
+    run_sweep_cli,
+    sweep_file,
+)
 from tests.test_report_hostile import assert_inert_html, assert_tables_intact, tags
 
 BRACES = "{{ 7*7 }}"

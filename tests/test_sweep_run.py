@@ -8,7 +8,13 @@ from pathlib import Path
 
 from db.store import Store
 from db.sweeps import Sweeps
-from tests.sweep_support import commit_faults, git, run_sweep_cli, sweep_file
+from tests.sweep_support import (
+    builtin_triage,  # noqa: F401 - autouse
+    commit_faults,
+    git,
+    run_sweep_cli,
+    sweep_file,
+)
 
 
 def test_a_sweep_finds_confirms_and_hunts_a_regression(ray_cluster: None,
@@ -32,7 +38,9 @@ def test_a_sweep_finds_confirms_and_hunts_a_regression(ray_cluster: None,
     commit_faults(tree, 0.0, "refactor the scheduler")
     bad = commit_faults(tree, 0.6, "reuse the host pool across requests")
     head = commit_faults(tree, 0.6, "docs")
-    code, third = run_sweep_cli(path, store)
+    page = tmp_path / "reports" / "nightly.html"
+    page.parent.mkdir()
+    code, third = run_sweep_cli(path, store, "-o", str(page))
     assert code == 1, third
     assert third["status"] == "regression"
     risky = next(v for v in third["variants"] if v["name"] == "hicache-on")
@@ -43,6 +51,9 @@ def test_a_sweep_finds_confirms_and_hunts_a_regression(ray_cluster: None,
     hunt = third["hunt"]
     assert hunt["first_bad"] == [bad[:12]], hunt
     assert git(tree, "rev-parse", "HEAD") == head  # the tree as found
+    written = page.read_text()  # the run's report, and its hunt's beside it
+    assert "REGRESSION" in written and bad[:12] in written
+    assert (page.parent / f"hunt-{hunt['campaign']}.html").is_file()
 
     with Store.open(str(store)) as db:
         sweeps = Sweeps(db)

@@ -15,6 +15,8 @@ from orchestrator.cli.common import StoreOption, app, out, reading
 from orchestrator.cli.report_view import STDOUT, bad_input, chosen_format, deliver, destination
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from db.store import Store
     from orchestrator.reports.sweep_model import SweepReport
 
@@ -37,23 +39,30 @@ def sweep_report(
 ) -> None:
     """Write the report of a sweep's run: its answer, each variant against the baseline, what
     changed, the hunt, the decision trail and the sweep's history."""
+    with reading(store) as db:
+        write_sweep_report(db, name, run, output, fmt)
+
+
+def write_sweep_report(db: Store, name: str, run: int | None, output: Path | None,
+                       fmt: str | None, console: Console = out) -> None:
+    """Render and write the report of run ``run`` (None: the last) of sweep ``name``, and say
+    where (`bisect sweep -o` after its run, `bisect sweep-report`)."""
     from orchestrator.reports.sweep_build import build_sweep_report
     from orchestrator.reports.sweep_render import render_sweep
 
     kind = chosen_format(fmt, output)
     target = destination(output, kind, "bisect-sweep-report")
-    with reading(store) as db:
-        report = build_sweep_report(db, name, run)
-        links: dict[str, str] = {}
-        if kind == "html" and target != STDOUT:
-            links = _hunt_reports(db, report, target)
-        text = render_sweep(report, kind, links)
+    report = build_sweep_report(db, name, run)
+    links: dict[str, str] = {}
+    if kind == "html" and target != STDOUT:
+        links = _hunt_reports(db, report, target)
+    text = render_sweep(report, kind, links)
     path = deliver(text, target)
     if path is not None:
-        out.print(f"report: {path}", highlight=False, markup=False)
+        console.print(f"report: {path}", highlight=False, markup=False)
         for written in links.values():
-            out.print(f"hunt report: {path.with_name(written)}", highlight=False,
-                      markup=False)
+            console.print(f"hunt report: {path.with_name(written)}", highlight=False,
+                          markup=False)
 
 
 def _hunt_reports(db: Store, report: SweepReport, page: Path) -> dict[str, str]:

@@ -13,6 +13,7 @@ from orchestrator.cli.common import (
     StoreOption,
     app,
     emit_json,
+    err,
     out,
     progress,
     store_json,
@@ -35,6 +36,9 @@ def sweep(
         "--force", help="With --accept: accept a run that found a regression.")] = False,
     schedule: Annotated[str | None, typer.Option(
         "--schedule", hidden=True, help="The schedule that started this run.")] = None,
+    report: Annotated[Path | None, typer.Option(
+        "--report", "-o", help="Write this run's report (html, or .md/.xml/.json by the "
+        "suffix; `bisect sweep-report` writes it again).")] = None,
     as_json: JsonOption = False,
     ray_address: Annotated[str | None, typer.Option(
         "--ray-address", envvar="RAY_ADDRESS", help="Join this Ray cluster.")] = None,
@@ -46,6 +50,9 @@ def sweep(
     from orchestrator.sweeps.hunt import hunt_commits
     from orchestrator.sweeps.run import run_sweep
 
+    if as_json and report is not None and str(report) == "-":
+        raise typer.BadParameter("stdout holds the --json document: write the report to a file",
+                                 param_hint="'-o'")
     with user_errors():
         spec = load_sweep(sweep_file)
         with Store.open(store) as db:
@@ -58,11 +65,16 @@ def sweep(
             except KeyboardInterrupt:
                 progress("interrupted: the run is stored as interrupted; its trials are kept")
                 raise typer.Exit(130) from None
-    document = outcome_json(outcome, store)
-    if as_json:
-        emit_json(document)
-    else:
-        print_outcome(document)
+            document = outcome_json(outcome, store)
+            if as_json:
+                emit_json(document)
+            else:
+                print_outcome(document)
+            if report is not None and outcome.run.campaign_id is not None:
+                from orchestrator.cli.sweep_report_view import write_sweep_report
+
+                write_sweep_report(db, spec.name, outcome.run.seq, report, None,
+                                   err if as_json else out)
     raise typer.Exit(outcome.exit_code)
 
 

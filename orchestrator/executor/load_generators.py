@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,13 @@ from experiments.workload.results import SessionResult, StressResult
 from experiments.workload.spec import WorkloadSpec
 from experiments.workload.stress import run_stress
 from orchestrator.executor.base import GeneratorRun
+
+
+def driver_settings() -> dict[str, Any]:
+    """Ray options that carry the driver's own settings to the actors that judge sessions (a
+    Ray cluster's workers do not see the driver's environment): ``BISECT_TRIAGE``."""
+    value = os.environ.get(triage.ENV)
+    return {} if value is None else {"runtime_env": {"env_vars": {triage.ENV: value}}}
 
 
 class GeneratorFailed(RuntimeError):
@@ -172,7 +180,8 @@ class LoadGenerators:
     def _spawn(self, count: int) -> list[Any]:
         options: dict[str, Any] = {"num_cpus": self.config.num_cpus,
                                    "resources": dict(self.config.resources),
-                                   "scheduling_strategy": "SPREAD", "max_restarts": 0}
+                                   "scheduling_strategy": "SPREAD", "max_restarts": 0,
+                                   **driver_settings()}
         if self.config.labels:
             options["label_selector"] = dict(self.config.labels)
         actor = ray.remote(LoadGenerator).options(**options)

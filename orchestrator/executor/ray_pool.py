@@ -18,6 +18,7 @@ from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.executor.base import PoolCrashed, TrialOrder, TrialReport
+from orchestrator.executor.load_generators import driver_settings
 from orchestrator.executor.trial import PoolRunner
 
 
@@ -95,7 +96,8 @@ class PoolActors:
         # On the driver's machine: `transport: local` nodes are this machine, and only load
         # generators (orchestrator/executor/load_generators.py) go to the cluster's other machines.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        actor = ray.remote(num_cpus=0)(PoolRunner).options(scheduling_strategy=here)
+        actor = ray.remote(num_cpus=0)(PoolRunner).options(scheduling_strategy=here,
+                                                           **driver_settings())
         self.actors: dict[str, Any] = {
             # Secrets travel as an argument (in memory), never in the campaign's JSON.
             name: actor.remote(campaign_json, name, secret_values or {}) for name in pool_names
