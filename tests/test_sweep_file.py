@@ -3,6 +3,7 @@ line and the field (exit 2 from `bisect sweep`, nothing started, nothing stored)
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +105,16 @@ def test_bad_input_exits_2_and_stores_nothing(tmp_path: Path) -> None:
     assert "production: no variant 'nope'" in result.output
     assert "Traceback" not in result.output
     assert not store.exists()
+
+
+def test_check_validates_without_running_and_schema_has_sweep_files(tmp_path: Path) -> None:
+    path = written(tmp_path, sweep_data())
+    store = tmp_path / "bisect.db"
+    result = CliRunner().invoke(app, ["sweep", str(path), "--check", "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    assert "ok — sweep nightly, 2 variant(s), 1 pool(s)" in result.output
+    assert not store.exists()
+    schema = CliRunner().invoke(app, ["schema", "--sweep"])
+    assert schema.exit_code == 0
+    assert {"variants", "thresholds", "trials", "hunt", "source"} <= set(
+        json.loads(schema.stdout)["properties"])

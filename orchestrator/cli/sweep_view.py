@@ -39,6 +39,9 @@ def sweep(
     report: Annotated[Path | None, typer.Option(
         "--report", "-o", help="Write this run's report (html, or .md/.xml/.json by the "
         "suffix; `bisect sweep-report` writes it again).")] = None,
+    check: Annotated[bool, typer.Option(
+        "--check", help="Only validate the sweep file: nothing runs, nothing is stored.")]
+    = False,
     as_json: JsonOption = False,
     ray_address: Annotated[str | None, typer.Option(
         "--ray-address", envvar="RAY_ADDRESS", help="Join this Ray cluster.")] = None,
@@ -55,6 +58,10 @@ def sweep(
                                  param_hint="'-o'")
     with user_errors():
         spec = load_sweep(sweep_file)
+        if check:
+            out.print(f"{sweep_file}: ok — sweep {spec.name}, {len(spec.variants)} variant(s), "
+                      f"{len(spec.pools)} pool(s)", highlight=False, markup=False)
+            return
         with Store.open(store) as db:
             try:
                 outcome = run_sweep(db, spec, str(sweep_file), accept=accept, force=force,

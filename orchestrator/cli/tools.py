@@ -349,8 +349,10 @@ def classify_cmd(
 
 
 @app.command()
-def schema() -> None:
+def schema(sweep: Annotated[bool, typer.Option(
+        "--sweep", help="The schema of sweep files (`bisect sweep`) instead.")] = False) -> None:
     """Print the JSON Schema of campaign files."""
     from experiments.campaign import campaign_schema
+    from experiments.sweep import sweep_schema
 
-    emit_json(campaign_schema())
+    emit_json(sweep_schema() if sweep else campaign_schema())
