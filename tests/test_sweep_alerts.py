@@ -5,6 +5,10 @@ SQLite and on the real PostgreSQL."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,3 +99,35 @@ def test_an_unchanged_build_raises_no_alert_run_after_run(ray_cluster: None,
     assert sum(code == 0 for code, _ in statuses) >= 18, statuses  # clean, not merely unsure
     with Store.open(str(store)) as db:
         assert len(Sweeps(db).runs("nightly")) == 21
+
+
+def test_two_orchestrators_share_one_postgresql_store(postgres_url: str,
+                                                      tmp_path: Path) -> None:
+    """Two `bisect sweep` processes at once, each its own sweep on its own pool and node, on one
+    PostgreSQL store: neither blocks the other, both runs are stored whole."""
+    started = []
+    for name in ("east", "west"):
+        home = tmp_path / name
+        tree = home / "src"
+        commit_faults(tree, 0.0, "first", background=False)
+        path = sweep_file(home, tree, hunt=False, variants={"production": {"hicache": "off"}},
+                          sessions=8, trials={"min": 2, "max": 2, "confirm": 2},
+                          extra_flags=list(FAST))
+        data = yaml.safe_load(path.read_text())
+        data["name"] = name
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        started.append(subprocess.Popen(
+            [str(Path(sys.executable).with_name("bisect")), "sweep", str(path), "--store",
+             postgres_url, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, cwd=home, env={**os.environ, "BISECT_TRIAGE": "builtin"}))
+    outputs = [process.communicate(timeout=300) for process in started]
+    for process, (stdout, stderr) in zip(started, outputs, strict=True):
+        assert process.returncode == 0, stderr[-2000:]
+        assert json.loads(stdout)["status"] == "clean"
+    with Store.open(postgres_url) as db:
+        sweeps = Sweeps(db)
+        assert {s.name for s in sweeps.list_sweeps()} == {"east", "west"}
+        for name in ("east", "west"):
+            (run,) = sweeps.runs(name)
+            assert run.status == "clean" and run.campaign_id is not None
+            assert len(db.trials(run.campaign_id)) == 2

@@ -111,7 +111,7 @@ def run_sweep(store: Store, sweep: Sweep, source_text: str, *, trigger: str = "m
         result = {"campaign": campaign_id, "reason": verdict.reason, **(verdict.sweep or {}),
                   **changes}
         if status == "regression" and hunt is not None:
-            result["hunt"] = hunt(store, sweeps, sweep, run, result, progress)
+            result["hunt"] = _hunted(hunt, store, sweeps, sweep, run, result, progress)
     except KeyboardInterrupt:
         sweeps.finish_run(run.id, "interrupted", result or None, "interrupted (Ctrl-C)")
         raise
@@ -129,6 +129,20 @@ def run_sweep(store: Store, sweep: Sweep, source_text: str, *, trigger: str = "m
             accepted = True
             progress(f"run {run.seq} is the baseline of sweep {sweep.name} now")
     return SweepOutcome(sweeps.get_run(run.id), status, result, accepted)
+
+
+def _hunted(hunt: Callable[..., dict[str, Any]], store: Store, sweeps: Sweeps, sweep: Sweep,
+            run: SweepRunRecord, result: dict[str, Any], progress: Progress) -> dict[str, Any]:
+    """The hunt's answer; a hunt that fails (a range git cannot resolve, a run that breaks)
+    leaves the confirmed regression standing and says why it found no commit."""
+    try:
+        return hunt(store, sweeps, sweep, run, result, progress)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        progress(f"hunt failed: {why}")
+        return {"status": "failed", "reason": f"the hunt failed: {why}"}
 
 
 def _start_campaign(store: Store, sweeps: Sweeps, sweep: Sweep, source_text: str,
