@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from db.store import Store
 from db.sweeps import Sweeps
+from orchestrator.cli import app
 from tests.sweep_support import (
     builtin_triage,  # noqa: F401 - autouse
     commit_faults,
@@ -76,6 +78,12 @@ def test_a_throughput_regression_is_found_and_confirmed(ray_cluster: None, store
     assert throughput["change"] > 0.3 and throughput["answer"] == "different"
     assert "throughput" in second["reason"]
     assert second["commits"]["baseline"] == second["commits"]["now"]  # the build is the same
+    (setting,) = second["changed_settings"]  # but a flag is not
+    assert setting["service"] == "sglang-p" and setting["now"]["start"][-1] == "30"
+    report = CliRunner().invoke(app, ["sweep-report", "nightly", "--store", store_url,
+                                      "--format", "md"])
+    assert report.exit_code == 0, report.output
+    assert "service sglang-p" in report.stdout and "REGRESSION" in report.stdout
 
 
 def test_an_unchanged_build_raises_no_alert_run_after_run(ray_cluster: None,

@@ -105,6 +105,8 @@ def print_outcome(document: dict[str, Any]) -> None:
             say(f"    {c['metric']}: {c['answer']} {_change(c)}")
     for fact in document.get("changed_facts", []):
         say(f"  changed on {fact['node']}: {fact['fact']} {fact['baseline']} -> {fact['now']}")
+    for setting in document.get("changed_settings", []):
+        say(f"  changed in the sweep file: {setting.get('service') or setting.get('level')}")
     if hunt := document.get("hunt"):
         say(f"  hunt: {hunt.get('reason', '')} (campaign {hunt.get('campaign')})")
     if document.get("campaign"):

@@ -11,6 +11,7 @@ result stands in, and the report says so.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,6 +37,7 @@ from orchestrator.reports.sweep_model import (
     Measured,
     MetricRow,
     RunFacts,
+    SettingChange,
     SweepReport,
     TrailRow,
     VariantResult,
@@ -44,6 +46,7 @@ from orchestrator.stored import campaign_of, verdict_of
 from orchestrator.sweeps.baseline import (
     baseline_trials,
     changed_facts,
+    changed_settings,
     changed_variants,
     one_commit,
 )
@@ -90,7 +93,8 @@ def build_sweep_report(store: Store, sweep: str, seq: int | None = None) -> Swee
     variants = [_variant(v, mine.get(str(v.get("name"))), watched)
                 for v in summary.get("variants") or []]
     hunt, described = _hunt(store, sweeps, run, result, notes)
-    commit_baseline, commit_now, facts, levels = _changes(store, run, baseline, result, described)
+    commit_baseline, commit_now, facts, levels, settings = _changes(store, run, baseline, result,
+                                                                    described)
     shown = _window(runs, run)
     history = [_history(r, measured, run, baseline) for r in shown]
     reason = str(summary.get("reason") or result.get("reason") or run.reason or "")
@@ -98,7 +102,8 @@ def build_sweep_report(store: Store, sweep: str, seq: int | None = None) -> Swee
         sweep=sweep, run=_facts(run), baseline=_facts(baseline) if baseline else None,
         answer=answer(run.status, reason, variants, baseline),
         watched=watched, variants=variants, commit_baseline=commit_baseline,
-        commit_now=commit_now, changed_facts=facts, changed_variants=levels, hunt=hunt,
+        commit_now=commit_now, changed_facts=facts, changed_variants=levels,
+        changed_settings=settings, hunt=hunt,
         trail=_trail(summary.get("variants") or []), history=history, recomputed=recomputed,
         tool_version=tool_version(), notes=notes,
         omitted_runs=len(runs) - len(shown))
@@ -286,21 +291,25 @@ def _text(value: Any) -> str | None:
 
 def _changes(store: Store, run: SweepRunRecord, baseline: SweepRunRecord | None,
              result: Mapping[str, Any], described: Mapping[str, tuple[str, str]],
-             ) -> tuple[Commit | None, Commit | None, list[FactChange], list[LevelsChange]]:
+             ) -> tuple[Commit | None, Commit | None, list[FactChange], list[LevelsChange],
+                        list[SettingChange]]:
     """The commits, node facts and variants' levels at the baseline and now: recomputed from
     both runs' stored facts and campaigns where they have them, else as the run stored them."""
     commits = dict(result.get("commits") or {})
     facts = list(result.get("changed_facts") or [])
     levels = list(result.get("changed_variants") or [])
+    settings = list(result.get("changed_settings") or [])
     if baseline is not None and baseline.facts is not None and run.facts is not None:
         commits = {"baseline": one_commit(baseline.facts), "now": one_commit(run.facts)}
         facts = changed_facts(baseline.facts, run.facts)
     if baseline is not None and baseline.campaign_id and run.campaign_id:
         try:
-            before = campaign_of(store, baseline.campaign_id).strategy
-            now = campaign_of(store, run.campaign_id).strategy
+            then_campaign = campaign_of(store, baseline.campaign_id)
+            now_campaign = campaign_of(store, run.campaign_id)
+            before, now = then_campaign.strategy, now_campaign.strategy
             if isinstance(before, SweepConfig) and isinstance(now, SweepConfig):
                 levels = changed_variants(before, now)
+            settings = changed_settings(then_campaign, now_campaign)
         except Exception:  # an unreadable campaign: the run's stored words stand
             pass
     return (_commit(commits.get("baseline"), described), _commit(commits.get("now"), described),
@@ -308,7 +317,14 @@ def _changes(store: Store, run: SweepRunRecord, baseline: SweepRunRecord | None,
                         baseline=_text(f.get("baseline")), now=_text(f.get("now")))
              for f in facts],
             [LevelsChange(variant=str(c.get("variant")), baseline=c.get("baseline"),
-                          now=dict(c.get("now") or {})) for c in levels])
+                          now=dict(c.get("now") or {})) for c in levels],
+            [SettingChange(what=f"service {c['service']}" if "service" in c
+                           else f"level {c.get('level')}", baseline=_setting(c.get("baseline")),
+                           now=_setting(c.get("now"))) for c in settings])
+
+
+def _setting(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
 
 
 def _hunt(store: Store, sweeps: Sweeps, run: SweepRunRecord, result: Mapping[str, Any],

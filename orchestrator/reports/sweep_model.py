@@ -116,6 +116,15 @@ class LevelsChange(_Frozen):
     now: dict[str, str]
 
 
+class SettingChange(_Frozen):
+    """A service's command line and environment, or a factor level's settings, that the sweep
+    file sets differently since the baseline (shown as compact JSON; None: absent then/now)."""
+
+    what: str  # "service NAME" or "level FACTOR=LEVEL"
+    baseline: str | None
+    now: str | None
+
+
 class Hunt(_Frozen):
     """The hunt for the commit a regression came with (an ordinary commits campaign), or why
     none ran."""
@@ -184,6 +193,7 @@ class SweepReport(_Frozen):
     commit_now: Commit | None  # ... and at this run
     changed_facts: list[FactChange]
     changed_variants: list[LevelsChange]
+    changed_settings: list[SettingChange] = []
     hunt: Hunt | None
     trail: list[TrailRow]
     history: list[HistoryRun]  # oldest first, every run: skipped and missed ones included

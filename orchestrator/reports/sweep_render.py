@@ -323,10 +323,12 @@ def render_sweep_markdown(report: SweepReport) -> str:
                  text(f.now or "–")] for f in shown_facts(report)]
     changed += [[f"variant {text(c.variant)}", text(_levels(c.baseline)), text(_levels(c.now))]
                 for c in report.changed_variants]
+    changed += [[text(c.what), text(c.baseline or "–"), text(c.now or "–")]
+                for c in report.changed_settings]
     if report.baseline is not None:
         lines += ["", "### What changed since the baseline", ""]
         lines += table(["what", "baseline", "now"], changed) if changed else \
-            ["Nothing: the same commit, node facts and variants."]
+            ["Nothing: the same commit, node facts, variants and settings."]
     if (h := report.hunt) is not None:
         lines += ["", "### Hunt", ""]
         if h.first_bad:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from db.store import Store
+from experiments.campaign import Campaign
 from experiments.strategy_config import BaselineTrial, SweepConfig
 from orchestrator.core.evidence import variant_key
 from orchestrator.core.strategies.sweep import BUILD
@@ -61,3 +62,24 @@ def changed_variants(before: SweepConfig, now: SweepConfig) -> list[dict[str, An
     old = {v.name: dict(v.levels) for v in before.variants}
     return [{"variant": v.name, "baseline": old.get(v.name), "now": dict(v.levels)}
             for v in now.variants if old.get(v.name) != dict(v.levels)]
+
+
+def changed_settings(before: Campaign, now: Campaign) -> list[dict[str, Any]]:
+    """What the sweep file sets differently since the baseline: each service's command line and
+    environment, each factor level's settings (a flag change is a change of the deployment as
+    much as a new build). Secrets are compared as their references, never their values."""
+    def services(campaign: Campaign) -> dict[str, Any]:
+        return {s.name: {"start": s.model_dump(mode="json")["start"], "env": s.model_dump(
+            mode="json")["env"]} for pool in campaign.pools for s in pool.services}
+
+    def levels(campaign: Campaign) -> dict[str, Any]:
+        return {f"{f.name}={name}": (level.model_dump(mode="json") if level else {})
+                for f in campaign.factors if f.name != BUILD
+                for name, level in f.levels.items()}
+
+    changes = []
+    for kind, old, new in (("service", services(before), services(now)),
+                           ("level", levels(before), levels(now))):
+        changes += [{kind: name, "baseline": old.get(name), "now": new.get(name)}
+                    for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
+    return changes

@@ -30,11 +30,13 @@ def hunt_commits(store: Store, sweeps: Sweeps, sweep: Sweep, run: SweepRunRecord
     commits = result.get("commits") or {}
     good, bad = commits.get("baseline"), commits.get("now")
     if sweep.source is None or good is None or bad is None or good == bad:
-        changed = ", ".join(f"{c['node']} {c['fact']}" for c in result.get("changed_facts", []))
+        changed = ", ".join([*(f"{c['node']} {c['fact']}" for c in result.get("changed_facts", [])),
+                             *(f"{c.get('service') or c.get('level')} settings"
+                               for c in result.get("changed_settings", []))])
         return {"status": "none",
                 "reason": "the build did not change since the baseline"
                           + (f"; what did: {changed}" if changed else
-                             "; nor did any node fact (driver, GPU, server)")}
+                             "; nor did any node fact (driver, GPU, server) or setting")}
     variant, metric = regressed[0]
     campaign = hunt_campaign(sweep, variant["levels"], metric, good, bad)
     from orchestrator.executor.commit_range import expand_commits  # reaches the nodes

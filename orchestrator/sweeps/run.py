@@ -25,6 +25,7 @@ from orchestrator.stored import campaign_of, create_campaign, verdict_of
 from orchestrator.sweeps.baseline import (
     baseline_trials,
     changed_facts,
+    changed_settings,
     changed_variants,
     one_commit,
 )
@@ -157,7 +158,8 @@ def _start_campaign(store: Store, sweeps: Sweeps, sweep: Sweep, source_text: str
     factors = list(sweep.factors)
     changes: dict[str, Any] = {}
     if baseline is not None and baseline.campaign_id is not None:
-        before = campaign_of(store, baseline.campaign_id).strategy
+        then_campaign = campaign_of(store, baseline.campaign_id)
+        before = then_campaign.strategy
         assert isinstance(before, SweepConfig)
         then, now = one_commit(baseline.facts or {}), one_commit(facts)
         moved = sweep.source is not None and then is not None and now is not None \
@@ -172,7 +174,8 @@ def _start_campaign(store: Store, sweeps: Sweeps, sweep: Sweep, source_text: str
                      "confirmed against the baseline's commit")
         changes = {"commits": {"baseline": then, "now": now},
                    "changed_facts": changed_facts(baseline.facts or {}, facts),
-                   "changed_variants": changed_variants(before, plan)}
+                   "changed_variants": changed_variants(before, plan),
+                   "changed_settings": changed_settings(then_campaign, sweep_campaign(sweep))}
     campaign = sweep_campaign(sweep, plan, factors)
     campaign_id = create_campaign(store, campaign, source_text)
     sweeps.set_campaign(run.id, campaign_id)
