@@ -231,9 +231,11 @@ class SweepStrategy:
                                                  "(`--accept` makes this run the baseline)")
         else:
             unconfirmed = [n for n, s in states.items() if s == "unconfirmed"]
+            new = [n for n, s in states.items() if s == "new"]
             status, reason = Status.NO_CULPRIT, "clean: no variant differs from the baseline" + (
                 f" ({', '.join(unconfirmed)}: a difference the fresh trials did not show "
-                "again)" if unconfirmed else "")
+                "again)" if unconfirmed else "") + (
+                f"; new since the baseline, measured only: {', '.join(new)}" if new else "")
         return Conclusion(status, reason, log=log, sweep=summary)
 
 
