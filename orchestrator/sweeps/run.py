@@ -103,7 +103,7 @@ def run_sweep(store: Store, sweep: Sweep, source_text: str, *, trigger: str = "m
         facts = read_facts(sweep)
         sweeps.set_facts(run.id, facts)
         campaign_id, changes = _start_campaign(store, sweeps, sweep, source_text, run, baseline,
-                                               facts, progress)
+                                               facts, progress, accept)
         from orchestrator.executor.driver import run_campaign  # Ray: only when a run starts
 
         verdict = run_campaign(store, campaign_id, progress=progress, ray_address=ray_address)
@@ -148,13 +148,18 @@ def _hunted(hunt: Callable[..., dict[str, Any]], store: Store, sweeps: Sweeps, s
 
 def _start_campaign(store: Store, sweeps: Sweeps, sweep: Sweep, source_text: str,
                     run: SweepRunRecord, baseline: SweepRunRecord | None,
-                    facts: dict[str, dict[str, Any]], progress: Progress,
+                    facts: dict[str, dict[str, Any]], progress: Progress, accept: bool,
                     ) -> tuple[str, dict[str, Any]]:
     """The run's campaign, stored: the baseline's trials in its strategy, and the factor that
-    puts the baseline's build back when the source tree's commit moved."""
+    puts the baseline's build back when the source tree's commit moved. A run that may become
+    the baseline (``--accept``) measures every variant ``trials.max`` times: its trials are
+    what every later run is compared with, and a three-trial baseline leaves half of the clean
+    runs undecided (bench/sweeps.py)."""
     campaign = sweep_campaign(sweep)
     plan = campaign.strategy
     assert isinstance(plan, SweepConfig)
+    if accept:
+        plan = plan.model_copy(update={"min_trials": plan.max_trials})
     factors = list(sweep.factors)
     changes: dict[str, Any] = {}
     if baseline is not None and baseline.campaign_id is not None:

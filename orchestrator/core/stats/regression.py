@@ -89,11 +89,13 @@ def _check_counts(metric: str, side: str, counts: tuple[int, int]) -> tuple[int,
 
 
 def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, int], *,
-                   min_effect: float, alpha: float) -> Comparison:
+                   min_effect: float, alpha: float, detect: float | None = None) -> Comparison:
     """Compare failing sessions of judged sessions, ``(k, n)``, current against baseline.
 
-    DIFFERENT: one-sided Fisher p <= alpha and a rise of at least ``min_effect`` (a rate
-    difference: 0.02 is 2 points). SAME: Chan's exact test rules out a rise of ``min_effect``
+    DIFFERENT: one-sided Fisher p <= alpha and a rise of at least ``detect`` (a rate
+    difference: 0.02 is 2 points; default ``min_effect``: a true rise of exactly the minimum
+    effect is then seen below it half the time, so a caller that must catch it asks less).
+    SAME: Chan's exact test rules out a rise of ``min_effect``
     or more at level alpha (``noninferiority_p``; its size is at most alpha, where asymptotic
     bounds are not when the current side has many more sessions than the baseline).
     ``interval`` is Newcombe's, descriptive only: at its edge it may disagree with the exact
@@ -113,7 +115,7 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
     p_same = noninferiority_p(k1, n1, k2, n2, float(min_effect))
     if n1 == 0 or n2 == 0:
         answer = Difference.UNKNOWN
-    elif p_worse <= alpha and change >= min_effect - SLACK:
+    elif p_worse <= alpha and change >= (min_effect if detect is None else detect) - SLACK:
         answer = Difference.DIFFERENT
     elif p_same <= alpha and change < min_effect - SLACK:
         answer = Difference.SAME
@@ -140,10 +142,13 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
     """Compare one value per trial, current against baseline, on the log scale (a ratio of
     geometric means: a 10% drop means the same at 100 and at 10,000 tokens/s).
 
-    ``worse``: "lower" for throughput, "higher" for latency. Welch's t, one-sided towards
-    worse. DIFFERENT: p_worse <= alpha and a relative worsening of at least ``min_relative``;
+    ``worse``: "lower" for throughput, "higher" for latency. Student's t with the two sides'
+    spread pooled, one-sided towards worse: a sweep's baseline has a few trials, and Welch's
+    degrees of freedom fall towards its own (two, for three trials), where no bound is ever
+    tight enough to say SAME (bench/sweeps.py measured 46% of clean runs left undecided).
+    DIFFERENT: p_worse <= alpha and a relative worsening of at least ``min_relative``;
     SAME: the one-sided 1 - alpha upper bound of the worsening is below ``min_relative``.
-    Each side's standard deviation of log values is at least ``noise_floor`` (NOISE_FLOOR).
+    The pooled standard deviation of log values is at least ``noise_floor`` (NOISE_FLOOR).
     Fewer than two values on a side: UNKNOWN, and its interval is infinite.
     """
     _check_alpha(metric, alpha)
@@ -174,10 +179,10 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
         return Comparison(metric, Difference.UNKNOWN, baseline_mean, current_mean, change,
                           (-math.inf, math.inf), 1.0, 1.0, min_relative, alpha, values=values)
     worsening = sign * (mean1 - mean2)
-    var1 = max(float(log1.std(ddof=1)), noise_floor) ** 2 / log1.size
-    var2 = max(float(log2.std(ddof=1)), noise_floor) ** 2 / log2.size
-    se = math.sqrt(var1 + var2)
-    df = (var1 + var2) ** 2 / (var1**2 / (log1.size - 1) + var2**2 / (log2.size - 1))
+    df = log1.size + log2.size - 2
+    pooled = ((log1.size - 1) * float(log1.var(ddof=1))
+              + (log2.size - 1) * float(log2.var(ddof=1))) / df
+    se = max(math.sqrt(pooled), noise_floor) * math.sqrt(1 / log1.size + 1 / log2.size)
     margin = -math.log1p(-min_relative) if worse == "lower" else math.log1p(min_relative)
     # Student's t distribution function and its inverse (scipy.stats.t without its overhead)
     p_worse = float(stdtr(df, -worsening / se))
