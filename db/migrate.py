@@ -18,6 +18,9 @@ from db.engine import make_engine
 from db.errors import StoreError
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+# The PostgreSQL advisory lock that migrations of one database take (any constant of our own):
+# two orchestrators opening a new shared store at once would both create its tables
+MIGRATION_LOCK = 0x6269736563740001
 
 
 def _config() -> Config:
@@ -39,10 +42,13 @@ def _all_or_nothing(engine: Engine) -> Iterator[Connection]:
 
     pysqlite commits before each CREATE/ALTER on its own, so for SQLite the transaction is
     opened by hand: BEGIN IMMEDIATE also takes the write lock first, so two processes creating
-    one store run one after the other (the second finds it done)."""
+    one store run one after the other (the second finds it done). On PostgreSQL a transaction
+    advisory lock does the same."""
     with engine.connect() as connection:
         if engine.dialect.name != "sqlite":
             with connection.begin():
+                if engine.dialect.name == "postgresql":
+                    connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
                 yield connection
             return
         dbapi = connection.connection.driver_connection

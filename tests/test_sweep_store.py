@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from db.errors import NotFound, StoreError
-from db.migrate import current_revision, downgrade
+from db.migrate import current_revision, downgrade, head_revision
 from db.store import Store
 from db.sweep_records import SweepRunRecord
 from db.sweeps import SweepLocked, Sweeps
@@ -329,3 +329,25 @@ def tables(url: str) -> set[str]:
         return set(inspect(engine).get_table_names())
     finally:
         engine.dispose()
+
+
+def test_two_orchestrators_opening_a_new_postgresql_store_at_once(postgres_url: str) -> None:
+    """Both create the tables at the same moment: one migrates, the other waits and finds it
+    done (a migration lock), neither fails."""
+    start = threading.Barrier(4)
+    failures: list[BaseException] = []
+
+    def open_store() -> None:
+        start.wait()
+        try:
+            Store.open(postgres_url).close()
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert failures == []
+    assert current_revision(postgres_url) == head_revision()
