@@ -18,6 +18,7 @@ from db.sweeps import SweepLocked, SweepRunRecord, Sweeps
 from deploy.facts import node_facts
 from deploy.transports.factory import Transports
 from experiments.campaign import Factor
+from experiments.secrets import redact
 from experiments.strategy_config import SweepConfig
 from experiments.sweep import BUILD, Sweep, sweep_campaign
 from orchestrator.core.strategies.base import Status
@@ -117,8 +118,8 @@ def run_sweep(store: Store, sweep: Sweep, source_text: str, *, trigger: str = "m
         sweeps.finish_run(run.id, "interrupted", result or None, "interrupted (Ctrl-C)")
         raise
     except BaseException as exc:
-        sweeps.finish_run(run.id, "failed", result or None, str(exc).strip()[:2000] or
-                          type(exc).__name__)
+        sweeps.finish_run(run.id, "failed", result or None,  # a secret never at rest
+                          redact(str(exc).strip())[:2000] or type(exc).__name__)
         raise
     sweeps.finish_run(run.id, status, result, result.get("reason"))
     accepted = False
