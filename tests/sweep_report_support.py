@@ -124,7 +124,7 @@ def sweep_run(store: Store, sweep: Sweep, source: str, outcome: Outcome, *,
         facts[node].update(fact_edits or {})
     sweeps.set_facts(run.id, facts)
     campaign_id, changes = _start_campaign(store, sweeps, sweep, source, run, baseline, facts,
-                                           lambda _: None)
+                                           lambda _: None, False)
     drive(store, campaign_id, outcome)
     verdict = verdict_of(store, campaign_id)
     status = {Status.CULPRIT: "regression", Status.NO_CULPRIT: "clean"}.get(verdict.status,
