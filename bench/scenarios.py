@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from experiments.outcomes import Outcome
 from orchestrator.core.evidence import CORRUPTING, Failing, TrialEvidence
-from orchestrator.core.stats.compare import StopWhenFailing
+from orchestrator.core.stats.compare import StopRule
 from orchestrator.core.verdict import CostModel
 
 SESSIONS = 80
@@ -83,7 +83,7 @@ class Pool:
             draw -= share
         return Outcome.OK
 
-    def trial(self, levels: Levels, rule: StopWhenFailing | None = None,
+    def trial(self, levels: Levels, rule: StopRule | None = None,
               failing: Failing = CORRUPTING) -> TrialEvidence:
         """One trial of ``levels``; ``rule`` may end it once its answer is decided, counting
         the sessions whose outcome is in ``failing``."""

@@ -54,6 +54,7 @@ from db.records import (
     VariantRecord,
     variant_key,
 )
+from db.sibling import sibling_url
 
 R = TypeVar("R")
 ID_BATCH = 500  # trial ids in one query's IN (...)
@@ -194,6 +195,11 @@ class Store:
     @property
     def url(self) -> str:
         return self._engine.url.render_as_string(hide_password=True)
+
+    def sibling(self, name: str) -> str:
+        """The URL of the database ``name`` next to this store (db/sibling.py), made if
+        missing; it holds the store's password, if any: keep it in memory."""
+        return sibling_url(self._engine.url, name)
 
     def close(self) -> None:
         self._engine.dispose()

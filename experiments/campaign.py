@@ -23,6 +23,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from experiments.knobs import Knob
+from experiments.optimize_config import OptimizeConfig
 from experiments.secrets import ENV_NAME, PlainUrl, SecretRef
 from experiments.strategy_config import (
     CONFIGS,
@@ -142,12 +144,43 @@ class Level(_Strict):
 
 
 class Factor(_Strict):
+    """A switch with named ``levels``, or a numeric knob whose ``range`` holds its levels
+    (`bisect optimize` searches it; experiments/knobs.py)."""
+
     name: Name
-    levels: dict[LevelName, Level | None] = Field(min_length=2)
+    range: Knob | None = None  # before levels: their check reads it
+    levels: dict[LevelName, Level | None] = Field(default={}, validate_default=True)
     services: list[str] | None = None  # the services it touches; None means every service
 
+    @field_validator("levels")
+    @classmethod
+    def _levels_or_range(cls, levels: dict[str, Level | None],
+                         info: ValidationInfo) -> dict[str, Level | None]:
+        ranged = info.data.get("range") is not None or "range" not in info.data
+        if ranged and "range" in info.data and levels:
+            raise PydanticCustomError("factor_kind", "a factor has `levels` or a `range`, not "
+                                                     "both")
+        if not ranged and len(levels) < 2:
+            raise PydanticCustomError("factor_levels", "at least 2 levels (or a numeric "
+                                                       "`range`)")
+        return levels
+
+    @property
+    def numeric(self) -> bool:
+        return self.range is not None
+
+    def has_level(self, name: str) -> bool:
+        return name in self.levels if self.range is None else self.range.value(name) is not None
+
     def level(self, name: str) -> Level:
+        if self.range is not None:
+            flags, env = self.range.settings(name)
+            return Level(flags=flags, env=dict(env))
         return self.levels[name] or Level()
+
+    def shown_levels(self) -> list[str]:
+        """The levels a reader or a preflight is shown: all of a switch, a range's two ends."""
+        return list(self.levels) if self.range is None else self.range.ends()
 
 
 class Node(_Strict):
@@ -292,7 +325,7 @@ def register_strategy_config(config: type[StrategyConfig]) -> None:
 
 def unregister_strategy_config(kind: str) -> None:
     """Take a plug-in kind out again (a test's); the built-in kinds stay."""
-    if kind in ("adaptive", "factorial", "commits", "sweep"):
+    if kind in ("adaptive", "factorial", "commits", "sweep", "optimize"):
         raise ValueError(f"'{kind}' is a built-in strategy kind")
     CONFIGS.pop(kind, None)
     _rebuild_strategy_union()
@@ -307,6 +340,7 @@ def _rebuild_strategy_union() -> None:
     Campaign.model_rebuild(force=True)
 
 
+CONFIGS[kind_of(OptimizeConfig)] = OptimizeConfig  # its own module: the search's parts
 _rebuild_strategy_union()
 
 

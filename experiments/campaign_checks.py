@@ -22,10 +22,10 @@ from experiments.workload.probe import ProbeSpec
 from experiments.yaml_lines import Path_
 
 if TYPE_CHECKING:
-    from experiments.campaign import Campaign
+    from experiments.campaign import Campaign, Factor
 
 __all__ = ["FRACTIONAL_MAX_FACTORS", "FULL_MAX_VARIANTS", "check_references", "command_problems",
-           "probe_problems"]
+           "describe_levels", "probe_problems"]
 
 
 def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
@@ -58,6 +58,11 @@ def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
     levels: dict[str, list[str]] = {}  # the first of duplicate factors: no misleading echoes
     for factor in campaign.factors:
         levels.setdefault(factor.name, list(factor.levels))
+    for f, factor in enumerate(campaign.factors):
+        if factor.numeric and not campaign.strategy.numeric_factors:
+            problems.append((("factors", f, "range"),
+                             f"a numeric range is searched by `bisect optimize` (strategy kind "
+                             f"optimize); this campaign's strategy is {campaign.strategy.kind}"))
     if not campaign.factors and campaign.strategy.needs_factors:
         problems.append((("factors",), "at least one factor is needed"))
     problems += campaign.strategy.problems(campaign, levels)
@@ -67,13 +72,18 @@ def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
         for factor_name, level in (getattr(campaign, field) or {}).items():
             if factor_name not in levels:
                 problems.append(((field, factor_name), f"unknown factor '{factor_name}'"))
-            elif level not in levels[factor_name]:
-                known = ", ".join(levels[factor_name])
+            elif not campaign.factor(factor_name).has_level(level):
+                known = describe_levels(campaign.factor(factor_name))
                 problems.append(
                     ((field, factor_name), f"factor '{factor_name}' has no level '{level}' "
                                            f"(levels: {known})")
                 )
     return problems
+
+
+def describe_levels(factor: Factor) -> str:
+    """A factor's levels as an error names them: the switch's names, or the knob's range."""
+    return ", ".join(factor.levels) if factor.range is None else factor.range.describe()
 
 
 def probe_problems(campaign: Campaign) -> list[tuple[Path_, str]]:

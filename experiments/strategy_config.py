@@ -38,6 +38,7 @@ class StrategyConfig(BaseModel):
     target: Literal["corruption", "wedging"] = "corruption"
     alpha: float = Field(default=0.01, gt=0, lt=0.5, allow_inf_nan=False)
     needs_factors: ClassVar[bool] = True  # false: the strategy makes its own factor
+    numeric_factors: ClassVar[bool] = False  # true: factors may be numeric ranges (knobs)
 
     def problems(self, campaign: Campaign, levels: dict[str, list[str]]) -> Problems:
         """What this kind needs of the rest of the campaign; ``levels``: each factor's."""

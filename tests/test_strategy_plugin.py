@@ -188,5 +188,5 @@ def test_an_unregistered_kind_is_named_at_its_field(tmp_path: Path) -> None:
     result = subprocess.run([str(Path(sys.executable).parent / "bisect"), "validate", str(path)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
-    assert ("strategy.kind: Input should be 'adaptive', 'factorial', 'commits' or "
-            "'sweep'") in result.stderr
+    assert ("strategy.kind: Input should be 'adaptive', 'factorial', 'commits', 'sweep' or "
+            "'optimize'") in result.stderr

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.twin.conditions import flag_key
+from experiments.twin.engine import ENGINES
 
 TOOL_CALL_PARSERS = ("deepseekv3", "deepseekv31", "deepseekv32", "deepseekv4")
 DISAGGREGATION_MODES = ("null", "prefill", "decode")
@@ -30,7 +31,8 @@ MAX_FORK_FLAGS = 256
 TWIN_ONLY = frozenset({
     "fault_model", "twin_seed", "twin_startup_delay", "twin_latency_ms", "twin_wedge_s",
     "twin_prefill_us_per_token", "twin_decode_ms_per_token", "twin_decode_batch_slowdown",
-    "twin_eager_slowdown", "twin_hicache_hit_cost", "twin_tree", "schema",
+    "twin_eager_slowdown", "twin_hicache_hit_cost", "twin_tree", "schema", "engine",
+    "twin_chunk_step_ms", "twin_mixed_us_per_token",
 })
 # Never logged nor reported by /get_server_info (SGLang 0.5.23 does log them: the twin's log and
 # info must not be where a test finds a planted key).
@@ -39,7 +41,9 @@ SECRET_ARGS = frozenset({"api_key", "admin_api_key"})
 
 def _add_sglang_flags(add: Any) -> None:
     # Model and serving.
-    add("--model-path", default="deepseek-ai/DeepSeek-V4-twin")
+    # Aliases are SGLang's own: every spelling the twin accepts exists in the pinned SGLang's
+    # ServerArgs (tests/test_twin_serverargs.py).
+    add("--model-path", "--model", default="deepseek-ai/DeepSeek-V4-twin", dest="model_path")
     add("--served-model-name", default=None)
     add("--tokenizer-path", default=None)
     add("--trust-remote-code", action="store_true")
@@ -47,13 +51,13 @@ def _add_sglang_flags(add: Any) -> None:
     add("--port", type=int, default=30000)
     add("--api-key", default=None, help="require `Authorization: Bearer KEY` (not on /health*, "
         "/metrics), as SGLang does")
-    add("--tp-size", "--tp", type=int, default=1, dest="tp_size")
-    add("--dp-size", "--dp", type=int, default=1, dest="dp_size")
-    add("--ep-size", "--ep", type=int, default=1, dest="ep_size")
+    add("--tp-size", "--tensor-parallel-size", type=int, default=1, dest="tp_size")
+    add("--dp-size", "--data-parallel-size", type=int, default=1, dest="dp_size")
+    add("--ep-size", "--expert-parallel-size", "--ep", type=int, default=1, dest="ep_size")
     add("--enable-dp-attention", action="store_true")
     add("--nnodes", type=int, default=1)
     add("--node-rank", type=int, default=0)
-    add("--dist-init-addr", default=None)
+    add("--dist-init-addr", "--nccl-init-addr", default=None, dest="dist_init_addr")
     add("--tool-call-parser", choices=TOOL_CALL_PARSERS, default="deepseekv32")
     add("--reasoning-parser", default=None)
     add("--attention-backend", default=None)
@@ -64,15 +68,21 @@ def _add_sglang_flags(add: Any) -> None:
     add("--watchdog-timeout", type=float, default=300.0)
     add("--enable-cache-report", action="store_true")
     # Memory and scheduling.
-    add("--mem-fraction-static", type=float, default=None)
+    add("--mem-fraction-static", type=float, default=None,
+        help="GPU memory share for weights and the KV pool (default 0.88): the KV pool's size")
     add("--context-length", type=int, default=None)
-    add("--max-running-requests", type=int, default=None)
-    add("--chunked-prefill-size", type=int, default=None)
+    add("--max-running-requests", type=int, default=None,
+        help="requests in the running batch at most (default 1024); the rest queue")
+    add("--chunked-prefill-size", type=int, default=None,
+        help="prefill tokens per scheduler step (-1: whole prompts); unset: the twin models "
+        "no chunking")
     add("--load-balance-method", default="round_robin")
     add("--disable-radix-cache", action="store_true")
     # HiCache.
-    add("--enable-hierarchical-cache", action="store_true")
-    add("--hicache-ratio", type=float, default=2.0)
+    add("--enable-hierarchical-cache", "--enable-hicache", action="store_true",
+        dest="enable_hierarchical_cache")
+    add("--hicache-ratio", type=float, default=2.0,
+        help="host pool size as a multiple of the KV pool (default 2): sessions' prefixes kept")
     add("--hicache-size", type=int, default=0, help="host memory for HiCache in GB (0: use ratio)")
     add("--hicache-write-policy", default="write_through",
         choices=("write_back", "write_through", "write_through_selective"))
@@ -82,7 +92,12 @@ def _add_sglang_flags(add: Any) -> None:
     # CUDA graphs.
     add("--disable-cuda-graph", action="store_true")
     add("--disable-decode-cuda-graph", action="store_true")
-    add("--cuda-graph-max-bs", type=int, default=None)
+    add("--cuda-graph-max-bs-decode", type=int, default=None,
+        help="largest decode batch run as a CUDA graph; larger ones run eager (default: SGLang's "
+        "on an H200, 256, 512 from --tp-size 4, at most --max-running-requests)")
+    add("--cuda-graph-max-bs-prefill", type=int, default=None,
+        help="largest prefill chunk (tokens) run as a CUDA graph; larger ones run eager (unset: "
+        "the twin models no prefill graphs)")
     # Disaggregation: a prefill serves its bootstrap server on the bootstrap port; a decode reaches
     # the prefill's through the bootstrap_host/port/room the router adds to every request.
     add("--disaggregation-mode", default="null", choices=DISAGGREGATION_MODES)
@@ -99,9 +114,11 @@ def _add_twin_flags(parser: argparse.ArgumentParser) -> None:
     twin = parser.add_argument_group(
         "twin-only flags",
         "Time model: a request costs --twin-latency-ms (per role it passes) plus prefill "
-        "(per new prompt token; HiCache-hit tokens cost --twin-hicache-hit-cost of that) plus "
-        "decode (per output token, x(1 + slowdown x (running - 1)), x eager slowdown without "
-        "CUDA graphs); +-10%% seeded jitter.",
+        "(per new prompt token; HiCache-hit tokens cost --twin-hicache-hit-cost of that; a "
+        "scheduler step per further chunk) plus decode (per output token, x(1 + slowdown x "
+        "(running - 1)), x eager slowdown without CUDA graphs or above "
+        "--cuda-graph-max-bs-decode, x tokens held / KV pool above the pool, plus the prefill "
+        "chunk sharing the step); +-10%% seeded jitter (experiments/twin/README.md).",
     )
     add = twin.add_argument
     add("--fault-model", default=None, metavar="PATH",
@@ -122,11 +139,20 @@ def _add_twin_flags(parser: argparse.ArgumentParser) -> None:
         help="decode time factor with --disable-cuda-graph or --disable-decode-cuda-graph")
     add("--twin-hicache-hit-cost", type=float, default=0.1, metavar="FRACTION",
         help="cost of a HiCache-hit prompt token relative to a computed one")
+    add("--twin-chunk-step-ms", type=float, default=5.0, metavar="MS",
+        help="with --chunked-prefill-size: the scheduler step each further chunk of a prompt "
+        "waits for")
+    add("--twin-mixed-us-per-token", type=float, default=0.05, metavar="US",
+        help="with --chunked-prefill-size: extra decode step time per prefill-chunk token "
+        "sharing the step, microseconds")
     add("--twin-wedge-s", type=float, default=300.0, metavar="SECONDS",
         help="how long a wedged request hangs before it is aborted")
     add("--twin-tree", default=None, metavar="DIR",
         help="the tree whose files fault rules name (when.files), read at start (default: "
         "the fault model file's directory)")
+    add("--engine", choices=ENGINES, default="planted",
+        help="what corrupts index-K reads: planted (the fault model, default), gpu (a real "
+        "CUDA race; needs torch with CUDA), cpu-standin (tests only); see engine.py")
     add("--schema", action="store_true", help="print the fault model's JSON Schema and exit")
 
 
@@ -168,8 +194,10 @@ def fork_flags(env: Mapping[str, str]) -> list[ForkFlag]:
 
 
 def build_parser(forks: Sequence[ForkFlag] = ()) -> argparse.ArgumentParser:
+    # No abbreviations: a prefix unique among the twin's few flags may be ambiguous among
+    # SGLang's (`--cuda-graph-max-bs`), so the twin takes only whole flag names.
     parser = argparse.ArgumentParser(
-        prog="python -m experiments.twin",
+        prog="python -m experiments.twin", allow_abbrev=False,
         description="A simulated SGLang server for bisect: one combined server, or the prefill "
         "or decode role of a disaggregated pool (--disaggregation-mode). The PD router is "
         "`python -m experiments.twin.router` (or `python -m experiments.twin --router ...`).",

@@ -9,6 +9,11 @@
 The server that writes the reply decides, once per request. Streaming writes tokens at the
 decode pace (TTFT and ITL mean something); a plain answer waits the same time, so one seed gives
 the same outcomes either way.
+
+The engine (engine.py, ``--engine``) reads the session's index keys at the decode turn, in the
+running slot, after the prefill (combined) or the KV transfer (decode): with the planted engine
+the read is always clean; a stale read of the GPU engine is a ``leak`` (``STALE_READ``) unless the
+fault model already decided the request.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import json
 import math
 import time
 import uuid
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from experiments.twin import logs
+from experiments.twin import engine, logs, tree
 from experiments.twin.agent_script import Reply, build_reply, estimate_tokens, session_key
 from experiments.twin.bootstrap import TransferFailed, env_seconds
 from experiments.twin.faults import Decision, Effect, FaultModel, FileFacts, RoleView, decide
@@ -44,6 +50,8 @@ from experiments.twin.protocol import (
 if TYPE_CHECKING:
     from experiments.twin.server import Twin
 
+# The engine of each twin, made at its first chat request (a twin reads its settings at start).
+_ENGINES: weakref.WeakKeyDictionary[Any, engine.Engine] = weakref.WeakKeyDictionary()
 MIN_TICK_S = 0.002  # below this per token, write several tokens per wake-up (spares the CPU)
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
@@ -122,6 +130,10 @@ async def _combined(twin: Twin, request: web.Request, turn: Turn) -> web.StreamR
         await _run_prefill(twin, turn)
         if effect is Effect.ERROR:
             return _error(500, "Internal server error.", "InternalServerError")
+        try:
+            decision = await _read_index_k(twin, turn, decision, _hicache(twin.view))
+        except engine.EngineError as exc:
+            return _engine_failed(turn, exc)
         return await _emit(twin, request, turn, _reply(twin, turn, decision))
 
 
@@ -210,7 +222,40 @@ async def _decode_role(twin: Twin, request: web.Request, turn: Turn) -> web.Stre
         return _transfer_failed(twin, turn, "KVTransferError: the KV arrived incomplete")
     async with twin.slot(turn.prompt_tokens):
         await asyncio.sleep(twin.latency.base_s * turn.jitter)  # the decode's own scheduling
+        try:
+            decision = await _read_index_k(twin, turn, decision,
+                                           _hicache(twin.view) or _hicache(prefill.role))
+        except engine.EngineError as exc:
+            return _engine_failed(turn, exc)
         return await _emit(twin, request, turn, _reply(twin, turn, decision))
+
+
+def engine_of(twin: Twin) -> engine.Engine:
+    """The twin's engine, made (its settings read, its device started) at the first call."""
+    made = _ENGINES.get(twin)
+    if made is None:
+        root = tree.tree_root(twin.ns.twin_tree, twin.config.fault_model_path)
+        made = engine.make(twin.ns.engine, twin.config.env, root)
+        _ENGINES[twin] = made
+    return made
+
+
+def _hicache(role: RoleView) -> bool:
+    return bool(role.flags.get("enable-hierarchical-cache"))
+
+
+async def _read_index_k(twin: Twin, turn: Turn, decision: Decision | None,
+                        hicache: bool) -> Decision | None:
+    """The decode turn's index-K read; a stale one leaks unless the request was decided."""
+    read = engine.IndexKRead(rid=turn.rid, session=turn.session, round=turn.round,
+                             hicache=hicache)
+    result = await engine_of(twin).read(read)
+    return decision or (engine.STALE_READ if result.stale else None)
+
+
+def _engine_failed(turn: Turn, exc: engine.EngineError) -> web.Response:
+    logs.log(f"Engine failed for request rid={turn.rid}: {exc}", rank=0)
+    return _error(500, f"Internal server error: {exc}", "InternalServerError")
 
 
 def _transfer_failed(twin: Twin, turn: Turn, reason: str) -> web.Response:

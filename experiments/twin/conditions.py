@@ -2,22 +2,41 @@
 
 ``env``/``flags`` at the top of a condition name the server taking the decision; ``prefill:`` and
 ``decode:`` name the roles of its pool (a combined server is both). Flags are compared the way
-the YAML reads (bools, numbers, strings), env values as strings. ``files`` name files of the
-deciding server's tree, as they were when it started (a real server reads its code at start).
+the YAML reads (bools, numbers, strings), env values as strings. Instead of a value, a flag or an
+env var may be given a comparison, ``{gt, ge, lt, le, in}`` (all given must hold), so a rule can
+say "more than 96 running requests" (``max-running-requests: {gt: 96}``): the bounds compare
+numbers (an env value is read as one; a value that is no number, a switch, or an unset flag
+never satisfies a bound), ``in`` lists values compared as an exact entry is. ``files`` name files
+of the deciding server's tree, as they were when it started (a real server reads its code at
+start).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 FlagValue = StrictBool | int | float | str | None
 ROLES = ("prefill", "decode")
+BOUNDS = ("gt", "ge", "lt", "le")
+MAX_IN = 1000  # values an `in` may list
 
 
 @dataclass(frozen=True)
@@ -28,31 +47,135 @@ class RoleView:
     env: Mapping[str, str]
 
 
+class _Bounds(BaseModel):
+    """Numeric bounds on a value; every bound given must hold."""
+
+    gt: float | None = Field(default=None, description="Holds above this number.")
+    ge: float | None = Field(default=None, description="Holds at or above this number.")
+    lt: float | None = Field(default=None, description="Holds below this number.")
+    le: float | None = Field(default=None, description="Holds at or below this number.")
+
+    @field_validator(*BOUNDS, mode="before")
+    @classmethod
+    def _a_number(cls, value: Any) -> Any:
+        # A YAML `true` is no bound (pydantic would read it as 1.0), nor is inf or nan.
+        if value is None:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not math.isfinite(value):
+            raise ValueError(f"a bound must be a finite number, not {value!r}")
+        return value
+
+    def _bounds_hold(self, actual: Any) -> bool:
+        wanted = [(op, getattr(self, op)) for op in BOUNDS if getattr(self, op) is not None]
+        if not wanted:
+            return True
+        number = as_number(actual)
+        if number is None:
+            return False
+        checks = {"gt": number.__gt__, "ge": number.__ge__, "lt": number.__lt__,
+                  "le": number.__le__}
+        return all(checks[op](bound) for op, bound in wanted)
+
+    def _nonempty(self, given_in: bool) -> None:
+        if not given_in and all(getattr(self, op) is None for op in BOUNDS):
+            raise ValueError("a comparison needs at least one of gt, ge, lt, le, in")
+
+
+class FlagCompare(_Bounds):
+    """A comparison on a flag's value: ``{gt: 96}``, ``{ge: 0.8, le: 0.9}``, ``{in: [64, 128]}``."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    in_: list[FlagValue] | None = Field(
+        default=None, alias="in", max_length=MAX_IN,
+        description="Holds when the value equals one of these (compared as an exact value).")
+
+    @model_validator(mode="after")
+    def _something(self) -> FlagCompare:
+        self._nonempty(self.in_ is not None)
+        return self
+
+    def holds(self, actual: Any) -> bool:
+        if self.in_ is not None and not any(_flag_matches(want, actual) for want in self.in_):
+            return False
+        return self._bounds_hold(actual)
+
+
+class EnvCompare(_Bounds):
+    """A comparison on an env var's value: bounds read it as a number, ``in`` as strings."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, coerce_numbers_to_str=True)
+
+    in_: list[str | None] | None = Field(
+        default=None, alias="in", max_length=MAX_IN,
+        description="Holds when the value is one of these strings (null: unset).")
+
+    @model_validator(mode="after")
+    def _something(self) -> EnvCompare:
+        self._nonempty(self.in_ is not None)
+        return self
+
+    def holds(self, actual: str | None) -> bool:
+        if self.in_ is not None and actual not in self.in_:
+            return False
+        return self._bounds_hold(actual)
+
+
+def _comparison(model: type[FlagCompare] | type[EnvCompare]) -> WrapValidator:
+    """Read a mapping as a comparison, with an error that names it (pydantic's union would
+    report every member's complaint, about the wrong one first); anything else as a value."""
+    def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if not isinstance(value, dict):
+            return handler(value)
+        try:
+            return model.model_validate(value)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"])
+            message = str(error["msg"]).removeprefix("Value error, ")
+            raise PydanticCustomError("comparison", "comparison {where}{message}",
+                                      {"where": f"{where}: " if where else "",
+                                       "message": message}) from None
+
+    return WrapValidator(validate)
+
+
+FlagWant = Annotated[FlagValue | FlagCompare, _comparison(FlagCompare)]
+EnvWant = Annotated[str | EnvCompare | None, _comparison(EnvCompare)]
+
+
 class RoleCondition(BaseModel):
     """All entries must match. Flags are named without the leading dashes."""
 
     # `BF16_INDEX_K: 1` in YAML is an int: accept it as the string the env would hold.
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
 
-    env: dict[str, str | None] = Field(
+    env: dict[str, EnvWant] = Field(
         default_factory=dict,
-        description="Env var -> required value (string compare); null means must be unset.",
+        description="Env var -> required value (string compare); null means must be unset; or "
+        "a comparison {gt, ge, lt, le: number (the value read as a number), in: [strings]}.",
     )
-    flags: dict[str, FlagValue] = Field(
+    flags: dict[str, FlagWant] = Field(
         default_factory=dict,
         description="Flag name without dashes -> value: a bool for on/off flags, otherwise "
-        "compared as a number or a string; null means the flag is unset.",
+        "compared as a number or a string; null means the flag is unset; or a comparison "
+        "{gt, ge, lt, le: number, in: [values]} (an unset flag satisfies no bound).",
     )
 
     def holds_on(self, view: RoleView | None) -> bool:
         if view is None:  # a role we know nothing about satisfies only an empty condition
             return not self.env and not self.flags
-        if any(view.env.get(name) != want for name, want in self.env.items()):
-            return False
-        return all(
-            _flag_matches(want, view.flags.get(flag_key(name)))
-            for name, want in self.flags.items()
-        )
+        for name, want in self.env.items():
+            actual = view.env.get(name)
+            if not (want.holds(actual) if isinstance(want, EnvCompare) else actual == want):
+                return False
+        for flag, wanted in self.flags.items():
+            value = view.flags.get(flag_key(flag))
+            if not (wanted.holds(value) if isinstance(wanted, FlagCompare)
+                    else _flag_matches(wanted, value)):
+                return False
+        return True
 
 
 @dataclass(frozen=True)
@@ -183,6 +306,17 @@ class InflightScale(BaseModel):
 
 def flag_key(name: str) -> str:
     return name.lstrip("-").replace("_", "-")
+
+
+def as_number(value: Any) -> float | None:
+    """A flag's or env var's value as a finite number, or None (switches are no numbers)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _flag_matches(want: FlagValue, actual: Any) -> bool:

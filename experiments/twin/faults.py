@@ -1,16 +1,16 @@
 """The fault model: which sessions the twin corrupts, wedges or fails, and under which conditions.
 
 A YAML file (see ``faults.example.yaml``; ``python -m experiments.twin --schema`` prints its JSON
-Schema). Each rule has a condition on the flags and env of the roles of the pool (this server,
-its ``prefill``, its ``decode``), on files of the deciding server's tree, on the live number of
-chat requests in flight and on the request's context length. When the condition holds on a
-request, a draw ``u`` in [0, 1) is taken from a stable hash of (seed, twin seed, rule name,
-session key); the rule hits when ``u < probability`` (scaled down at low concurrency with
-``scale_with_inflight``). By default (``per: session``) the draw does not depend on the turn, so
-a session that is hit stays hit whenever the condition holds again: a session is corrupted with
-probability ``p`` once its condition has held. With ``per: request`` the round number (1 for a
-session's first request) joins the hash: each request is drawn afresh, so a session can wedge in
-its third round.
+Schema). Each rule has a condition on the flags and env of the roles of the pool (this server, its
+``prefill``, its ``decode``) -- exact values or numeric comparisons such as ``max-running-requests:
+{gt: 96}`` (conditions.py) --, on files of the deciding server's tree, on the live number of chat
+requests in flight and on the request's context length. When the condition holds on a request, a
+draw ``u`` in [0, 1) is taken from a stable hash of (seed, twin seed, rule name, session key); the
+rule hits when ``u < probability`` (scaled down at low concurrency with ``scale_with_inflight``). By
+default (``per: session``) the draw does not depend on the turn, so a session that is hit stays hit
+whenever the condition holds again: a session is corrupted with probability ``p`` once its condition
+has held. With ``per: request`` the round number (1 for a session's first request) joins the hash:
+each request is drawn afresh, so a session can wedge in its third round.
 
 Who decides: the server that writes the reply, i.e. a combined server or a decode server (using
 its own fault model, or its prefill's when it has none). A combined server plays both roles, so

@@ -17,6 +17,10 @@ LAYERS = 61
 LATENT_BYTES = 656  # MLA latent per token per layer (fp8 + scale)
 INDEX_HEAD_DIM = 128
 QUANT_BLOCK = 128
+# SGLang 0.5.23's decode CUDA-graph batch bound on an H200 when --cuda-graph-max-bs-decode is
+# not given (arg_groups/memory_hook.py): 256 below tensor parallelism 4, else 512.
+GRAPH_MAX_BS = 256
+GRAPH_MAX_BS_TP4 = 512
 
 
 def log(message: str, rank: int | None = None) -> None:
@@ -38,10 +42,25 @@ class Capacity:
     index_k_bytes: int
     max_total_num_tokens: int
     hicache_gb: float | None
+    hicache_tokens: int | None  # tokens the host pool holds (the HiCache prefix bound)
     context_len: int
     chunked_prefill_size: int
     max_running_requests: int
     mem_fraction_static: float
+    cuda_graph_max_bs_decode: int  # 0: decode never runs a graph
+
+
+def graph_max_bs_decode(ns: argparse.Namespace) -> int:
+    """The largest decode batch that runs as a CUDA graph (0 with graphs disabled), resolved as
+    SGLang resolves it: the flag, else the GPU's default capped at --max-running-requests."""
+    if ns.disable_cuda_graph or ns.disable_decode_cuda_graph:
+        return 0
+    if ns.cuda_graph_max_bs_decode is not None:
+        return max(0, ns.cuda_graph_max_bs_decode)
+    default = GRAPH_MAX_BS if ns.tp_size < 4 else GRAPH_MAX_BS_TP4
+    if ns.max_running_requests is not None:
+        default = min(default, max(1, ns.max_running_requests))
+    return default
 
 
 def index_k_bytes(bf16: bool) -> int:
@@ -57,10 +76,12 @@ def capacity(ns: argparse.Namespace, env: dict[str, str]) -> Capacity:
     fraction = ns.mem_fraction_static if ns.mem_fraction_static is not None else 0.88
     weights = min(WEIGHTS_GB_TOTAL / max(1, ns.tp_size), GPU_GB * 0.55)
     kv_gb = max(1.0, GPU_GB * fraction - weights)
-    tokens = int(kv_gb * 1e9 / (LAYERS * (LATENT_BYTES + per_layer)))
+    token_bytes = LAYERS * (LATENT_BYTES + per_layer)
+    tokens = int(kv_gb * 1e9 / token_bytes)
     hicache = None
     if ns.enable_hierarchical_cache:
-        hicache = float(ns.hicache_size) if ns.hicache_size > 0 else kv_gb * ns.hicache_ratio
+        hicache = float(ns.hicache_size) if ns.hicache_size > 0 else \
+            kv_gb * max(0.0, ns.hicache_ratio)
     return Capacity(
         weights_gb=weights,
         kv_gb=kv_gb,
@@ -68,10 +89,12 @@ def capacity(ns: argparse.Namespace, env: dict[str, str]) -> Capacity:
         index_k_bytes=per_layer,
         max_total_num_tokens=tokens,
         hicache_gb=hicache,
+        hicache_tokens=None if hicache is None else int(hicache * 1e9 / token_bytes),
         context_len=ns.context_length or 163840,
         chunked_prefill_size=ns.chunked_prefill_size or 8192,
         max_running_requests=ns.max_running_requests or 1024,
         mem_fraction_static=fraction,
+        cuda_graph_max_bs_decode=graph_max_bs_decode(ns),
     )
 
 
@@ -93,9 +116,17 @@ def graph_lines(cap: Capacity, elapsed_s: float) -> list[str]:
     avail = GPU_GB - cap.weights_gb - cap.kv_gb
     return [
         f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB",
+        f"Capture cuda graph bs {capture_sizes(cap.cuda_graph_max_bs_decode)}",
         f"Capture cuda graph end. Time elapsed: {elapsed_s:.2f} s. mem usage=0.87 GB. "
         f"avail mem={avail - 0.87:.2f} GB.",
     ]
+
+
+def capture_sizes(max_bs: int) -> list[int]:
+    """The decode batch sizes SGLang captures up to ``max_bs`` (no speculative decoding)."""
+    sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
+    sizes = [size for size in sizes if size <= max_bs]
+    return sizes if max_bs in sizes or max_bs < 1 else [*sizes, max_bs]
 
 
 def limits_line(cap: Capacity) -> str:
@@ -121,10 +152,10 @@ def bootstrap_line(host: str, port: int) -> str:
 
 
 def decode_batch_line(*, running: int, tokens: int, usage: float, transfer: int, queued: int,
-                      cuda_graph: bool, throughput: float, pd: bool) -> str:
+                      cuda_graph: bool, throughput: float, pd: bool, retracted: int = 0) -> str:
     pd_part = f"#prealloc-req: 0, #transfer-req: {transfer}, " if pd else ""
     return (f"Decode batch. #running-req: {running}, #token: {tokens}, token usage: {usage:.2f}, "
-            f"{pd_part}#retracted-req: 0, cuda graph: {cuda_graph}, "
+            f"{pd_part}#retracted-req: {retracted}, cuda graph: {cuda_graph}, "
             f"gen throughput (token/s): {throughput:.2f}, #queue-req: {queued}")
 
 

@@ -27,7 +27,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from experiments.twin import logs
-from experiments.twin.args import eager_decode, server_args
+from experiments.twin.args import server_args
 from experiments.twin.bootstrap import (
     PrefillLink,
     Rooms,
@@ -37,7 +37,7 @@ from experiments.twin.bootstrap import (
 )
 from experiments.twin.chat import chat
 from experiments.twin.faults import FaultModel, FileFacts, RoleView, env_names
-from experiments.twin.latency import Jitter, LatencyModel, PrefixCache
+from experiments.twin.latency import Jitter, LatencyModel, PrefixCache, ServerLatency
 from experiments.twin.metrics import Metrics
 from experiments.twin.tree import facts_json
 
@@ -77,11 +77,16 @@ class Twin:
         self.ns = config.ns
         self.start_id = uuid.uuid4().hex  # changes at every start: decodes re-read their prefill
         self.metrics = Metrics(config.served_model_name, config.capacity.max_total_num_tokens)
-        self.latency = LatencyModel.from_args(self.ns)
+        cap = config.capacity
+        # The time model reads the live load: KV tokens held by the running requests.
+        self.latency = ServerLatency(LatencyModel.from_args(self.ns, cap.max_total_num_tokens),
+                                     lambda: self.metrics.used)
         self.jitter = Jitter(self.ns.twin_seed)
-        # A decode server keeps no prefix cache (SGLang forces a chunk cache there).
+        # A decode server keeps no prefix cache (SGLang forces a chunk cache there); HiCache's
+        # host pool bounds the tokens it keeps.
         self.prefix_cache = PrefixCache(
-            bool(self.ns.enable_hierarchical_cache) and config.mode != "decode")
+            bool(self.ns.enable_hierarchical_cache) and config.mode != "decode",
+            max_tokens=cap.hicache_tokens)
         self.view = RoleView(flags=config.flags, env=config.env)
         self.ready = False
         self.inflight = 0  # chat requests admitted and not answered: running + queued + PD queues
@@ -142,16 +147,19 @@ class Twin:
         self.ready = True
 
     async def batch_log(self) -> None:
-        """SGLang's periodic ``Decode batch.`` line while requests run (shows ``cuda graph``)."""
+        """SGLang's periodic ``Decode batch.`` line while requests run (shows ``cuda graph``:
+        False without graphs or above the graph batch bound, and the retracted requests)."""
         while True:
             await asyncio.sleep(BATCH_LOG_EVERY_S)
             if self.running == 0 or self.config.mode == "prefill":
                 continue
+            model = self.latency.model
             logs.log(logs.decode_batch_line(
                 running=self.running, tokens=self.metrics.used, usage=self.metrics.usage,
                 transfer=self.transfer_queue, queued=self.queued,
-                cuda_graph=not eager_decode(self.ns), throughput=self.metrics.throughput(),
-                pd=self.config.mode == "decode"), rank=0)
+                cuda_graph=self.running <= model.graph_max_bs_decode,
+                throughput=self.metrics.throughput(), pd=self.config.mode == "decode",
+                retracted=model.retracted(self.running, self.metrics.used)), rank=0)
 
     @contextlib.asynccontextmanager
     async def slot(self, tokens: int) -> AsyncIterator[None]:

@@ -8,6 +8,7 @@ from orchestrator.cli import (  # noqa: F401 - registers the commands
     campaigns,
     doctor,
     lab,
+    optimize_view,
     reading,
     schedule_view,
     sweep_report_view,

@@ -72,8 +72,8 @@ def _run(db: Store, campaign_id: str, store: str, report: Path | None, as_json: 
     raise typer.Exit(exit_code(verdict))
 
 
-def _run_new(campaign: Campaign, source: str, store: str, report: Path | None, as_json: bool,
-             ray_address: str | None) -> None:
+def run_new(campaign: Campaign, source: str, store: str, report: Path | None, as_json: bool,
+            ray_address: str | None) -> None:
     """Store a new campaign, say where, run it to its verdict, print it (and the report)."""
     from db.store import Store
     from experiments.secrets import SecretMissing
@@ -159,7 +159,7 @@ def run(
                 campaign = expand_commits(campaign)
             except KeyboardInterrupt:
                 raise _not_started() from None
-        _run_new(campaign, str(campaign_file), store, report, as_json, ray_address)
+        run_new(campaign, str(campaign_file), store, report, as_json, ray_address)
 
 
 @app.command()
@@ -183,7 +183,7 @@ def commits(
         except KeyboardInterrupt:
             raise _not_started() from None
         progress(f"{len(campaign.factor('commit').levels)} commits from {good} to {bad}")
-        _run_new(campaign, str(campaign_file), store, report, as_json, ray_address)
+        run_new(campaign, str(campaign_file), store, report, as_json, ray_address)
 
 
 @app.command()

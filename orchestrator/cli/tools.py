@@ -289,8 +289,13 @@ def validate(campaign_file: Annotated[Path, typer.Argument(help="The campaign YA
         campaign = load_campaign(campaign_file)
     variants = 1
     for factor in campaign.factors:
-        variants *= len(factor.levels)
+        variants *= len(factor.levels) if factor.range is None else len(factor.range.grid())
+    knobs = [f for f in campaign.factors if f.range is not None]
     shown = f"{variants} variants"
+    if knobs:  # a search space: a knob without a step has no count
+        shown = ", ".join(f"{f.name} {f.range.describe()}" for f in knobs if f.range) + (
+            f" ({variants} variants on the grid)" if all(
+                f.range and f.range.grid() for f in knobs) else "")
     plan = campaign.strategy
     if isinstance(plan, FactorialConfig) and plan.design == "fractional":
         from orchestrator.core.strategies.factorial import fraction

@@ -30,6 +30,10 @@ def print_verdict(verdict: Verdict, campaign_id: str, as_json: bool,
                       highlight=False)
             for culprit in failure["culprits"]:
                 _print_culprit(culprit, commits=False)
+    if "optimize" in document:
+        from orchestrator.cli.optimize_view import print_search
+
+        print_search(document["optimize"])
     cost = document["cost"]
     out.print(
         f"  cost: {cost['trials']} trials, {cost['restarts']} restarts, {cost['sessions']} "

@@ -85,6 +85,7 @@ class TrialEvidence:
     planned: int = 0  # sessions the workload planned (0: not known)
     failing: Failing = CORRUPTING  # what counts as failing: the campaign's target
     performance: Performance | None = None  # None: stored before it was measured
+    seq: int = 0  # the trial's number in its campaign (0: not known)
 
     @property
     def sessions(self) -> int:

@@ -4,6 +4,7 @@ cost, the culprits of wedging and the variants that could not be deployed."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ class Verdict:
     commits: Mapping[str, Any] | None = None  # a commit search: first bad commit(s), skips
     also: Conclusion | None = None  # the other failure, where the strategy bisected it too
     sweep: Mapping[str, Any] | None = None  # a sweep run: each variant against its baseline
+    optimize: Mapping[str, Any] | None = None  # a search: the ranked safe configurations
 
     def failures(self) -> dict[str, dict[str, Any]]:
         """A culprit list per failure: the target's, and the other's where it was bisected
@@ -80,10 +82,12 @@ class Verdict:
             **self.design.to_json(), "effects": estimate_effects(self.design, self.cells)}}
         commits = {"commits": dict(self.commits)} if self.commits is not None else {}
         sweep = {"sweep": dict(self.sweep)} if self.sweep is not None else {}
+        optimize = {"optimize": dict(self.optimize)} if self.optimize is not None else {}
         return {
             **design,
             **commits,
             **sweep,
+            **optimize,
             "target": target_of(self.failing),
             "unresolvable": [
                 {"levels": dict(u.levels), "attempts": u.attempts, "error": u.error}
@@ -185,8 +189,19 @@ def variant_cells(evidence: Sequence[TrialEvidence],
     """The trials pooled by variant, in the factors' level order."""
     grouped = cells(t for t in evidence if t.sessions)
     order = {name: [*levels] for name, levels in factors.items()}
-    grouped.sort(key=lambda c: [order[f].index(c.levels[f]) for f in order if f in c.levels])
+    grouped.sort(key=lambda c: [_place(order[f], c.levels[f]) for f in order if f in c.levels])
     return grouped
+
+
+def _place(levels: Sequence[str], level: str) -> tuple[int, float]:
+    """Where a level sorts: a switch's in its declared order, a numeric knob's by value (its
+    levels are the values of a range, none declared)."""
+    if level in levels:
+        return levels.index(level), 0.0
+    try:
+        return len(levels), float(level)
+    except ValueError:
+        return len(levels), math.inf
 
 
 def wedging(
@@ -222,4 +237,5 @@ def verdict_from(
     return Verdict(conclusion.status, conclusion.reason, conclusion.culprits, tuple(shown),
                    tuple(evidence), len(evidence) - len(judged), cost, conclusion.log,
                    wedge, tuple(unresolvable), failing, design=conclusion.design,
-                   commits=conclusion.commits, also=also, sweep=conclusion.sweep)
+                   commits=conclusion.commits, also=also, sweep=conclusion.sweep,
+                   optimize=conclusion.optimize)

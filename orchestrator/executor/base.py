@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol
 
 from db.records import LogRow, MetricRow, SessionRow, StepRow, TrialTiming
 from orchestrator.core.evidence import CORRUPTING, Failing
-from orchestrator.core.stats.compare import StopWhenFailing
+from orchestrator.core.stats.compare import StopRule
 
 Failure = Literal["infrastructure", "variant"]  # a failed trial's class, decided by type
 
@@ -23,7 +23,7 @@ class TrialOrder:
     trial_id: int
     levels: dict[str, str]
     seed: int
-    stop_rule: StopWhenFailing | None = None  # a sequential test may end the workload early
+    stop_rule: StopRule | None = None  # a sequential test may end the workload early
     failing: Failing = CORRUPTING  # the outcomes the stop rule counts (the campaign's target)
 
 

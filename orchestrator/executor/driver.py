@@ -21,6 +21,7 @@ from experiments.secrets import SecretMissing, SecretValues, redact, redact_any
 from experiments.workload.http_client import bearer, header_lines
 from orchestrator.core.evidence import failing_for, variant_key
 from orchestrator.core.strategies.base import Strategy
+from orchestrator.core.strategies.optimize import Searching
 from orchestrator.core.strategies.registry import strategy_for
 from orchestrator.core.verdict import Verdict
 from orchestrator.executor.base import Executor, PoolCrashed, TrialOrder, TrialReport
@@ -167,6 +168,17 @@ def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
     services. The loop knows pools only through ``actors`` (Ray's, or the benchmark's simulated
     ones) and nodes not at all: ``run_campaign`` prepares them first."""
     base = strategy_for(campaign)
+    if isinstance(base, Searching):  # its proposals come from a study next to the store
+        from orchestrator.search.study import StudyError, open_search, study_url  # Optuna
+
+        try:
+            search = open_search(campaign, campaign_id, store)
+            base = base.with_search(search)
+            progress(f"study {search.study.study_name} in {study_url(store)} "
+                     "(optuna-dashboard opens it)")
+        except StudyError as exc:
+            store.set_campaign_status(campaign_id, "failed")
+            raise RunFailed(str(exc)) from None
     failing, planned = failing_for(campaign.strategy.target), campaign.workload.sessions
     infra_failures: dict[str, int] = {}  # this run's, per variant
     pending: dict[int, dict[str, str]] = {}

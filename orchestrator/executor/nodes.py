@@ -84,7 +84,7 @@ def check_nodes(campaign: Campaign, transports: Transports,
                 tuple(LevelFlags(factor.name, name, tuple(factor.level(name).flags))
                       for factor in campaign.factors
                       if factor.services is None or service.name in factor.services
-                      for name in factor.levels),
+                      for name in factor.shown_levels()),
                 tuple(sorted(env(service.env).items())),
             )
             for pool in campaign.pools for service in pool.services

@@ -26,7 +26,7 @@ from experiments.workload.probe import ProbeRun, ProbeSpec, probe_env, run_probe
 from experiments.workload.stress import SessionResult, StressResult, run_stress
 from experiments.workload.triage import pool_parser
 from orchestrator.core.evidence import Failing, variant_key
-from orchestrator.core.stats.compare import StopWhenFailing
+from orchestrator.core.stats.compare import StopRule
 from orchestrator.executor.base import GeneratorRun, TrialOrder, TrialReport
 from orchestrator.executor.load_generators import LoadGenerators
 from orchestrator.executor.source_changes import SourceChanges
@@ -187,7 +187,7 @@ class PoolRunner:
                 samples, runs)
 
     async def stress(
-        self, seed: int, rule: StopWhenFailing | None, failing: Failing
+        self, seed: int, rule: StopRule | None, failing: Failing
     ) -> tuple[StressResult, list[Sample]]:
         urls = {s.name: s.metrics_url for s in self.pool.services if s.metrics_url}
         workload = self.campaign.workload

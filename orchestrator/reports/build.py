@@ -37,6 +37,7 @@ from orchestrator.reports.model import (
     VariantRow,
 )
 from orchestrator.reports.observed import excerpts, series
+from orchestrator.reports.optimize_build import search_headline, search_section
 from orchestrator.reports.provenance import provenance
 from orchestrator.stored import campaign_of, verdict_of
 
@@ -60,9 +61,11 @@ def build_report(store: Store, campaign_id: str) -> Report:
         factors=campaign.level_names(), known_good=dict(campaign.known_good or {}),
         known_bad=dict(campaign.known_bad or {}), alpha=campaign.strategy.alpha)
     omitted: dict[str, int] = {}
+    search = search_section(document, campaign)
     return Report(
         campaign=facts,
-        headline=headline(document, culprits, campaign),
+        headline=headline(document, culprits, campaign) if search is None
+        else search_headline(search, document["status"], document["reason"]),
         culprits=culprits,
         cost=Cost(**{k: document["cost"][k] for k in (
             "trials", "restarts", "sessions", "stopped_early", "gpu_s_equivalent", "wall_s",
@@ -78,6 +81,7 @@ def build_report(store: Store, campaign_id: str) -> Report:
         unresolvable=[UnresolvableRow(levels=_ordered(u["levels"], campaign.level_names()),
                                       attempts=u["attempts"], error=u["error"])
                       for u in document["unresolvable"]],
+        optimize=search,
     )
 
 
@@ -220,8 +224,7 @@ def variant_rows(verdict: Verdict, campaign: Campaign,
     judged = {id(t) for t in judged_trials(verdict.trials)}
     everything = cells(t for t in verdict.trials if t.sessions)
     order = campaign.level_names()
-    everything.sort(key=lambda c: [order[f].index(c.levels[f]) if c.levels.get(f) in order[f]
-                                   else -1 for f in order])
+    everything.sort(key=lambda c: [_level_rank(order[f], c.levels.get(f)) for f in order])
     good, bad = campaign.known_good or {}, campaign.known_bad or {}
     rows = []
     for cell in everything:
@@ -259,6 +262,17 @@ def variant_rows(verdict: Verdict, campaign: Campaign,
             stopped_early=sum(t.stopped_early for t in cell.trials),
             lower_bound=bool(counted) and not full))
     return rows
+
+
+def _level_rank(levels: Sequence[str], level: str | None) -> float:
+    """Where a level sorts: a switch's in its declared order; a numeric knob's (which lists no
+    levels: a range holds them) by its value, so that 16 comes before 112."""
+    if level in levels:
+        return float(levels.index(level))
+    try:
+        return float(level) if level is not None else -1.0
+    except ValueError:
+        return -1.0
 
 
 def _key(levels: Mapping[str, str]) -> str:

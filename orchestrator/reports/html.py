@@ -15,11 +15,13 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from db.store import Store
+from experiments.optimize_config import MAXIMIZED
 from experiments.outcomes import CORRUPTION
-from orchestrator.reports import charts
+from orchestrator.reports import charts, optimize_text
 from orchestrator.reports.build import build_report
 from orchestrator.reports.files import clean, write_private
 from orchestrator.reports.model import Report, VariantRow
+from orchestrator.reports.optimize_charts import pareto_figure
 
 # Sorts a table.sortable by the column whose header button was pressed (a button: reachable by
 # Tab, pressed by Enter or Space); a cell's data-sort holds its raw value, empty sorts last.
@@ -108,6 +110,13 @@ def _environment() -> Environment:
         trim_blocks=True, lstrip_blocks=True)
     environment.filters.update(pct=_pct, p=_p, num=_num, sortkey=_sort, duration=_duration,
                                label=label, clean=_clean, when=when)
+    # a search's figures, read as every format reads them (optimize_text)
+    environment.filters.update(
+        figure=optimize_text.number, objective=optimize_text.value,
+        interval=optimize_text.interval, counts=optimize_text.counts,
+        confidence=optimize_text.confidence, marks=optimize_text.marks,
+        direction=lambda metric: "higher is better" if metric in MAXIMIZED
+        else "lower is better")
     return environment
 
 
@@ -164,7 +173,9 @@ def _charts(report: Report) -> dict[str, Any]:
             f"trial {s.trial_id} · {named.get(s.variant, s.variant)} · {s.pool}/{s.service}",
             s.running, s.queued, [charts.Event(e["t_s"], e["kind"], e["text"]) for e in s.events])
         for s in sorted(report.series, key=lambda s: (s.trial_id, s.pool, s.service))]
-    return {"rates": rates, "latency": latency, "interaction": interaction, "series": series}
+    pareto = pareto_figure(report.optimize) if report.optimize is not None else None
+    return {"rates": rates, "latency": latency, "interaction": interaction, "series": series,
+            "pareto": pareto}
 
 
 def render_html(report: Report) -> str:
@@ -174,7 +185,8 @@ def render_html(report: Report) -> str:
         factors=list(report.campaign.factors),
         variant_labels={v.key: _ordered(v.levels, report) for v in report.variants},
         against_good=bool(report.campaign.known_good) and report.commits is None,
-        unresolvable=report.unresolvable,
+        # a search lists its own undeployable configurations (templates/optimize.html.j2)
+        unresolvable=report.unresolvable if report.optimize is None else [],
         outcome_classes=sorted({o for v in report.variants for o, n in v.outcomes.items()
                                 if n and o in CORRUPTION}),
         evidence_classes=list(dict.fromkeys(e.outcome for e in report.evidence)))

@@ -22,6 +22,8 @@ from markupsafe import Markup
 from db.store import Store
 from orchestrator.reports.files import clean, write_private
 from orchestrator.reports.model import Report
+from orchestrator.reports.optimize_model import Search
+from orchestrator.reports.optimize_text import labelled, number
 
 # The style stays here, not in a template: its hash in the CSP is of these very bytes, and the
 # page writes them unchanged (Markup, no escaping).
@@ -76,6 +78,9 @@ class Entry:
 
     @property
     def culprits(self) -> list[str]:
+        """The culprits; for a search, its best safe configuration (or that none was named)."""
+        if self.report is not None and self.report.optimize is not None:
+            return [_best(self.report.optimize)]
         return [f"{c.failure}: " + " AND ".join(f"{f}={lvl}" for f, lvl in c.levels.items())
                 for c in (self.report.culprits if self.report else [])]
 
@@ -86,6 +91,14 @@ class Entry:
         cost = self.report.cost
         return [str(cost.trials), f"{cost.sessions:,}", f"{cost.gpu_s_equivalent:,.0f}",
                 f"{cost.wall_s:,.0f}"]
+
+
+def _best(search: Search) -> str:
+    best = search.winner
+    if best is None:
+        return "no safe configuration named"
+    shown = "; ".join(f"{o.metric} {number(o.mean)}" for o in best.objectives)
+    return f"best: {labelled(best.levels)} ({shown})"
 
 
 def file_name(campaign_id: str, taken: set[str]) -> str:

@@ -39,7 +39,9 @@ def _properties(report: Report) -> list[tuple[str, str]]:
              ("cost.wall_s", f"{cost.wall_s:g}"),
              ("tool.version", report.provenance.tool_version),
              ("report.version", str(report.version))]
-    pairs += [(f"factor.{name}", ",".join(levels)) for name, levels in facts.factors.items()]
+    # a numeric knob lists no levels (its range holds them)
+    pairs += [(f"factor.{name}", ",".join(levels) or "numeric")
+              for name, levels in facts.factors.items()]
     pairs += [(f"known_good.{f}", lvl) for f, lvl in facts.known_good.items()]
     pairs += [(f"known_bad.{f}", lvl) for f, lvl in facts.known_bad.items()]
     for index, culprit in enumerate(report.culprits, start=1):
@@ -52,6 +54,10 @@ def _properties(report: Report) -> list[tuple[str, str]]:
 
 def render_junit(report: Report) -> str:
     """The JUnit XML document of ``report`` (UTF-8, with its declaration)."""
+    if report.optimize is not None:  # a search's cases are its configurations
+        from orchestrator.reports.optimize_junit import render_optimize_junit
+
+        return render_optimize_junit(report)
     facts = report.campaign
     wall: dict[str, float] = defaultdict(float)
     for trial in report.provenance.trials:

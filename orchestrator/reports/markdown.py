@@ -107,6 +107,10 @@ def _full_rows(answers: Sequence[VariantAnswer]) -> list[list[str]]:
 
 def render_markdown(report: Report) -> str:
     """The Markdown summary of ``report``."""
+    if report.optimize is not None:  # a search reads as its ranked configurations
+        from orchestrator.reports.optimize_markdown import render_optimize_markdown
+
+        return render_optimize_markdown(report)
     facts, head, cost = report.campaign, report.headline, report.cost
     lines = [f"**{HEADLINES.get(head.status, text(head.status))}:** {text(head.sentence, 1000)}",
              ""]

@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, TypedDict
 
+from orchestrator.reports.optimize_model import Search, search_from_json
+
 REPORT_VERSION = 1
 
 Point = tuple[float, float]  # (seconds since the trial's first sample, value)
@@ -220,6 +222,7 @@ class Report:
     version: int = REPORT_VERSION
     omitted: dict[str, int] = field(default_factory=dict)  # what the caps left out, counted
     unresolvable: list[UnresolvableRow] = field(default_factory=list)  # the verdict's, in order
+    optimize: Search | None = None  # a search's answer (optimize_model.py); None: no search
 
     def to_json(self) -> dict[str, Any]:
         """JSON-safe (``json.dumps`` takes it; non-finite floats become None), versioned."""
@@ -290,4 +293,5 @@ def _report(data: dict[str, Any]) -> Report:
         provenance=provenance, commits=data.get("commits"), version=data["report_version"],
         omitted=dict(data.get("omitted") or {}),
         unresolvable=[UnresolvableRow(levels=dict(u["levels"]), attempts=u["attempts"],
-                                      error=u["error"]) for u in data.get("unresolvable") or []])
+                                      error=u["error"]) for u in data.get("unresolvable") or []],
+        optimize=search_from_json(data.get("optimize")))

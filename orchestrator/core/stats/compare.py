@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from orchestrator.core.stats.exact import binomial_at_most, fisher_greater
 
@@ -75,6 +76,19 @@ def reproduced(bad: Counts, good: Counts, alpha: float) -> tuple[Answer, float]:
     """Does known-bad fail against known-good? FAIL means reproduced."""
     p = fisher_greater(*bad, *good)
     return (Answer.FAIL if p <= alpha else Answer.UNKNOWN), p
+
+
+class StopRule(Protocol):
+    """When a trial may end before its planned sessions: asked after each finished session."""
+
+    @property
+    def failing(self) -> frozenset[str] | None:
+        """The outcomes it counts, where not the campaign's target."""
+        ...
+
+    def decided(self, corrupted: int, planned: int) -> bool:
+        """Whether ``corrupted`` failures so far (of ``planned`` sessions) settle the trial."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.core.evidence import Failing, Levels, TrialEvidence, variant_key
-from orchestrator.core.stats.compare import StopWhenFailing
+from orchestrator.core.stats.compare import StopRule
 
 if TYPE_CHECKING:
     from orchestrator.core.attribution import Culprit
@@ -30,6 +30,7 @@ class Status(StrEnum):
     NO_CULPRIT = "no_culprit"
     INCONCLUSIVE = "inconclusive"
     NOT_REPRODUCED = "not_reproduced"
+    OPTIMUM = "optimum"  # a search named the best configuration proven safe
 
 
 UNFINISHED = "unfinished: `bisect resume` continues it"
@@ -61,6 +62,7 @@ class Conclusion:
     # the other failure known-bad showed, concluded beside the target (its own `failing`)
     also: Conclusion | None = None
     sweep: Mapping[str, Any] | None = None  # a sweep run: each variant against its baseline
+    optimize: Mapping[str, Any] | None = None  # a search: the ranked safe configurations
 
 
 class Strategy(Protocol):
@@ -72,7 +74,7 @@ class Strategy(Protocol):
 
     def stop_rule(
         self, levels: Levels, done: Sequence[TrialEvidence]
-    ) -> StopWhenFailing | None:
+    ) -> StopRule | None:
         """When a trial of ``levels`` may end before its planned end, or None."""
         ...
 

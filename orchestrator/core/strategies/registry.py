@@ -8,6 +8,7 @@ driver, ``bisect verdict`` and ``bisect log`` ask the strategy, never its type.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -16,6 +17,7 @@ from experiments.campaign import (
     register_strategy_config,
     unregister_strategy_config,
 )
+from experiments.optimize_config import OptimizeConfig
 from experiments.strategy_config import (
     AdaptiveConfig,
     CommitsConfig,
@@ -29,6 +31,7 @@ from orchestrator.core.strategies.adaptive import Adaptive
 from orchestrator.core.strategies.base import Strategy
 from orchestrator.core.strategies.commits import Commits
 from orchestrator.core.strategies.factorial import Factorial, fraction
+from orchestrator.core.strategies.optimize import Optimize
 from orchestrator.core.strategies.sweep import SweepStrategy
 
 C = TypeVar("C", bound=StrategyConfig)
@@ -86,7 +89,17 @@ def _commits(campaign: Campaign, plan: CommitsConfig) -> Commits:
                    failing=failing_for(plan.target))
 
 
+def _optimize(campaign: Campaign, plan: OptimizeConfig) -> Optimize:
+    grid = None
+    if plan.sampler == "grid":  # validated: every knob has a grid
+        grid = math.prod(len(f.levels) if f.range is None else len(f.range.grid())
+                         for f in campaign.factors)
+    return Optimize(plan, [f.name for f in campaign.factors], len(campaign.pools),
+                    campaign.known_good, grid=grid)
+
+
 register(FactorialConfig, _factorial)
 register(AdaptiveConfig, _adaptive)
 register(CommitsConfig, _commits)
 register(SweepConfig, lambda campaign, plan: SweepStrategy(plan))
+register(OptimizeConfig, _optimize)

@@ -1,0 +1,245 @@
+"""The `optimize` strategy: the fastest configuration that stays clean.
+
+Three phases, each decided from the stored trials alone:
+
+1. the production configuration and known-good, measured first (the search starts from what
+   runs, and an answer worse than production is never the answer);
+2. the search: a sampler (Optuna's, behind ``Search``; orchestrator/search/) picks each next
+   configuration from every measurement so far, up to ``trials`` trials;
+3. confirmation: the best safe candidates are re-run until each has ``confirm_trials`` trials,
+   and the ranking is recomputed on all of them: a configuration that looked fast and clean on
+   one lucky trial is named only if its re-runs agree.
+
+Each trial is one measurement of one configuration; a configuration's corruption that is
+already certain above the limit stops its trial early (``StopAboveLimit``). The conclusion
+ranks the configurations proven safe (optimize_rank.py) and lists the unsafe ones that looked
+fast, with why they were rejected.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from experiments.optimize_config import OptimizeConfig
+from orchestrator.core.evidence import Levels, TrialEvidence, variant_key
+from orchestrator.core.stats.exact import binomial_at_most
+from orchestrator.core.strategies.base import (
+    UNFINISHED,
+    Conclusion,
+    Status,
+    Strategy,
+    Unresolvable,
+)
+from orchestrator.core.strategies.optimize_rank import (
+    Candidate,
+    candidates,
+    figure,
+    pareto,
+    ranked,
+)
+
+# Confirmation re-runs may promote the next candidate when one falls; this many rounds of the
+# top at most, so a ranking that keeps flipping still ends.
+CONFIRM_ROUNDS = 2
+
+
+@dataclass(frozen=True)
+class Told:
+    """One finished trial as the search is told it: the objectives it measured (None where it
+    measured none) and the constraints of its configuration on all its trials so far."""
+
+    seq: int
+    levels: Levels
+    values: tuple[float, ...] | None
+    constraints: Mapping[str, float]
+
+
+class Search(Protocol):
+    """The sampler's side (orchestrator/search/study.py holds Optuna's)."""
+
+    def suggest(self, told: Sequence[Told], fixed: Sequence[Levels],
+                pending: Sequence[Levels], count: int) -> list[dict[str, str]]:
+        """``fixed`` (measured as given), then up to ``count`` configurations of the sampler's
+        choosing; ``told``: every finished trial; ``pending``: those running."""
+        ...
+
+    def failed(self) -> int:
+        """Trials that ended without a measurement (a deployment that failed)."""
+        ...
+
+    def close(self, told: Sequence[Told]) -> None:
+        """The search is over: the last trials told, nothing left running."""
+        ...
+
+
+@runtime_checkable
+class Searching(Protocol):
+    """A strategy whose proposals come from a search the driver attaches."""
+
+    def with_search(self, search: Search) -> Strategy: ...
+
+
+@dataclass(frozen=True)
+class StopAboveLimit:
+    """Ends a trial once its configuration's corruption is certain above the limit: even if
+    every session still to come were clean, the one-sided binomial test at ``alpha`` says the
+    rate exceeds ``limit``. Curtailed as ``StopWhenFailing``: stopping never turns a pass into
+    a fail."""
+
+    prior: tuple[int, int]  # (corrupted, judged) of the configuration's earlier trials
+    limit: float
+    alpha: float
+    failing: frozenset[str] | None = None
+
+    def decided(self, corrupted: int, planned: int) -> bool:
+        k, n = self.prior[0] + corrupted, self.prior[1] + planned
+        return k > 0 and 1.0 - binomial_at_most(k - 1, n, self.limit) <= self.alpha
+
+
+class Optimize:
+    def __init__(self, plan: OptimizeConfig, factors: Sequence[str], pools: int,
+                 known_good: Levels | None = None, search: Search | None = None,
+                 grid: int | None = None) -> None:
+        """``grid``: the number of configurations a grid sampler enumerates (its budget at
+        most); a grid measures production and known-good among them, not before."""
+        self.plan, self.factors, self.pools, self.search = plan, list(factors), pools, search
+        self.known_good, self.grid = known_good, grid
+        seeds = [s for s in (plan.production, known_good) if s] if grid is None else []
+        self.seeds = [dict(s) for i, s in enumerate(seeds)
+                      if variant_key(s) not in {variant_key(o) for o in seeds[:i]}]
+        self.budget = plan.trials if grid is None else min(plan.trials, grid)
+        self.unresolvable: tuple[Unresolvable, ...] = ()
+
+    def _copy(self, search: Search | None, unresolvable: Sequence[Unresolvable]) -> Optimize:
+        other = Optimize(self.plan, self.factors, self.pools, self.known_good, search, self.grid)
+        other.unresolvable = tuple(unresolvable)
+        return other
+
+    def with_search(self, search: Search) -> Optimize:
+        return self._copy(search, self.unresolvable)
+
+    def meeting(self, unresolvable: Sequence[Unresolvable]) -> Optimize:
+        return self._copy(self.search, unresolvable)
+
+    # -- what the search is told --------------------------------------------------------
+
+    def told(self, done: Sequence[TrialEvidence]) -> list[Told]:
+        """Each finished trial with its configuration's constraints on its trials so far."""
+        result: list[Told] = []
+        seen: dict[str, list[TrialEvidence]] = {}
+        for trial in sorted(done, key=lambda t: t.seq):
+            key = variant_key(trial.levels)
+            seen.setdefault(key, []).append(trial)
+            judged = candidates(seen[key], self.plan)[0]
+            values = [figure(trial, metric) for metric in self.plan.objectives]
+            measured = tuple(v for v in values if v is not None)
+            result.append(Told(trial.seq, dict(trial.levels),
+                               measured if len(measured) == len(values) else None,
+                               judged.constraints()))
+        return result
+
+    # -- the protocol ----------------------------------------------------------------
+
+    def propose(self, done: Sequence[TrialEvidence], pending: Sequence[Levels]) -> list[
+            dict[str, str]]:
+        if self.search is None:
+            raise RuntimeError("the optimize strategy proposes through a search: "
+                               "`with_search` first (the driver attaches one)")
+        told = self.told(done)
+        free = max(0, self.pools - len(pending))
+        searched = len(done) + len(pending) + self.search.failed()
+        if searched < self.budget:
+            ran = Counter(variant_key(levels) for levels in [*(t.levels for t in done),
+                                                             *pending])
+            skipped = {variant_key(u.levels) for u in self.unresolvable}
+            fixed = [s for s in self.seeds if not ran[variant_key(s)]
+                     and variant_key(s) not in skipped][:free]
+            count = min(free - len(fixed), self.budget - searched - len(fixed))
+            if not fixed and count <= 0:
+                return []
+            return self.search.suggest(told, fixed, pending, max(0, count))
+        reruns = self._reruns(done, pending, searched)[:free]
+        if reruns:
+            return self.search.suggest(told, reruns, pending, 0)
+        if not pending:
+            self.search.close(told)
+        return []
+
+    def _reruns(self, done: Sequence[TrialEvidence], pending: Sequence[Levels],
+                searched: int) -> list[dict[str, str]]:
+        """One more trial of each of the best plausible candidates not yet settled (proven
+        safe on ``confirm_trials`` trials), while the confirmation budget lasts. A candidate
+        its re-runs show unsafe drops out, and the next one moves up."""
+        plan = self.plan
+        if searched - self.budget >= plan.confirm_top * plan.confirm_trials * CONFIRM_ROUNDS:
+            return []
+        running = Counter(variant_key(levels) for levels in pending)
+        most = plan.confirm_trials * CONFIRM_ROUNDS  # trials of one candidate, at most
+        wanted = []
+        for best in ranked([c for c in candidates(done, plan) if c.plausible])[
+                :plan.confirm_top]:
+            settled = best.safe and best.trials >= plan.confirm_trials
+            if not settled and not running[best.key] and best.trials < most:
+                wanted.append(dict(best.levels))
+        return wanted
+
+    def stop_rule(self, levels: Levels, done: Sequence[TrialEvidence]) -> StopAboveLimit | None:
+        if self.plan.target != "corruption":
+            return None
+        mine = [t for t in done if variant_key(t.levels) == variant_key(levels)]
+        prior = (sum(t.failures for t in mine), sum(t.judged for t in mine))
+        return StopAboveLimit(prior, self.plan.max_corruption, self.plan.alpha)
+
+    def conclude(self, done: Sequence[TrialEvidence],
+                 unresolvable: Sequence[Unresolvable]) -> Conclusion:
+        every = candidates(done, self.plan)
+        safe = ranked([c for c in every if c.safe])
+        named = [c for c in safe if c.trials >= self.plan.confirm_trials]
+        payload = self._payload(every, safe, named, done, unresolvable)
+        if named:
+            best = named[0]
+            shown = ", ".join(f"{e.metric} {e.mean:.4g}" for e in best.objectives
+                              if e.mean is not None)
+            return Conclusion(Status.OPTIMUM, f"best safe configuration: {best.key} ({shown}; "
+                                              f"{best.trials} trials)", optimize=payload)
+        if not done:
+            return Conclusion(Status.INCONCLUSIVE, UNFINISHED, optimize=payload)
+        why = (f"{len(safe)} safe configuration(s), none with {self.plan.confirm_trials} trials"
+               if safe else f"none of {len(every)} configuration(s) was proven safe")
+        return Conclusion(Status.INCONCLUSIVE, why, optimize=payload)
+
+    def _payload(self, every: Sequence[Candidate], safe: Sequence[Candidate],
+                 named: Sequence[Candidate], done: Sequence[TrialEvidence],
+                 unresolvable: Sequence[Unresolvable]) -> dict[str, Any]:
+        plan = self.plan
+        front = {c.key for c in pareto(named)} if len(plan.objectives) > 1 else set()
+        fastest = sorted(every, key=lambda c: c.score(), reverse=True)
+        unsafe = [c for c in fastest if not c.plausible]
+        unproven = [c for c in fastest if c.plausible and not c.safe]
+        seeds = {variant_key(s) for s in self.seeds}
+        rows = []
+        for c in safe:
+            rows.append({**c.to_json(), "confirmed": c.trials >= plan.confirm_trials,
+                         "pareto": c.key in front, "seed": c.key in seeds})
+        return {
+            "objectives": list(plan.objectives),
+            "limits": {"corruption": plan.max_corruption, "wedging": plan.max_wedging,
+                       "slo": plan.slo.limits(), "alpha": plan.alpha},
+            "sampler": plan.sampler,
+            "best": dict(named[0].levels) if named else None,
+            "ranked": rows,
+            "pareto": [c.to_json() for c in named if c.key in front],
+            # shown unsafe (a bound or an SLO broken): fast ones first, each with why
+            "rejected": [{**c.to_json(), "seed": c.key in seeds} for c in unsafe],
+            # not shown unsafe, but measured too little to be proven safe (not re-run)
+            "unproven": [{**c.to_json(), "seed": c.key in seeds} for c in unproven],
+            "undeployable": [{"levels": dict(u.levels), "attempts": u.attempts,
+                              "error": u.error} for u in unresolvable],
+            "trials": {"total": len(done), "search": min(len(done), self.budget),
+                       "confirmation": max(0, len(done) - self.budget),
+                       "stopped_early": sum(t.stopped_early for t in done)},
+            "production": dict(plan.production) if plan.production else None,
+        }

@@ -1,0 +1,105 @@
+"""A search's part of the report model: the verdict's ``optimize`` section (its rows as
+optimize_rank.py's ``Candidate.to_json`` writes them) as a ``Search``, levels in the
+campaign's order of factors, each row marked as the answer, production or known-good; and
+the headline a search reads with (the best safe configuration, or why none was named)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from experiments.campaign import Campaign
+from orchestrator.reports.model import Headline
+from orchestrator.reports.optimize_model import Configuration, Search, search_from_json
+from orchestrator.reports.optimize_text import (
+    bound_text,
+    confidence,
+    labelled,
+    number,
+    objectives_text,
+    slo_text,
+)
+
+ROWS = ("ranked", "pareto", "rejected", "unproven")
+
+
+def _ordered(levels: Mapping[str, str], order: Sequence[str]) -> dict[str, str]:
+    rank = {name: i for i, name in enumerate(order)}
+    return dict(sorted(levels.items(), key=lambda item: rank.get(item[0], len(rank))))
+
+
+def search_section(document: Mapping[str, Any], campaign: Campaign) -> Search | None:
+    """The verdict's search, ready to render; None when the verdict holds none."""
+    section = document.get("optimize")
+    if section is None:
+        return None
+    order = [f.name for f in campaign.factors]
+    production = dict(section.get("production") or {})
+    good = dict(campaign.known_good or {})
+    best = dict(section.get("best") or {})
+
+    def row(data: Mapping[str, Any]) -> dict[str, Any]:
+        levels = dict(data["levels"])
+        role = ("production" if production and levels == production
+                else "known-good" if good and levels == good else "")
+        return {**data, "levels": _ordered(levels, order), "role": role,
+                "best": bool(best) and levels == best}
+
+    plain = {name: [row(c) for c in section.get(name) or []] for name in ROWS}
+    # the front's rows as ranked (with their marks: confirmed, on the front), in its order
+    ranked = {c["key"]: c for c in plain["ranked"]}
+    front = {c["key"] for c in plain["pareto"]}
+    for c in plain["ranked"]:
+        c["pareto"] = c.get("pareto", False) or c["key"] in front
+    plain["pareto"] = [ranked.get(c["key"], {**c, "pareto": True}) for c in plain["pareto"]]
+    return search_from_json({
+        **section, **plain,
+        "best": _ordered(best, order) if best else None,
+        "production": _ordered(production, order) if production else None,
+        "undeployable": [{**u, "levels": _ordered(u["levels"], order)}
+                         for u in section.get("undeployable") or []],
+        "factors": order})
+
+
+def _against_production(best: Configuration, search: Search) -> str:
+    """The answer's first objective against production's, where both were measured."""
+    production = search.named(search.production)
+    if production is None or production.key == best.key or not best.objectives:
+        return ""
+    mine, theirs = best.objectives[0], production.objectives[0]
+    if mine.mean is None or theirs.mean is None or not theirs.mean:
+        return ""
+    change = mine.mean / theirs.mean - 1
+    standing = "" if production.safe else (
+        f"; production itself is not proven safe: {production.why[0]}" if production.why
+        else "")
+    return (f"; {change:+.1%} {mine.metric} against production ({labelled(production.levels)}: "
+            f"{number(theirs.mean)} {theirs.unit}){standing}")
+
+
+def search_headline(search: Search, status: str, reason: str) -> Headline:
+    """The verdict of a search in one sentence, and how sure: the proof of its safety."""
+    best = search.winner
+    alpha = search.limits.alpha
+    if status == "optimum" and best is not None:
+        front = (f" (one of {len(search.pareto)} on the Pareto front, ranked by "
+                 f"{search.objectives[0]})" if len(search.objectives) > 1 and search.pareto
+                 else "")
+        sentence = (f"Best safe configuration{front}: {labelled(best.levels)}: "
+                    f"{objectives_text(best, alpha)}{_against_production(best, search)}")
+        proofs = [f"corruption {bound_text(best.corruption)}",
+                  f"wedging {bound_text(best.wedging)}", *(slo_text(s) for s in best.slo)]
+        slo = "; the SLOs on the mean of each trial's p99" if best.slo else ""
+        sure = (f"proven safe on {best.trials} trials: {'; '.join(proofs)} (one-sided "
+                f"{confidence(alpha)} exact bounds on the pooled sessions{slo}); the "
+                f"objectives' intervals are two-sided {confidence(alpha)} t intervals over its "
+                "trials")
+        return Headline(status=status, sentence=sentence + ".", confidence=sure, reason=reason)
+    unconfirmed = sum(not c.confirmed for c in search.ranked)
+    sure = (f"not decided: {len(search.ranked)} proven safe ({unconfirmed} of them not "
+            f"re-run to confirmation), {len(search.rejected)} shown unsafe, "
+            f"{len(search.unproven)} measured too little to prove safe, "
+            f"{len(search.undeployable)} could not be deployed")
+    return Headline(status=status, sentence=f"No safe configuration named: {reason}.",
+                    confidence=sure, reason=reason)
+

@@ -1,0 +1,157 @@
+"""The report model of a search (`bisect optimize`): its answer as plain frozen values, built
+from the verdict's ``optimize`` section (``optimize_build``) and rendered by every format.
+
+``Report.optimize`` holds one ``Search``; ``search_from_json`` reads it back from a report
+saved with ``--format json``. Pure data: no store, no templates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Interval = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One objective of one configuration: the mean over its trials and its (1 - alpha) t
+    interval (None with one trial: one measurement has no spread)."""
+
+    metric: str
+    direction: str  # "maximize" | "minimize"
+    unit: str
+    mean: float | None
+    ci: Interval | None
+    values: list[float]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A failure's sessions of one configuration against its limit: safe needs the one-sided
+    exact upper bound below the limit (``margin`` = limit - upper > 0)."""
+
+    failed: int
+    judged: int
+    rate: float | None
+    upper: float
+    lower: float
+    limit: float
+    margin: float
+
+
+@dataclass(frozen=True)
+class SloMargin:
+    metric: str
+    value: float | None  # the mean over its trials of each trial's p99, ms
+    limit: float
+    margin: float | None  # limit - value; None: not measured
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One configuration the search measured, with everything its trials say."""
+
+    levels: dict[str, str]  # in the campaign's order of factors
+    key: str
+    trials: int
+    objectives: list[Objective]
+    corruption: Bound
+    wedging: Bound
+    slo: list[SloMargin]
+    stopped_early: int
+    safe: bool
+    why: list[str]  # why it is not proven safe; [] when it is
+    confirmed: bool = False  # safe on the trials confirmation asks for
+    pareto: bool = False  # on the confirmed Pareto front (two objectives or more)
+    role: str = ""  # "production" | "known-good" | "": what the search measured first
+    best: bool = False  # the search's answer
+
+
+@dataclass(frozen=True)
+class Undeployable:
+    levels: dict[str, str]
+    attempts: int
+    error: str  # raw: every renderer escapes it
+
+
+@dataclass(frozen=True)
+class Limits:
+    corruption: float
+    wedging: float
+    slo: dict[str, float]
+    alpha: float  # the bounds are one-sided at confidence 1 - alpha
+
+
+@dataclass(frozen=True)
+class SearchTrials:
+    total: int
+    search: int
+    confirmation: int
+    stopped_early: int
+
+
+@dataclass(frozen=True)
+class Search:
+    """A search's answer: the safe configurations best first, the Pareto front, the unsafe
+    ones that looked fast (fastest first) with why, those measured too little to tell, and
+    those that could not be deployed."""
+
+    objectives: list[str]
+    limits: Limits
+    sampler: str
+    best: dict[str, str] | None
+    production: dict[str, str] | None
+    ranked: list[Configuration]
+    pareto: list[Configuration]
+    rejected: list[Configuration]
+    unproven: list[Configuration]
+    undeployable: list[Undeployable]
+    trials: SearchTrials
+    factors: list[str] = field(default_factory=list)  # the campaign's, in its order
+
+    @property
+    def winner(self) -> Configuration | None:
+        return next((c for c in self.ranked if c.best), None)
+
+    def named(self, levels: dict[str, str] | None) -> Configuration | None:
+        """The measured configuration with exactly these levels, wherever it was ranked."""
+        if not levels:
+            return None
+        return next((c for c in [*self.ranked, *self.rejected, *self.unproven]
+                     if c.levels == levels), None)
+
+
+def _interval(value: Any) -> Interval | None:
+    return None if value is None else (value[0], value[1])
+
+
+def configuration_from_json(data: dict[str, Any]) -> Configuration:
+    return Configuration(
+        levels=dict(data["levels"]), key=data["key"], trials=data["trials"],
+        objectives=[Objective(metric=o["metric"], direction=o["direction"], unit=o["unit"],
+                              mean=o["mean"], ci=_interval(o["ci"]), values=list(o["values"]))
+                    for o in data["objectives"]],
+        corruption=Bound(**data["corruption"]), wedging=Bound(**data["wedging"]),
+        slo=[SloMargin(**s) for s in data["slo"]], stopped_early=data["stopped_early"],
+        safe=data["safe"], why=list(data["why"]), confirmed=data.get("confirmed", False),
+        pareto=data.get("pareto", False), role=data.get("role", ""),
+        best=data.get("best", False))
+
+
+def search_from_json(data: dict[str, Any] | None) -> Search | None:
+    """A ``Search`` back from ``Report.to_json``'s ``optimize`` (None: not a search)."""
+    if data is None:
+        return None
+    rows = {name: [configuration_from_json(c) for c in data[name]]
+            for name in ("ranked", "pareto", "rejected", "unproven")}
+    limits = data["limits"]
+    return Search(
+        objectives=list(data["objectives"]),
+        limits=Limits(corruption=limits["corruption"], wedging=limits["wedging"],
+                      slo=dict(limits["slo"]), alpha=limits["alpha"]),
+        sampler=data["sampler"], best=data["best"], production=data["production"],
+        undeployable=[Undeployable(levels=dict(u["levels"]), attempts=u["attempts"],
+                                   error=u["error"]) for u in data["undeployable"]],
+        trials=SearchTrials(**data["trials"]), factors=list(data.get("factors") or []),
+        **rows)

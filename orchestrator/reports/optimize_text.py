@@ -1,0 +1,101 @@
+"""How a search's figures read, in every format alike: an objective with its interval, a
+failure's count with its upper bound against the limit, an SLO's margin. Plain text: each
+renderer escapes it for its own format."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from orchestrator.reports.optimize_model import Bound, Configuration, Objective, SloMargin
+
+
+def number(value: float | None) -> str:
+    """2,003 · 162.7 · 0.412 · – (not measured)."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3g}"
+
+
+def percent(value: float | None) -> str:
+    return "–" if value is None or not math.isfinite(value) else f"{value:.1%}"
+
+
+def confidence(alpha: float) -> str:
+    """95%, 99%, 99.9%: the level of a bound or interval at ``alpha``."""
+    return f"{(1 - alpha) * 100:.3g}%"
+
+
+def labelled(levels: Mapping[str, str]) -> str:
+    return ", ".join(f"{f}={lvl}" for f, lvl in levels.items()) or "–"
+
+
+def value(objective: Objective) -> str:
+    """``2,003 tok/s``; ``–`` where it was not measured."""
+    if objective.mean is None:
+        return "–"
+    return f"{number(objective.mean)} {objective.unit}"
+
+
+def interval(objective: Objective) -> str:
+    """``1,950 … 2,056``; ``one trial`` where there is no spread to show."""
+    if objective.ci is None:
+        return "one trial" if objective.mean is not None else "–"
+    return f"{number(objective.ci[0])} … {number(objective.ci[1])}"
+
+
+def objective_text(objective: Objective, alpha: float) -> str:
+    """``output_throughput 2,003 tok/s (95% CI 1,950 … 2,056)``."""
+    if objective.mean is None:
+        return f"{objective.metric} not measured"
+    spread = (f"{confidence(alpha)} CI {interval(objective)}" if objective.ci is not None
+              else "one trial")
+    return f"{objective.metric} {value(objective)} ({spread})"
+
+
+def objectives_text(row: Configuration, alpha: float) -> str:
+    return "; ".join(objective_text(o, alpha) for o in row.objectives)
+
+
+def counts(bound: Bound) -> str:
+    return f"{bound.failed}/{bound.judged}" if bound.judged else "no sessions"
+
+
+def bound_text(bound: Bound) -> str:
+    """``0/180, upper bound 1.7% < 5.0%`` (``≥`` where the bound does not prove the limit)."""
+    kept = "<" if bound.upper < bound.limit else "≥"
+    return f"{counts(bound)}, upper bound {percent(bound.upper)} {kept} {percent(bound.limit)}"
+
+
+def slo_text(slo: SloMargin) -> str:
+    """``ttft_p99_ms 163 ms ≤ 200 ms`` (``>`` where it is broken)."""
+    if slo.value is None:
+        return f"{slo.metric} not measured (SLO {number(slo.limit)} ms)"
+    kept = "≤" if slo.value <= slo.limit else ">"
+    return f"{slo.metric} {number(slo.value)} ms {kept} {number(slo.limit)} ms"
+
+
+def constraints_text(row: Configuration) -> str:
+    """Every limit of a configuration with its margin, on one line."""
+    shown = [f"corruption {bound_text(row.corruption)}", f"wedging {bound_text(row.wedging)}"]
+    shown += [slo_text(s) for s in row.slo]
+    return "; ".join(shown)
+
+
+def marks(row: Configuration) -> list[str]:
+    """What sets a configuration apart: the answer, the front, what the search began with,
+    a safe one not yet re-run to confirmation."""
+    shown = []
+    if row.best:
+        shown.append("best")
+    if row.pareto:
+        shown.append("Pareto front")
+    if row.role:
+        shown.append(row.role)
+    if row.safe and not row.confirmed:
+        shown.append("unconfirmed")
+    return shown

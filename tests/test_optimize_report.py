@@ -1,0 +1,251 @@
+"""A search's report (`bisect optimize`) in every format, built from a real search's store
+(tests/support/optimize_campaigns.py: the driver, the Optuna study and confirmation on the
+knob space whose fastest configurations are corrupt).
+
+The model holds the verdict's ranking with levels in the campaign's order, the answer and the
+seeds marked; the JSON reads back equal; the Markdown puts the best configuration first and
+keeps its tables tables; the JUnit file fails only where no safe configuration was named; the
+HTML has the ranked table and the Pareto chart; the index names the best configuration; and
+hostile factor names, levels, reasons and errors stay text in every format.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+from markdown_it import MarkdownIt
+from typer.testing import CliRunner
+
+from db.store import Store
+from orchestrator.cli import app
+from orchestrator.reports.build import build_report
+from orchestrator.reports.html import render_html
+from orchestrator.reports.index import write_index
+from orchestrator.reports.junit import render_junit
+from orchestrator.reports.markdown import render_markdown
+from orchestrator.reports.model import Report
+from orchestrator.reports.optimize_junit import BEST_CASE
+from orchestrator.stored import verdict_of
+from tests.support.optimize_campaigns import (
+    OptimizeCampaigns,
+    optimize_campaigns_fixture,  # noqa: F401 - the stored searches
+)
+from tests.test_report_hostile import (
+    HOSTILE,
+    HOSTILE_LEVEL,
+    assert_inert_html,
+    assert_tables_intact,
+    tags,
+)
+
+ORDER = ["max_running", "chunk", "mem", "hicache"]  # bench/knob_space.py's factors
+HOSTILE_KNOB = "hi|<script>k</script>`cache"
+
+
+@pytest.fixture(scope="module")
+def built(optimize_campaigns: OptimizeCampaigns) -> tuple[Report, Report, dict[str, Any]]:
+    """The optimum's report, the undecided one's, and the optimum's verdict JSON."""
+    with Store.open(optimize_campaigns.store_arg) as store:
+        return (build_report(store, optimize_campaigns.optimum),
+                build_report(store, optimize_campaigns.undecided),
+                verdict_of(store, optimize_campaigns.optimum).to_json())
+
+
+def hostile(report: Report) -> Report:
+    """The report with a hostile factor name and level, campaign name, reasons and an
+    undeployable configuration's error."""
+    def renamed(value: Any, levels: bool = False) -> Any:
+        if isinstance(value, str):
+            value = value.replace("hicache", HOSTILE_KNOB)
+            return HOSTILE_LEVEL if levels and value == "off" else value
+        if isinstance(value, dict):
+            return {renamed(k): renamed(v, k in ("levels", "best", "production")
+                                        or (levels and isinstance(v, dict)))
+                    for k, v in value.items()}
+        if isinstance(value, list):
+            return [renamed(v) for v in value]
+        return value
+
+    data = renamed(report.to_json())
+    data["campaign"]["name"] = HOSTILE
+    search = data["optimize"]
+    for row in search["rejected"] + search["unproven"]:
+        row["why"] = [*row["why"], HOSTILE]
+    search["undeployable"].append({"levels": {HOSTILE_KNOB: HOSTILE_LEVEL}, "attempts": 2,
+                                   "error": HOSTILE})
+    return Report.from_json(data)
+
+
+def test_the_model_holds_the_ranking_best_first_in_the_campaigns_order(
+        built: tuple[Report, Report, dict[str, Any]]) -> None:
+    report, _, verdict = built
+    search = report.optimize
+    assert search is not None and report.headline.status == "optimum"
+    assert [c.key for c in search.ranked] == [r["key"] for r in verdict["optimize"]["ranked"]]
+    assert [c.key for c in search.rejected] == [r["key"]
+                                                for r in verdict["optimize"]["rejected"]]
+    best = search.winner
+    assert best is not None and best is search.ranked[0] and best.confirmed
+    assert best.levels == verdict["optimize"]["best"] and list(best.levels) == ORDER
+    assert all(list(c.levels) == ORDER for c in [*search.ranked, *search.rejected])
+    assert sum(c.best for c in search.ranked) == 1
+    assert all(c.safe and not c.why for c in search.ranked)
+    assert search.pareto and all(c.pareto and c.confirmed for c in search.pareto)
+    # the trap: HiCache on above 96 running requests corrupts; never reported safe
+    trapped = [c for c in search.ranked
+               if c.levels["hicache"] == "on" and int(c.levels["max_running"]) > 96]
+    assert trapped == []
+    assert search.rejected and all(c.why and not c.safe for c in search.rejected)
+    roles = {c.role for c in [*search.ranked, *search.rejected, *search.unproven]}
+    assert {"production", "known-good"} <= roles
+    assert search.trials.total == report.cost.trials
+
+
+def test_the_headline_names_the_best_with_intervals_and_its_proof(
+        built: tuple[Report, Report, dict[str, Any]]) -> None:
+    report, undecided, _ = built
+    assert report.optimize is not None and report.optimize.winner is not None
+    best = report.optimize.winner
+    sentence = report.headline.sentence
+    assert sentence.startswith("Best safe configuration")
+    assert ", ".join(f"{f}={lvl}" for f, lvl in best.levels.items()) in sentence
+    assert re.search(r"output_throughput [\d,]+ tok/s \(95% CI [\d,]+ … [\d,]+\)", sentence)
+    assert "against production" in sentence
+    assert re.search(r"corruption 0/\d+, upper bound [\d.]+% < 5\.0%",
+                     report.headline.confidence)
+    assert undecided.headline.status == "inconclusive"
+    assert undecided.headline.sentence.startswith("No safe configuration named")
+    assert "not decided" in undecided.headline.confidence
+
+
+def test_the_variants_of_numeric_knobs_sort_by_value(
+        built: tuple[Report, Report, dict[str, Any]]) -> None:
+    report = built[0]
+    assert report.campaign.factors["max_running"] == []  # a range lists no levels
+    running = [int(v.levels["max_running"]) for v in report.variants]
+    assert running == sorted(running) and len(set(running)) > 3
+
+
+def test_the_json_reads_back_equal(built: tuple[Report, Report, dict[str, Any]]) -> None:
+    for report in built[:2]:
+        saved = json.loads(json.dumps(report.to_json(), allow_nan=False))
+        assert saved["report_version"] == 1 and "ranked" in saved["optimize"]
+        assert Report.from_json(saved) == report
+
+
+def test_the_markdown_says_the_best_first_then_the_top_rows_then_everything(
+        built: tuple[Report, Report, dict[str, Any]]) -> None:
+    report, undecided, _ = built
+    assert report.optimize is not None
+    markdown = render_markdown(report)
+    first = markdown.splitlines()[0]
+    assert first.startswith("**Optimum:** Best safe configuration")
+    assert "max\\_running=" in first and "tok/s" in first
+    tables = assert_tables_intact(markdown)
+    top, rejected = tables[0], tables[1]
+    assert len(top) == 1 + min(5, len(report.optimize.ranked))
+    assert top[1][0] == "1" and "best" in top[1][2]
+    assert "why" in rejected[0] and "upper bound" in rejected[1][-1]
+    everything = len(report.optimize.ranked) + len(report.optimize.rejected) + len(
+        report.optimize.unproven)
+    assert f"<details><summary>All {everything} configurations</summary>" in markdown
+    assert sum(len(t) - 1 for t in tables[-3:]) == everything  # safe, rejected, unproven
+    assert render_markdown(undecided).startswith("**Inconclusive:** No safe configuration")
+
+
+def test_the_junit_file_passes_the_safe_skips_the_rejected_and_fails_only_without_an_answer(
+        built: tuple[Report, Report, dict[str, Any]]) -> None:
+    report, undecided, _ = built
+    search = report.optimize
+    assert search is not None
+    root = ET.fromstring(render_junit(report).encode("utf-8"))
+    [suite] = root.findall("testsuite")
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    assert len(cases) == 1 + len(search.ranked) + len(search.rejected) + len(search.unproven)
+    assert suite.get("failures") == "0" and not list(suite.iter("failure"))
+    assert "Best safe configuration" in (cases[BEST_CASE].findtext("system-out") or "")
+    for c in search.ranked:
+        assert cases[f"safe: {c.key}"].find("skipped") is None
+    for c in search.rejected:
+        skipped = cases[f"rejected: {c.key}"].find("skipped")
+        assert skipped is not None and "rejected as unsafe" in (skipped.get("message") or "")
+    assert suite.get("skipped") == str(len(search.rejected) + len(search.unproven))
+    properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert properties["verdict.status"] == "optimum"
+    assert properties["factor.max_running"] == "numeric"
+    assert properties["optimize.objectives"] == "output_throughput,ttft_p99_ms"
+    [other] = ET.fromstring(render_junit(undecided).encode("utf-8")).findall("testsuite")
+    [failure] = list(other.iter("failure"))
+    assert failure.get("type") == "no-safe-configuration" and other.get("failures") == "1"
+    assert [c.get("name") for c in other.iter("testcase") if c.find("failure") is not None] \
+        == [BEST_CASE]
+
+
+def test_the_html_has_the_search_the_ranked_table_and_the_pareto_chart(
+        built: tuple[Report, Report, dict[str, Any]]) -> None:
+    report, undecided, _ = built
+    search = report.optimize
+    assert search is not None
+    page = render_html(report)
+    text = assert_inert_html(page, shown_braces=False)
+    parsed = tags(page).tags
+    ids = {a.get("id") for _, a in parsed}
+    assert {"search", "ranked", "chart-pareto", "pareto", "rejected", "unproven"} <= ids
+    assert "culprits-corruption" not in ids  # a search names no culprit
+    classes = [a.get("class") or "" for t, a in parsed if t == "g"]
+    assert classes.count("point front best") == 1
+    assert sum(c.startswith("point front") for c in classes) == len(search.pareto)
+    assert sum(c.startswith("point rejected") for c in classes) == len(search.rejected)
+    rows = [a for t, a in parsed if t == "tr" and "data-key" in a]
+    assert [a["data-key"] for a in rows][:len(search.ranked)] == [c.key for c in search.ranked]
+    assert "GPU time spent" in text and "Rejected: unsafe configurations" in text
+    other = render_html(undecided)
+    assert 'id="ranked" class="none"' in other and 'id="chart-pareto"' not in other
+
+
+def test_the_index_names_the_best_configuration(
+        optimize_campaigns: OptimizeCampaigns, built: tuple[Report, Report, dict[str, Any]],
+        tmp_path: Path) -> None:
+    best = built[0].optimize.winner if built[0].optimize else None
+    assert best is not None
+    with Store.open(optimize_campaigns.store_arg) as store:
+        written = write_index(store, tmp_path / "site", optimize_campaigns.store_arg)
+    index = written[-1].read_text()
+    assert_inert_html(index, shown_braces=False)
+    assert "best: " + ", ".join(f"{f}={lvl}" for f, lvl in best.levels.items()) in index
+    assert "no safe configuration named" in index
+
+
+def test_hostile_names_reasons_and_errors_stay_text_in_every_format(
+        built: tuple[Report, Report, dict[str, Any]]) -> None:
+    shown = hostile(built[0])
+    assert shown.optimize is not None and HOSTILE_KNOB in shown.optimize.factors
+    markdown = render_markdown(shown)
+    assert_tables_intact(markdown)
+    rendered = "".join(tags(MarkdownIt("commonmark").enable("table").render(markdown)).text)
+    assert f"{HOSTILE_KNOB}={HOSTILE_LEVEL.strip()}" in rendered.replace(" ⏎", "")
+    root = ET.fromstring(render_junit(shown).encode("utf-8"))  # expat: strict XML 1.0
+    names = [c.get("name") or "" for c in root.iter("testcase")]
+    assert any("<script>k</script>" in n for n in names)
+    assert any(n.startswith("undeployable: ") for n in names)
+    text = assert_inert_html(render_html(shown), shown_braces=False)
+    assert "<script>window.PWNED=1</script>" in text and "<script>k</script>" in text
+
+
+def test_every_format_through_the_cli(optimize_campaigns: OptimizeCampaigns,
+                                      tmp_path: Path) -> None:
+    for name, check in (("r.md", assert_tables_intact),
+                        ("r.xml", lambda d: ET.fromstring(d.encode())),
+                        ("r.json", json.loads),
+                        ("r.html", lambda d: assert_inert_html(d, shown_braces=False))):
+        done = CliRunner().invoke(app, ["report", optimize_campaigns.optimum, "--store",
+                                        optimize_campaigns.store_arg, "-o",
+                                        str(tmp_path / name)])
+        assert done.exit_code == 0, done.output
+        check((tmp_path / name).read_text(encoding="utf-8"))
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o600
