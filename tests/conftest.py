@@ -107,5 +107,5 @@ def ray_cluster() -> Iterator[Cluster]:
     shutil.rmtree(os.environ.pop("RAY_TMPDIR"), ignore_errors=True)
 
 
-from tests.lab_fixture import lab  # noqa: E402, F401 - one lab of SSH test hosts per run
-from tests.postgres_fixture import postgres_server, postgres_url  # noqa: E402, F401 - one real PostgreSQL per run
+from tests.lab_fixture import lab, systemd_lab, systemd_node  # noqa: E402, F401 - one of each per run
+from tests.postgres_fixture import postgres_server, postgres_url, store_url  # noqa: E402, F401 - one real PostgreSQL per run

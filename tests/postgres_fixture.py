@@ -1,10 +1,12 @@
-"""A real PostgreSQL server for the test run, and a fresh database per test.
+"""A real PostgreSQL server for the test run, a fresh database per test, and ``store_url``: a
+fresh store on each backend (SQLite, then PostgreSQL), for the tests that run on both.
 
 conftest imports the fixtures (``from tests.postgres_fixture import postgres_server,
-postgres_url``). The server is Debian's (``make system-packages`` installs ``postgresql``), run
-from a private data directory, unix socket directory and free 127.0.0.1 port, and stopped at the
-end of the run. PostgreSQL refuses to run as root: as root, every server command runs as the
-``postgres`` user. Under CI a missing server fails the run instead of skipping.
+postgres_url, store_url``). The server is Debian's (``make system-packages`` installs
+``postgresql``), run from a private data directory, unix socket directory and free 127.0.0.1
+port, and stopped at the end of the run. PostgreSQL refuses to run as root: as root, every
+server command runs as the ``postgres`` user. Under CI a missing server fails the run instead of
+skipping.
 """
 
 from __future__ import annotations
@@ -197,3 +199,12 @@ def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
         yield postgres_server.url(name)
     finally:
         postgres_server.drop_database(name)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store, once on each backend: a SQLite file, then a new database on the run's
+    real PostgreSQL server (as SQLAlchemy URLs: what ``--store`` and ``Store.open`` take)."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("postgres_url"))
+    return f"sqlite:///{tmp_path / 'bisect.db'}"

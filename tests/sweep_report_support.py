@@ -37,10 +37,9 @@ from orchestrator.core.strategies.base import Status
 from orchestrator.core.strategies.registry import strategy_for
 from orchestrator.stored import campaign_of, create_campaign, evidence, verdict_of
 from orchestrator.sweeps.run import _start_campaign, read_facts
-from tests.sweep_support import commit_faults, sweep_file
+from tests.sweep_support import HOSTILE_SUBJECT, commit_faults, sweep_file
 
 SWEEP = "nightly"
-HOSTILE_SUBJECT = "reuse the host pool <script>window.PWNED=1</script> ]]> {{ 7*7 }} | *x*"
 HOSTILE_FACT = '<img src=x onerror="window.PWNED=2"> ]]> {{ 7*7 }}'
 HOSTILE_REASON = "held by <script>window.PWNED=3</script> ]]> {{ 7*7 }}"
 SESSIONS = 24

@@ -1,10 +1,13 @@
 """Sweeps on twins for the sweep tests: a git source tree whose fault model turns bad at a
-commit, a sweep file over it, and a helper that runs `bisect sweep` as a user does."""
+commit, a sweep file over it, a helper that runs `bisect sweep` as a user does, and
+``real_sweep``: three real runs of one sweep in one store, made once per test session for the
+tests that read them (tests/test_sweep_run.py, and the report of tests/test_sweep_report.py)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,8 @@ from orchestrator.demo import twin_pool
 
 # per-session fault draws at the twins: a 1% background (any variant), the race with HiCache
 BACKGROUND = {"name": "background", "probability": 0.01, "effect": "leak", "markup": "dsml"}
+# a commit subject that would run script or a template if a report did not escape it
+HOSTILE_SUBJECT = "reuse the host pool <script>window.PWNED=1</script> ]]> {{ 7*7 }} | *x*"
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +60,9 @@ def sweep_file(tmp_path: Path, tree: Path, *, hunt: bool = True, sessions: int =
                trials: dict[str, int] | None = None, latency_ms: float = 2, rounds: int = 1,
                extra_flags: list[str] | None = None) -> Path:
     pool = twin_pool("p", "here", tree / "faults.yaml", latency_ms=latency_ms)
-    pool["services"][0]["start"] += extra_flags or []
+    # healthy as soon as it listens (the health wait is tested elsewhere): a sweep test restarts
+    # its twin a dozen times (the last flag wins, as in argparse)
+    pool["services"][0]["start"] += ["--twin-startup-delay", "0", *(extra_flags or [])]
     data: dict[str, Any] = {
         "name": "nightly",
         "nodes": [{"name": "here", "workdir": str(tmp_path / "services")}],
@@ -82,4 +89,57 @@ def run_sweep_cli(path: Path, store: Path | str, *args: str) -> tuple[int, dict[
                                       *args])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     assert "Traceback" not in result.output
+    assert result.stdout.strip(), f"exit {result.exit_code}, no JSON: {result.stderr[-3000:]}"
     return result.exit_code, json.loads(result.stdout)
+
+
+@dataclass(frozen=True)
+class RealSweep:
+    """Three runs of `bisect sweep` on twins, in one store: ``first`` with ``--accept`` (no
+    baseline yet), ``second`` clean against it, ``third`` after three new commits (the second,
+    ``bad``, brings the race back; the third, ``head``, has a hostile subject), run with
+    ``-o page --accept``. Each run's exit code and JSON document as the command gave them."""
+
+    home: Path  # the sweep file, its source tree and services
+    tree: Path
+    store: Path
+    page: Path  # the third run's report
+    good: str  # the commit of runs 1 and 2
+    bad: str
+    head: str
+    codes: tuple[int, int, int]
+    first: dict[str, Any]
+    second: dict[str, Any]
+    third: dict[str, Any]
+
+
+def make_real_sweep(home: Path) -> RealSweep:
+    tree = home / "src"
+    good = commit_faults(tree, 0.0, "the fixed pool sizing")
+    path, store = sweep_file(home, tree), home / "bisect.db"
+    first_code, first = run_sweep_cli(path, store, "--accept")
+    second_code, second = run_sweep_cli(path, store)
+    commit_faults(tree, 0.0, "refactor the scheduler")
+    bad = commit_faults(tree, 0.6, "reuse the host pool across requests")
+    head = commit_faults(tree, 0.6, HOSTILE_SUBJECT)
+    page = home / "reports" / "nightly.html"
+    page.parent.mkdir()
+    # --accept of a run that finds a regression is refused (without --force): this one run
+    # proves that too, instead of a fourth run (its trials and its hunt) of the same build
+    third_code, third = run_sweep_cli(path, store, "-o", str(page), "--accept")
+    return RealSweep(home, tree, store, page, good, bad, head,
+                     (first_code, second_code, third_code), first, second, third)
+
+
+_REAL: list[RealSweep] = []
+
+
+@pytest.fixture(scope="session", name="real_sweep")
+def real_sweep_fixture(ray_cluster: None, tmp_path_factory: pytest.TempPathFactory) -> RealSweep:
+    """Made once per test session (each run starts a pool actor and twins: seconds), however
+    many modules import it; read-only for the tests that take it."""
+    if not _REAL:
+        with pytest.MonkeyPatch.context() as patch:  # as ``builtin_triage``, for the session
+            patch.setenv("BISECT_TRIAGE", "builtin")
+            _REAL.append(make_real_sweep(tmp_path_factory.mktemp("real-sweep")))
+    return _REAL[0]

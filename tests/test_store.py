@@ -1,5 +1,5 @@
 """The store on real databases. ``TestStore`` runs every test on a SQLite file and on a fresh
-database of a real PostgreSQL server (``postgres_url``, from ``tests.postgres_fixture``)."""
+database of a real PostgreSQL server (``store_url``, from ``tests.postgres_fixture``)."""
 
 from __future__ import annotations
 
@@ -78,23 +78,15 @@ PERFORMANCE: dict[str, Any] = {
     "e2e": {"p50_ms": 300.0, "p90_ms": 600.0, "p99_ms": 900.0}}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh database: a SQLite file, or a new database on the run's real PostgreSQL server."""
-    if request.param == "postgresql":
-        return str(request.getfixturevalue("postgres_url"))
-    return f"sqlite:///{tmp_path / 'bisect.db'}"
-
-
 @pytest.fixture
-def store(url: str) -> Iterator[Store]:
-    with Store.open(url) as opened:
+def store(store_url: str) -> Iterator[Store]:
+    with Store.open(store_url) as opened:
         yield opened
 
 
 class TestStore:
-    def test_migrations_create_every_table_at_head(self, store: Store, url: str) -> None:
-        engine = create_engine(url)
+    def test_migrations_create_every_table_at_head(self, store: Store, store_url: str) -> None:
+        engine = create_engine(store_url)
         try:
             inspector = inspect(engine)
             assert set(inspector.get_table_names()) == TABLES | {"alembic_version"}
@@ -102,12 +94,12 @@ class TestStore:
                           "trial_step"):
                 indexed = {tuple(ix["column_names"]) for ix in inspector.get_indexes(table)}
                 assert ("trial_id",) in indexed
-            assert current_revision(url) == head_revision()
+            assert current_revision(store_url) == head_revision()
         finally:
             engine.dispose()
 
-    def test_models_match_the_migrations(self, store: Store, url: str) -> None:
-        engine = create_engine(url)
+    def test_models_match_the_migrations(self, store: Store, store_url: str) -> None:
+        engine = create_engine(store_url)
         try:
             with engine.connect() as connection:
                 context = MigrationContext.configure(connection, opts={"compare_type": True})
@@ -115,25 +107,26 @@ class TestStore:
         finally:
             engine.dispose()
 
-    def test_downgrade_and_upgrade_again(self, store: Store, url: str) -> None:
+    def test_downgrade_and_upgrade_again(self, store: Store, store_url: str) -> None:
         store.close()
-        downgrade(url, "base")
-        assert current_revision(url) is None
-        upgrade(url)
-        assert current_revision(url) == head_revision()
+        downgrade(store_url, "base")
+        assert current_revision(store_url) is None
+        upgrade(store_url)
+        assert current_revision(store_url) == head_revision()
 
-    def test_0005_adds_trial_generator_and_takes_it_away(self, store: Store, url: str) -> None:
+    def test_0005_adds_trial_generator_and_takes_it_away(self, store: Store,
+                                                         store_url: str) -> None:
         store.create_campaign("c", "c", {}, "demo")
         trial = store.start_trial("c", store.variant("c", BAD).id, seq=0, pool="p", seed=0)
         store.finish_trial(trial, TIMING, sessions(3), [], [], GENERATORS)
         store.close()
-        downgrade(url, "0004")  # the trials stay; where their load ran goes with the table
-        engine = create_engine(url)
+        downgrade(store_url, "0004")  # the trials stay; where their load ran goes with the table
+        engine = create_engine(store_url)
         try:
             assert "trial_generator" not in inspect(engine).get_table_names()
         finally:
             engine.dispose()
-        with Store.open(url) as again:  # back to head
+        with Store.open(store_url) as again:  # back to head
             assert again.trials("c")[0].counts == {"ok": 3}
             assert again.generators(trial) == []
             later = again.start_trial("c", again.variant("c", BAD).id, seq=1, pool="p", seed=1)
@@ -141,10 +134,10 @@ class TestStore:
             assert [g.address for g in again.generators(later)] == ["10.0.0.2", "10.0.0.3"]
 
     def test_0006_classes_old_failures_from_their_prefix_and_back(self, store: Store,
-                                                                  url: str) -> None:
+                                                                  store_url: str) -> None:
         store.close()
-        downgrade(url, "0005")
-        engine = create_engine(url)
+        downgrade(store_url, "0005")
+        engine = create_engine(store_url)
         try:
             with engine.begin() as connection:
                 for statement in (
@@ -163,7 +156,7 @@ class TestStore:
                     connection.execute(text(statement), {"at": "2026-01-01 00:00:00"})
         finally:
             engine.dispose()
-        with Store.open(url) as again:
+        with Store.open(store_url) as again:
             infra, variant, done = again.trials("c", status=None)
             assert (infra.failure, variant.failure, done.failure) == (
                 "infrastructure", "variant", None)
@@ -172,8 +165,8 @@ class TestStore:
             later = again.start_trial("c", 1, seq=4, pool="p", seed=4)
             again.fail_trial(later, "here: ssh dropped", failure="infrastructure",
                              steps=STEPS[:1])
-        downgrade(url, "0005")  # an older driver reads the class from the prefix again
-        engine = create_engine(url)
+        downgrade(store_url, "0005")  # an older driver reads the class from the prefix again
+        engine = create_engine(store_url)
         try:
             with engine.connect() as connection:
                 errors = connection.execute(text("SELECT error FROM trial ORDER BY seq"))
@@ -185,7 +178,7 @@ class TestStore:
             engine.dispose()
 
     def test_0007_a_store_from_before_keeps_its_trials_without_performance(
-            self, store: Store, url: str) -> None:
+            self, store: Store, store_url: str) -> None:
         campaign_id = culprit_campaign(store)
         variant = store.variant(campaign_id, CULPRIT).id
         measured = store.start_trial(campaign_id, variant, seq=99, pool="pool-1", seed=99)
@@ -194,14 +187,14 @@ class TestStore:
         assert store.get_trial(measured).performance == {**PERFORMANCE, "goodput": None}
         before = verdict_of(store, campaign_id).to_json()
         store.close()
-        downgrade(url, "0006")  # the figures go with their column; the trials stay
-        engine = create_engine(url)
+        downgrade(store_url, "0006")  # the figures go with their column; the trials stay
+        engine = create_engine(store_url)
         try:
             columns = {c["name"] for c in inspect(engine).get_columns("trial")}
             assert "performance_json" not in columns and "failure" in columns
         finally:
             engine.dispose()
-        with Store.open(url) as again:  # back to head: every trial as stored before 0007
+        with Store.open(store_url) as again:  # back to head: every trial as stored before 0007
             trials = again.trials(campaign_id)
             assert len(trials) == 13 and all(t.performance is None for t in trials)
             assert trials[-1].counts == {"ok": 68, "leak": 12}
@@ -388,13 +381,13 @@ class TestStore:
         with pytest.raises(StoreError, match="unknown campaign status"):
             store.set_campaign_status("first", "finished")
 
-    def test_reopen_is_a_no_op_upgrade_and_keeps_data(self, store: Store, url: str) -> None:
+    def test_reopen_is_a_no_op_upgrade_and_keeps_data(self, store: Store, store_url: str) -> None:
         store.create_campaign("c", "c", {}, "demo")
         trial = store.start_trial("c", store.variant("c", BAD).id, seq=0, pool="p", seed=0)
         store.finish_trial(trial, TIMING, sessions(80, leaks=3), metrics(4), LOGS)
         store.close()
-        with Store.open(url) as again:
-            assert current_revision(url) == head_revision()
+        with Store.open(store_url) as again:
+            assert current_revision(store_url) == head_revision()
             assert again.trials("c")[0].counts == {"ok": 77, "leak": 3}
             assert len(again.metrics(trial)) == 4
 
@@ -432,11 +425,11 @@ class TestStore:
         assert store.get_trial(failed).error == "health: b'\ufffd\xff'\ufffd"
         assert store.get_trial(failed).seed == -(2**62)
 
-    def test_an_older_schema_is_upgraded_with_its_data(self, store: Store, url: str) -> None:
+    def test_an_older_schema_is_upgraded_with_its_data(self, store: Store, store_url: str) -> None:
         store.close()
-        downgrade(url, "base")
-        upgrade(url, "0001")
-        engine = create_engine(url)
+        downgrade(store_url, "base")
+        upgrade(store_url, "0001")
+        engine = create_engine(store_url)
         try:
             with engine.begin() as connection:
                 for statement in (
@@ -452,14 +445,14 @@ class TestStore:
                     connection.execute(text(statement), {"at": "2026-01-01 00:00:00"})
         finally:
             engine.dispose()
-        with Store.open(url) as again:
-            assert current_revision(url) == head_revision()
+        with Store.open(store_url) as again:
+            assert current_revision(store_url) == head_revision()
             [trial] = again.trials("c1")
             assert trial.seed == 7 and trial.stopped_early is False
             assert trial.counts == {"leak": 1}
             assert again.get_campaign("c1").created_at.tzinfo == UTC
-        downgrade(url, "0001")  # and back: the data stays
-        assert current_revision(url) == "0001"
+        downgrade(store_url, "0001")  # and back: the data stays
+        assert current_revision(store_url) == "0001"
 
 
 def test_variant_key_is_canonical_and_unambiguous() -> None:
@@ -568,10 +561,10 @@ def test_the_cli_reads_a_postgresql_store(postgres_url: str, tmp_path: Path) -> 
     assert "index_k=bf16" in out.read_text()
 
 
-def test_show_says_where_each_trial_s_load_ran(url: str) -> None:
+def test_show_says_where_each_trial_s_load_ran(store_url: str) -> None:
     spec = {**campaign_spec("spread"), "generators": {"count": 2, "resources": {"loadgen": 1}}}
     spread = [dataclasses.replace(GENERATORS[0], address="[fe80::1]"), GENERATORS[1]]  # markup?
-    with Store.open(url) as store:
+    with Store.open(store_url) as store:
         driven = culprit_campaign(store)  # no generators: every pool's actor ran its own load
         campaign_id = create_campaign(store, Campaign.model_validate(spec), "test")
         variant = store.variant(campaign_id, CULPRIT)
@@ -581,7 +574,7 @@ def test_show_says_where_each_trial_s_load_ran(url: str) -> None:
         failed = store.start_trial(campaign_id, variant.id, 3, "pool-1", seed=3)
         store.fail_trial(failed, "infrastructure error: load generator failed")
     runner = CliRunner()
-    shown = runner.invoke(app, ["show", campaign_id, "--store", url, "--json"])
+    shown = runner.invoke(app, ["show", campaign_id, "--store", store_url, "--json"])
     assert shown.exit_code == 0, shown.output
     rows = json.loads(shown.stdout)
     assert rows[0]["generators"] == [
@@ -591,10 +584,10 @@ def test_show_says_where_each_trial_s_load_ran(url: str) -> None:
          "stopped": False}]
     assert rows[1]["generators"] == rows[2]["generators"] == []
     wide = {"COLUMNS": "200"}  # one line a trial
-    table = runner.invoke(app, ["show", campaign_id, "--store", url], env=wide).stdout
+    table = runner.invoke(app, ["show", campaign_id, "--store", store_url], env=wide).stdout
     assert "[fe80::1] 12/40 stopped, 10.0.0.3 40/40 │" in table  # an address is never markup
     assert table.count("not recorded") == 1 and "driver" not in table
-    table = runner.invoke(app, ["show", driven, "--store", url], env=wide).stdout
+    table = runner.invoke(app, ["show", driven, "--store", store_url], env=wide).stdout
     assert table.count("driver") == 12
 
 

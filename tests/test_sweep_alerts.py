@@ -9,10 +9,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -27,13 +25,7 @@ from tests.sweep_support import (
 )
 from tests.test_twin_support import FAST
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "postgresql":
-        yield str(request.getfixturevalue("postgres_url"))
-    else:
-        yield str(tmp_path / "bisect.db")
+RUNS = 5  # after the accepted one: each a pool actor, a twin and 2 to 4 trials (seconds)
 
 
 def test_an_overlapping_run_is_refused_and_recorded(store_url: str, tmp_path: Path) -> None:
@@ -88,7 +80,9 @@ def test_a_throughput_regression_is_found_and_confirmed(ray_cluster: None, store
 
 def test_an_unchanged_build_raises_no_alert_run_after_run(ray_cluster: None,
                                                           tmp_path: Path) -> None:
-    """20 runs of an unchanged build on twins with a 1% background of leaks: not one alert."""
+    """5 runs of an unchanged build on twins with a 1% background of leaks: not one alert.
+    How rarely over many runs (the rate, with its interval): bench/sweep_twins.py, BENCHMARKS
+    "Sweeps on twins"."""
     tree = tmp_path / "src"
     commit_faults(tree, 0.0, "first")
     # corruption noise is what this asks about: the figures of a shared CPU are not watched
@@ -100,13 +94,15 @@ def test_an_unchanged_build_raises_no_alert_run_after_run(ray_cluster: None,
     code, first = run_sweep_cli(path, store, "--accept")
     assert code == 0, first
     statuses = []
-    for _ in range(20):
+    for _ in range(RUNS):
         code, run = run_sweep_cli(path, store)
         statuses.append((code, run["status"]))
     assert all(status != "regression" for _, status in statuses), statuses
-    assert sum(code == 0 for code, _ in statuses) >= 18, statuses  # clean, not merely unsure
+    # clean, not merely unsure (a clean run ends inconclusive about 1 time in 100 in
+    # bench/sweeps.py's simulation, none of 40 times in bench/sweep_twins.py)
+    assert sum(code == 0 for code, _ in statuses) >= RUNS - 1, statuses
     with Store.open(str(store)) as db:
-        assert len(Sweeps(db).runs("nightly")) == 21
+        assert len(Sweeps(db).runs("nightly")) == 1 + RUNS
 
 
 def own_ray_environment() -> dict[str, str]:

@@ -1,6 +1,7 @@
 """The sweep report (`bisect sweep-report`): its model built from a sweep's store, every format,
 hostile text from a commit subject, a node fact and a run's reason, the command line; and once
-end to end, on what a real `bisect sweep` on twins stored.
+end to end, on what real runs of `bisect sweep` on twins stored (``real_sweep`` of
+tests/sweep_support.py: the runs tests/test_sweep_run.py checks).
 
 The store (tests/sweep_report_support.py) holds six runs of one sweep made of `bisect sweep`'s
 own parts: accepted, clean, skipped, missed, a confirmed regression with its hunt, and a run
@@ -39,11 +40,9 @@ from tests.sweep_report_support import (
     SweepStore,
     sweep_store_fixture,  # noqa: F401 - the store of six runs
 )
-from tests.sweep_support import (  # noqa: F401 - builtin_triage: autouse
-    builtin_triage,
-    commit_faults,
-    run_sweep_cli,
-    sweep_file,
+from tests.sweep_support import (
+    RealSweep,
+    real_sweep_fixture,  # noqa: F401 - real runs of `bisect sweep`, shared with test_sweep_run
 )
 from tests.test_report_hostile import assert_inert_html, assert_tables_intact, tags
 
@@ -321,32 +320,27 @@ def test_bad_input_is_one_sentence_and_exit_2(sweep_store: SweepStore, tmp_path:
 # --- end to end --------------------------------------------------------------------------------
 
 
-def test_the_report_of_a_real_sweep_says_what_bisect_sweep_said(ray_cluster: None,
+def test_the_report_of_a_real_sweep_says_what_bisect_sweep_said(real_sweep: RealSweep,
                                                                 tmp_path: Path) -> None:
-    """Two real runs of `bisect sweep` on twins: accepted, then the race back at a new commit,
-    confirmed against the baseline's commit put back. The report, built from that store, gives
+    """The real runs of `bisect sweep` on twins (``real_sweep``, tests/sweep_support.py):
+    accepted, clean, then the race back at a new commit (a hostile subject at HEAD), confirmed
+    against the baseline's commit put back, its hunt. The report, built from that store, gives
     the run's own answer, comparisons, commits and history."""
-    tree = tmp_path / "src"
-    good = commit_faults(tree, 0.0, "the fixed pool sizing")
-    path, store = sweep_file(tmp_path, tree, hunt=False), tmp_path / "bisect.db"
-    code, first = run_sweep_cli(path, store, "--accept")
-    assert code == 0, first
-    head = commit_faults(tree, 0.6, HOSTILE_SUBJECT)
-    code, second = run_sweep_cli(path, store)
-    assert code == 1 and second["status"] == "regression", second
+    store, good, head, third = real_sweep.store, real_sweep.good, real_sweep.head, real_sweep.third
+    assert real_sweep.codes[2] == 1 and third["status"] == "regression", third
     code, out, _ = sweep_report_cli(SWEEP, "--store", str(store), "--format", "json")
     assert code == 0
     report = SweepReport.from_json(json.loads(out))
     assert (report.run.seq, report.answer.status, report.answer.exit_code) == (
-        second["run"], "regression", 1)
+        third["run"], "regression", 1)
     assert report.recomputed and report.baseline is not None and report.baseline.seq == 1
     assert [(v.name, v.state, v.trials, v.confirm_trials) for v in report.variants] == [
-        (v["name"], v["state"], v["trials"], v["confirm_trials"]) for v in second["variants"]]
+        (v["name"], v["state"], v["trials"], v["confirm_trials"]) for v in third["variants"]]
     regressed = {(v.name, m.metric) for v in report.variants for m in v.metrics if m.regressed}
-    assert regressed == {(v["name"], m) for v in second["variants"] for m in v["regressed"]}
+    assert regressed == {(v["name"], m) for v in third["variants"] for m in v["regressed"]}
     assert (report.commit_baseline.sha if report.commit_baseline else None,
             report.commit_now.sha if report.commit_now else None) == (good, head)
-    assert [h.run.seq for h in report.history] == [1, 2]
+    assert [h.run.seq for h in report.history] == [1, 2, 3]
     assert all(h.variants for h in report.history)
     code, out, _ = sweep_report_cli(SWEEP, "--store", str(store), "--format", "junit")
     failures = [c.get("name") for c in ET.fromstring(out.encode()).iter("testcase")
@@ -355,5 +349,6 @@ def test_the_report_of_a_real_sweep_says_what_bisect_sweep_said(ray_cluster: Non
     code, out, _ = sweep_report_cli(SWEEP, "--store", str(store), "--format", "html", "-o",
                                     str(tmp_path / "r.html"))
     assert code == 0
-    assert_inert_html((tmp_path / "r.html").read_text(), shown_braces=False)
-
+    shown = assert_inert_html((tmp_path / "r.html").read_text(), shown_braces=False)
+    assert report.commit_now is not None and report.commit_now.subject == HOSTILE_SUBJECT
+    assert HOSTILE_SUBJECT in shown

@@ -14,7 +14,6 @@ import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from functools import partial
-from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect, text
@@ -31,17 +30,9 @@ RESULT = {"variants": {"production": "same", "hicache-off": "different"}, "p": f
           "exit": 1}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh database: a SQLite file, or a new database on the run's real PostgreSQL server."""
-    if request.param == "postgresql":
-        return str(request.getfixturevalue("postgres_url"))
-    return f"sqlite:///{tmp_path / 'bisect.db'}"
-
-
 @pytest.fixture
-def store(url: str) -> Iterator[Store]:
-    with Store.open(url) as opened:
+def store(store_url: str) -> Iterator[Store]:
+    with Store.open(store_url) as opened:
         yield opened
 
 
@@ -51,9 +42,9 @@ def sweeps(store: Store) -> Sweeps:
 
 
 @pytest.fixture
-def other(url: str, store: Store) -> Iterator[Sweeps]:
+def other(store_url: str, store: Store) -> Iterator[Sweeps]:
     """A second orchestrator on the same store: its own Store, engine and connections."""
-    with Store.open(url) as opened:
+    with Store.open(store_url) as opened:
         yield Sweeps(opened)
 
 
@@ -161,10 +152,10 @@ def test_a_second_live_run_is_refused(sweeps: Sweeps, other: Sweeps) -> None:
     assert other.start_run("nightly").seq == 3
 
 
-def test_orchestrators_racing_for_one_sweep_get_one_run(url: str, store: Store) -> None:
+def test_orchestrators_racing_for_one_sweep_get_one_run(store_url: str, store: Store) -> None:
     """Four orchestrators at once: one run, three refusals; four skips at once take four seqs;
     four finding the same dead holder's lock: one takes it over. No race shows a raw error."""
-    opened = [Store.open(url) for _ in range(4)]
+    opened = [Store.open(store_url) for _ in range(4)]
     try:
         every = [Sweeps(one) for one in opened]
         runs = race([partial(s.start_run, "nightly") for s in every])
@@ -173,7 +164,7 @@ def test_orchestrators_racing_for_one_sweep_get_one_run(url: str, store: Store) 
         skips = race([partial(s.record_skipped, "nightly", trigger="manual", schedule=None,
                               reason="held") for s in every])
         assert sorted(r.seq for r in skips if isinstance(r, SweepRunRecord)) == [2, 3, 4, 5], skips
-        sql(url, "UPDATE sweep_lock SET pid_start = pid_start + 1")  # its holder: gone
+        sql(store_url, "UPDATE sweep_lock SET pid_start = pid_start + 1")  # its holder: gone
         taken = race([partial(s.start_run, "nightly") for s in every])
         assert sorted(type(r).__name__ for r in taken) == [
             "SweepLocked", "SweepLocked", "SweepLocked", "SweepRunRecord"], taken
@@ -229,8 +220,8 @@ def _rebooted(url: str) -> None:
 @pytest.mark.parametrize("died", [_dead_orchestrator, _reused_pid, _rebooted],
                          ids=["pid-gone", "pid-reused", "rebooted"])
 def test_a_dead_holder_s_lock_on_this_host_is_taken_over(
-        died: Callable[[str], None], url: str, sweeps: Sweeps) -> None:
-    died(url)
+        died: Callable[[str], None], store_url: str, sweeps: Sweeps) -> None:
+    died(store_url)
     [dead] = sweeps.runs("nightly")
     assert dead.status == "running"
     run = sweeps.start_run("nightly")
@@ -243,9 +234,11 @@ def test_a_dead_holder_s_lock_on_this_host_is_taken_over(
     assert refused.value.run_id == run.id
 
 
-def test_a_lock_held_from_another_host_is_refused_until_broken(url: str, sweeps: Sweeps) -> None:
+def test_a_lock_held_from_another_host_is_refused_until_broken(store_url: str,
+                                                               sweeps: Sweeps) -> None:
     held = sweeps.start_run("nightly")
-    sql(url, "UPDATE sweep_lock SET host = 'gpu-box-2', pid = 1")  # pid 1 lives here: no matter
+    # pid 1 lives here: no matter
+    sql(store_url, "UPDATE sweep_lock SET host = 'gpu-box-2', pid = 1")
     with pytest.raises(SweepLocked, match=r"held by its run .* \(gpu-box-2 pid 1 since .*"
                                           r"another host is never taken over"):
         sweeps.start_run("nightly")
@@ -294,31 +287,31 @@ def test_hunts_of_a_run(sweeps: Sweeps, store: Store) -> None:
         sweeps.hunts(999)
 
 
-def test_a_database_failure_is_a_store_error(url: str, sweeps: Sweeps, store: Store) -> None:
+def test_a_database_failure_is_a_store_error(store_url: str, sweeps: Sweeps, store: Store) -> None:
     run = finished(sweeps, store, "nightly")
-    sql(url, "DROP TABLE sweep_hunt")  # damage behind the store's back
+    sql(store_url, "DROP TABLE sweep_hunt")  # damage behind the store's back
     store.create_campaign("hunt", "hunt", {}, "sweep.yaml")
     with pytest.raises(StoreError, match=f"cannot record a hunt of sweep run {run.id}: .*"
                                          "sweep_hunt"):
         sweeps.add_hunt(run.id, "hunt", good="a", bad="b")
 
 
-def test_0008_upgrades_a_store_made_at_0007_and_goes_back(url: str, store: Store) -> None:
+def test_0008_upgrades_a_store_made_at_0007_and_goes_back(store_url: str, store: Store) -> None:
     store.create_campaign("c1", "before sweeps", {}, "campaign.yaml")
     store.close()
-    downgrade(url, "0007")
-    assert tables(url).isdisjoint(SWEEP_TABLES) and current_revision(url) == "0007"
-    with Store.open(url) as again:  # a store at 0007, opened: upgraded, its campaign kept
-        assert current_revision(url) == "0008" and tables(url) >= SWEEP_TABLES
+    downgrade(store_url, "0007")
+    assert tables(store_url).isdisjoint(SWEEP_TABLES) and current_revision(store_url) == "0007"
+    with Store.open(store_url) as again:  # a store at 0007, opened: upgraded, its campaign kept
+        assert current_revision(store_url) == "0008" and tables(store_url) >= SWEEP_TABLES
         assert again.get_campaign("c1").name == "before sweeps"
         sweeps = Sweeps(again)
         run = sweeps.start_run("nightly")
         sweeps.set_campaign(run.id, "c1")
         sweeps.finish_run(run.id, "clean")
         sweeps.accept(run.id)
-    downgrade(url, "0007")  # the sweeps go with their tables; the campaign stays
-    assert tables(url).isdisjoint(SWEEP_TABLES)
-    with Store.open(url) as again:
+    downgrade(store_url, "0007")  # the sweeps go with their tables; the campaign stays
+    assert tables(store_url).isdisjoint(SWEEP_TABLES)
+    with Store.open(store_url) as again:
         assert again.get_campaign("c1").status == "running"
         assert Sweeps(again).list_sweeps() == []
 

@@ -16,9 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from deploy.health import wait_healthy
-from deploy.lab import Lab, lab_down, lab_status, lab_up, load_lab
+from deploy.lab import Lab, lab_status, load_lab
 from deploy.lab.net import default_prefix, owned
-from deploy.lab.registry import process_prefix
 from deploy.lab.systemd_host import CGROUP_PREFIX, cgroup2_root
 from deploy.lab.units import install_unit, service_unit
 from deploy.services.base import ServiceConfig
@@ -77,62 +76,46 @@ def test_render_dropin_resets_execstart_and_refuses_what_systemd_cannot_hold() -
 # -- against a real systemd --
 
 @pytest.fixture(scope="module")
-def sd_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if os.geteuid() != 0:
-        pytest.skip("a systemd lab host needs root")
-    directory = tmp_path_factory.mktemp("sdlab")
-    built = lab_up(directory, hosts=1, systemd=True, prefix=process_prefix("bls"),
-                   owner_pid=os.getpid())
-    try:
-        yield built
-    finally:
-        lab_down(directory)
-
-
-@pytest.fixture(scope="module")
-def node(sd_lab: Lab) -> Iterator[SSHTransport]:
-    transport = SSHTransport(sd_lab.target(1))
-    yield transport
-    transport.close()
-
-
-@pytest.fixture(scope="module")
-def twin_unit(sd_lab: Lab, node: SSHTransport) -> str:
+def twin_unit(systemd_lab: Lab, systemd_node: SSHTransport) -> str:
     """The operator's unit: a twin on the host's address. Returns its `systemctl cat`."""
-    argv = [PY, "-m", "experiments.twin", "--host", sd_lab.host(1).address, "--port", str(PORT)]
-    install_unit(node, "twin.service", service_unit(argv, description="twin (an SGLang node)"))
-    return SystemdServiceManager(node).describe("twin")
+    argv = twin_argv(systemd_lab)
+    install_unit(systemd_node, "twin.service",
+                 service_unit(argv, description="twin (an SGLang node)"))
+    return SystemdServiceManager(systemd_node).describe("twin")
 
 
 @pytest.fixture
-def manager(node: SSHTransport, twin_unit: str) -> Iterator[SystemdServiceManager]:
-    made = SystemdServiceManager(node)
+def manager(systemd_node: SSHTransport, twin_unit: str) -> Iterator[SystemdServiceManager]:
+    made = SystemdServiceManager(systemd_node)
     yield made
     made.stop("twin")
     made.remove_dropin("twin")
 
 
 def twin_argv(lab: Lab, *flags: str) -> list[str]:
+    # healthy as soon as it listens (its default waits 1 s first): the tests wait on it often
     return [PY, "-m", "experiments.twin", "--host", lab.host(1).address, "--port", str(PORT),
-            *flags]
+            "--twin-startup-delay", "0", *flags]
 
 
 @needs_root
-def test_the_host_runs_systemd_as_pid_1_over_ssh(sd_lab: Lab, node: SSHTransport) -> None:
-    out = node.run(["sh", "-c", 'readlink /proc/1/exe; hostname; test -x "$1" && echo sees-venv; '
-                    "systemctl is-system-running || true", "sh", PY]).check().stdout.split()
+def test_the_host_runs_systemd_as_pid_1_over_ssh(systemd_lab: Lab,
+                                                  systemd_node: SSHTransport) -> None:
+    out = systemd_node.run([
+        "sh", "-c", 'readlink /proc/1/exe; hostname; test -x "$1" && echo sees-venv; '
+        "systemctl is-system-running || true", "sh", PY]).check().stdout.split()
     assert out[0].endswith("/systemd") and out[1] == "lab-1" and out[2] == "sees-venv"
     assert out[3] in ("running", "degraded")
-    status = lab_status(sd_lab.directory)
+    status = lab_status(systemd_lab.directory)
     assert status.state == "up" and status.hosts[0].systemd and status.hosts[0].sshd
 
 
 @needs_root
 def test_variants_start_exactly_replace_each_other_and_log_per_start(
-    sd_lab: Lab, manager: SystemdServiceManager
+    systemd_lab: Lab, manager: SystemdServiceManager
 ) -> None:
-    url = f"http://{sd_lab.host(1).address}:{PORT}"
-    first = ServiceConfig.of("twin", twin_argv(sd_lab, "--enable-hierarchical-cache"),
+    url = f"http://{systemd_lab.host(1).address}:{PORT}"
+    first = ServiceConfig.of("twin", twin_argv(systemd_lab, "--enable-hierarchical-cache"),
                              {"BF16_INDEX_K": "1", "ONLY_FIRST": "yes"})
     a = manager.start(first)
     wait_healthy(f"{url}/health", 30, alive=lambda: manager.is_running("twin"))
@@ -143,7 +126,7 @@ def test_variants_start_exactly_replace_each_other_and_log_per_start(
     first_log = manager.read_log("twin", a.log_offset)
     assert first_log.count("The server is fired up and ready to roll!") == 1
 
-    second = ServiceConfig.of("twin", twin_argv(sd_lab, "--disable-cuda-graph"),
+    second = ServiceConfig.of("twin", twin_argv(systemd_lab, "--disable-cuda-graph"),
                               {"BF16_INDEX_K": "0"})
     b = manager.start(second)
     wait_healthy(f"{url}/health", 30, alive=lambda: manager.is_running("twin"))
@@ -163,7 +146,7 @@ def test_variants_start_exactly_replace_each_other_and_log_per_start(
 
 @needs_root
 def test_hostile_values_arrive_verbatim_and_run_nothing(
-    sd_lab: Lab, node: SSHTransport, manager: SystemdServiceManager
+    systemd_lab: Lab, systemd_node: SSHTransport, manager: SystemdServiceManager
 ) -> None:
     env = {f"HOSTILE_{i}": value for i, value in enumerate(HOSTILE) if "\n" not in value}
     env["HOSTILE_NL"] = "line\nbreak"  # newlines are allowed in values, escaped as \n
@@ -173,13 +156,13 @@ def test_hostile_values_arrive_verbatim_and_run_nothing(
     assert argv == list(config.argv)
     assert {key: seen.get(key) for key in env} == env
     assert "argv" in manager.read_log("twin", started.log_offset)
-    pwned = node.run(["sh", "-c", "ls /tmp/PWNED_* 2>/dev/null || true"]).check().stdout
+    pwned = systemd_node.run(["sh", "-c", "ls /tmp/PWNED_* 2>/dev/null || true"]).check().stdout
     assert pwned == "" and not list(Path("/tmp").glob("PWNED_*"))
 
 
 @needs_root
 def test_removing_the_dropin_restores_the_unit_exactly(
-    node: SSHTransport, twin_unit: str, manager: SystemdServiceManager
+    systemd_node: SSHTransport, twin_unit: str, manager: SystemdServiceManager
 ) -> None:
     # A bare command name is resolved on the node, as a plain-process start would run it.
     started = manager.start(ServiceConfig.of("twin", ["sleep", "600"], {"X": "1"}))
@@ -190,53 +173,53 @@ def test_removing_the_dropin_restores_the_unit_exactly(
     assert "zz-bisect.conf" in manager.describe("twin")
     # One an earlier bisect left under /etc (it wrote its drop-ins there) goes too.
     legacy = "/etc/systemd/system/twin.service.d"
-    node.run(["sh", "-c", f"mkdir -p {legacy} && echo '[Service]' > {legacy}/zz-bisect.conf"
+    systemd_node.run(["sh", "-c", f"mkdir -p {legacy} && echo '[Service]' > {legacy}/zz-bisect.conf"
               " && systemctl daemon-reload"]).check()
     manager.remove_dropin("twin", restart=True)
     assert manager.describe("twin") == twin_unit
     for directory in (f"{UNIT_DIR}/twin.service.d", legacy):
-        assert node.run(["test", "-e", directory]).returncode == 1
+        assert systemd_node.run(["test", "-e", directory]).returncode == 1
     _, env = manager.process(manager.main_pid("twin"))  # restarted: the operator's config again
     assert "X" not in env and env["PYTHONUNBUFFERED"] == "1"
 
 
 @needs_root
 def test_leaving_a_unit_as_found_keeps_a_running_one_running_and_a_stopped_one_stopped(
-    sd_lab: Lab, node: SSHTransport, twin_unit: str, manager: SystemdServiceManager
+    systemd_lab: Lab, systemd_node: SSHTransport, twin_unit: str, manager: SystemdServiceManager
 ) -> None:
-    url = f"http://{sd_lab.host(1).address}:{PORT}"
+    url = f"http://{systemd_lab.host(1).address}:{PORT}"
     manager.stop_leftover("twin")  # the operator's unit is never a leftover: untouched
-    node.run(["systemctl", "start", "twin.service"]).check()  # the operator's, running
+    systemd_node.run(["systemctl", "start", "twin.service"]).check()  # the operator's, running
     manager.stop_leftover("twin")
     operators = manager.main_pid("twin")
     assert manager.is_running("twin") and operators > 0
-    manager.start(ServiceConfig.of("twin", twin_argv(sd_lab, "--disable-cuda-graph"),
+    manager.start(ServiceConfig.of("twin", twin_argv(systemd_lab, "--disable-cuda-graph"),
                                    {"X": "1"}))
     manager.leave_as_found("twin", was_running=True)
     wait_healthy(f"{url}/health", 30, alive=lambda: manager.is_running("twin"))
     assert manager.describe("twin") == twin_unit  # no drop-in: the operator's unit exactly
     argv, env = manager.process(manager.main_pid("twin"))
     assert manager.main_pid("twin") != operators  # started again, not a variant left running
-    assert argv == twin_argv(sd_lab) and "X" not in env and env["PYTHONUNBUFFERED"] == "1"
+    assert argv == twin_argv(systemd_lab) and "X" not in env and env["PYTHONUNBUFFERED"] == "1"
 
     manager.stop("twin")  # not running before this campaign: not running after it
     manager.start(ServiceConfig.of("twin", SLEEPER, {"X": "2"}))
     manager.leave_as_found("twin", was_running=False)
     assert not manager.is_running("twin") and manager.describe("twin") == twin_unit
-    assert node.run(["test", "-e", f"{UNIT_DIR}/twin.service.d"]).returncode == 1
+    assert systemd_node.run(["test", "-e", f"{UNIT_DIR}/twin.service.d"]).returncode == 1
 
 
 @needs_root
 def test_a_missing_unit_or_an_overriding_environment_is_refused(
-    sd_lab: Lab, node: SSHTransport, twin_unit: str
+    systemd_lab: Lab, systemd_node: SSHTransport, twin_unit: str
 ) -> None:
-    manager = SystemdServiceManager(node)
+    manager = SystemdServiceManager(systemd_node)
     with pytest.raises(TransportError, match="not installed"):
         manager.start(ServiceConfig.of("ghost", SLEEPER, {}))
-    assert node.run(["test", "-e", f"{UNIT_DIR}/ghost.service.d"]).returncode == 1
+    assert systemd_node.run(["test", "-e", f"{UNIT_DIR}/ghost.service.d"]).returncode == 1
     # The operator's own EnvironmentFile= is read before the variant's: the variant wins.
-    node.run(["sh", "-c", "echo BF16_INDEX_K=0 > /etc/default/pinned"]).check()
-    install_unit(node, "pinned.service", service_unit(SLEEPER, description="pinned")
+    systemd_node.run(["sh", "-c", "echo BF16_INDEX_K=0 > /etc/default/pinned"]).check()
+    install_unit(systemd_node, "pinned.service", service_unit(SLEEPER, description="pinned")
                  + "EnvironmentFile=/etc/default/pinned\n")
     try:
         started = manager.start(ServiceConfig.of("pinned", SLEEPER, {"BF16_INDEX_K": "1"}))
@@ -245,7 +228,7 @@ def test_a_missing_unit_or_an_overriding_environment_is_refused(
         manager.stop("pinned")
         manager.remove_dropin("pinned")
     # UnsetEnvironment= is applied last: the variant would silently not be applied.
-    install_unit(node, "unset.service", service_unit(SLEEPER, description="unset")
+    install_unit(systemd_node, "unset.service", service_unit(SLEEPER, description="unset")
                  + "UnsetEnvironment=BF16_INDEX_K\n")
     try:
         with pytest.raises(VariantNotApplied, match="BF16_INDEX_K"):
@@ -257,22 +240,33 @@ def test_a_missing_unit_or_an_overriding_environment_is_refused(
 
 @needs_root
 def test_the_variants_environment_is_in_no_unit_property_and_never_on_disk(
-    sd_lab: Lab, node: SSHTransport, manager: SystemdServiceManager
+    systemd_lab: Lab, systemd_node: SSHTransport, manager: SystemdServiceManager
 ) -> None:
+    # Only a file written since the secret was made can hold it: those are searched (the
+    # host's /etc and /var are the machine's, with gigabytes of caches written long before).
+    since = "/tmp/bisect-secret-since"
+    systemd_node.run(["sh", "-c", 'touch -d "@$(($(date +%s) - 2))" "$1"', "sh", since]).check()
+
+    def files_holding(secret: str, *directories: str) -> str:
+        return systemd_node.run(["find", *directories, "-type", "f", "-newer", since, "-exec",
+                                 "grep", "-l", "--", secret, "{}", "+"]).stdout
+
     secret = "s3cr3t-" + os.urandom(8).hex()
     started = manager.start(ServiceConfig.of("twin", SLEEPER, {"API_TOKEN": secret}))
     try:
         assert manager.process(started.pid)[1]["API_TOKEN"] == secret
         # What any user of the node may read over D-Bus: the unit's properties.
-        shown = node.run(["systemctl", "show", "twin.service"]).check().stdout
+        shown = systemd_node.run(["systemctl", "show", "twin.service"]).check().stdout
         assert secret not in shown and f"{UNIT_DIR}/twin.service.d/zz-bisect.env" in shown
-        on_disk = node.run(["grep", "-rl", "--", secret, "/etc", "/var", "/usr/lib/systemd"])
-        assert on_disk.stdout == ""
-        mode = node.run(["stat", "-c", "%a", f"{UNIT_DIR}/twin.service.d/zz-bisect.env"])
+        assert files_holding(secret, "/etc", "/var", "/usr/lib/systemd") == ""
+        # (the search finds what is there: the environment file, in memory under /run)
+        assert files_holding(secret, UNIT_DIR).split() == [
+            f"{UNIT_DIR}/twin.service.d/zz-bisect.env"]
+        mode = systemd_node.run(["stat", "-c", "%a", f"{UNIT_DIR}/twin.service.d/zz-bisect.env"])
         assert mode.check().stdout.strip() == "600"
     finally:
         manager.remove_dropin("twin", restart=True)
-    assert node.run(["test", "-e", f"{UNIT_DIR}/twin.service.d"]).returncode == 1
+    assert systemd_node.run(["test", "-e", f"{UNIT_DIR}/twin.service.d"]).returncode == 1
 
 
 # -- the lab itself --
@@ -327,24 +321,24 @@ def test_lab_up_systemd_from_the_cli_and_down_leaves_nothing(tmp_path: Path) -> 
 
 @needs_root
 def test_a_campaign_through_systemd_units_finds_the_culprit_and_restores_the_unit(
-        sd_lab: Lab, node: SSHTransport, twin_unit: str, ray_cluster: None,
+        systemd_lab: Lab, systemd_node: SSHTransport, twin_unit: str, ray_cluster: None,
         tmp_path: Path) -> None:
     from db.store import Store
     from experiments.campaign import Campaign
     from orchestrator.executor.driver import run_campaign
     from orchestrator.stored import create_campaign
 
-    host = sd_lab.host(1)
+    host = systemd_lab.host(1)
     faults = Path(host.workdir) / "faults.yaml"  # the container's /tmp is its own: use workdir
     faults.write_text("rules: [{name: race, when: {env: {BF16_INDEX_K: '1'}, flags: "
                       "{enable-hierarchical-cache: true}}, probability: 0.5, effect: leak}]\n")
     base = f"http://{host.address}:{PORT}"
     campaign = Campaign.model_validate({
         "name": "through systemd",
-        "nodes": [sd_lab.node(1)],
+        "nodes": [systemd_lab.node(1)],
         "pools": [{"name": "p", "endpoint": base, "services": [{
             "name": "twin", "node": host.name, "manager": "systemd", "unit": "twin.service",
-            "start": twin_argv(sd_lab, "--fault-model", str(faults),
+            "start": twin_argv(systemd_lab, "--fault-model", str(faults),
                                "--twin-startup-delay", "0.2", "--twin-latency-ms", "5"),
             "health_url": f"{base}/health", "startup_timeout_s": 60,
             "log_markers": ["The server is fired up and ready to roll!"]}]}],
@@ -364,14 +358,14 @@ def test_a_campaign_through_systemd_units_finds_the_culprit_and_restores_the_uni
         verdict = run_campaign(store, campaign_id).to_json()
     assert verdict["status"] == "culprit"
     assert [c["factors"] for c in verdict["culprits"]] == [{"index_k": "bf16", "hicache": "on"}]
-    manager = SystemdServiceManager(node)
+    manager = SystemdServiceManager(systemd_node)
     assert manager.describe("twin") == twin_unit  # the drop-in is gone: the operator's unit
     assert not manager.is_running("twin")  # it was not running before the campaign
 
 
 @needs_root
 def test_a_unit_that_unsets_the_variant_s_env_makes_it_unresolvable_not_a_stopped_run(
-        sd_lab: Lab, node: SSHTransport, ray_cluster: None, tmp_path: Path) -> None:
+        systemd_lab: Lab, systemd_node: SSHTransport, ray_cluster: None, tmp_path: Path) -> None:
     """The operator's own UnsetEnvironment= beats the variant: a variant failure (evidence),
     recorded once per attempt, never retried as infrastructure until the run stops. So is a
     value systemd cannot hold (a control character), never a crashed pool."""
@@ -380,14 +374,15 @@ def test_a_unit_that_unsets_the_variant_s_env_makes_it_unresolvable_not_a_stoppe
     from orchestrator.executor.driver import run_campaign
     from orchestrator.stored import MAX_FAILED_ATTEMPTS, create_campaign
 
-    host = sd_lab.host(1)
+    host = systemd_lab.host(1)
     argv = [PY, "-m", "experiments.twin", "--host", host.address, "--port", str(PORT + 1)]
-    install_unit(node, "unsetk.service", service_unit(argv, description="unsets the variant")
+    install_unit(systemd_node, "unsetk.service",
+                 service_unit(argv, description="unsets the variant")
                  + "UnsetEnvironment=BF16_INDEX_K\n")
     base = f"http://{host.address}:{PORT + 1}"
     campaign = Campaign.model_validate({
         "name": "unset by the unit",
-        "nodes": [sd_lab.node(1)],
+        "nodes": [systemd_lab.node(1)],
         "pools": [{"name": "p", "endpoint": base, "services": [{
             "name": "unsetk", "node": host.name, "manager": "systemd", "unit": "unsetk.service",
             "start": argv, "health_url": f"{base}/health", "startup_timeout_s": 60}]}],
@@ -414,4 +409,4 @@ def test_a_unit_that_unsets_the_variant_s_env_makes_it_unresolvable_not_a_stoppe
     for trial in trials:
         restart = next(s for s in steps[trial.id] if s.name == "restart")
         assert restart.outcome == "failed" and restart.details["failure"] == "variant"
-    assert SystemdServiceManager(node).describe("unsetk").count("zz-bisect") == 0
+    assert SystemdServiceManager(systemd_node).describe("unsetk").count("zz-bisect") == 0

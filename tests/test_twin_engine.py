@@ -9,6 +9,9 @@ read are tested as they run on the GPU. Real twins over HTTP with ``--engine cpu
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -304,3 +307,15 @@ def test_the_gpu_benchmarks_campaigns_render_and_the_hunt_removes_one_wait(
     assert waits == [True] * 5 + [False] * 5  # commit 5 removed the wait
     hunt = (tmp_path / "hunt.yaml").read_text()
     assert f"good: {shas[0]}" in hunt and f"bad: {shas[-1]}" in hunt and "--twin-tree" in hunt
+
+
+@pytest.mark.parametrize(("name", "value"), [("BISECT_TWIN_GPU_POOL_SLOTS", "0"),
+                                             ("SGLANG_HICACHE_WAIT_LOAD", "maybe")])
+def test_a_bad_engine_setting_is_refused_at_start(name: str, value: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "experiments.twin", "--engine", "cpu-standin",
+                           "--port", "1", "--twin-startup-delay", "0"],
+                          env={**os.environ, name: value}, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: ") and name in done.stderr
+    assert "Traceback" not in done.stderr

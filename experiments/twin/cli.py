@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import sys
 
-from experiments.twin import faults, logs, tree
+from experiments.twin import engine, faults, logs, tree
 from experiments.twin.args import (
     FAULT_MODEL_ENV,
     FORK_FLAGS_ENV,
@@ -89,6 +90,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     env = _read_env(model)
+    if ns.engine != "planted":  # a bad engine setting is refused at start, not on each request
+        try:
+            engine.settings(ns.engine, env, root)
+        except engine.EngineError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if ns.engine == "gpu" and importlib.util.find_spec("torch") is None:
+            print("error: --engine gpu needs torch with CUDA (pip install torch)",
+                  file=sys.stderr)
+            return 2
     config = TwinConfig(ns=ns, flags=flags, env=env, faults=model, fault_model_path=path,
                         capacity=logs.capacity(ns, env), files=files,
                         tree=str(root) if root and files else None)

@@ -35,7 +35,7 @@ from experiments.twin.bootstrap import (
     env_seconds,
     serve_bootstrap,
 )
-from experiments.twin.chat import chat
+from experiments.twin.chat import chat, engine_of
 from experiments.twin.faults import FaultModel, FileFacts, RoleView, env_names
 from experiments.twin.latency import Jitter, LatencyModel, PrefixCache, ServerLatency
 from experiments.twin.metrics import Metrics
@@ -130,7 +130,10 @@ class Twin:
         return app
 
     async def warm_up(self) -> None:
-        """Startup log lines spread over the startup delay; /health turns 200 at its end."""
+        """Startup log lines spread over the startup delay; /health turns 200 at its end. The
+        engine starts first: a GPU engine's torch import and CUDA set-up are startup, not the
+        first request's latency."""
+        engine_of(self)
         delay, cap = max(0.0, self.ns.twin_startup_delay), self.config.capacity
         started = time.monotonic()
         await asyncio.sleep(delay * 0.3)

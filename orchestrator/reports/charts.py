@@ -69,7 +69,7 @@ class Latency:
 
 # --- the SVG writer -----------------------------------------------------------------------------
 
-def _el(tag: str, attrs: Mapping[str, object] | None = None, *children: Markup | str) -> Markup:
+def el(tag: str, attrs: Mapping[str, object] | None = None, *children: Markup | str) -> Markup:
     """One element: attribute values and string children escaped, Markup children kept."""
     attributes = Markup("").join(
         Markup(' {}="{}"').format(name, clean(str(value)))
@@ -80,28 +80,28 @@ def _el(tag: str, attrs: Mapping[str, object] | None = None, *children: Markup |
     return Markup("<{0}{1}>{2}</{0}>").format(tag, attributes, inner)
 
 
-def _n(value: float) -> str:
+def num(value: float) -> str:
     return f"{value:.1f}".rstrip("0").rstrip(".")
 
 
-def _svg(width: float, height: float, title: str, *body: Markup, kind: str) -> Markup:
-    return _el("svg", {"xmlns": "http://www.w3.org/2000/svg", "class": f"chart {kind}",
-                       "role": "img", "aria-label": title, "width": _n(width),
-                       "height": _n(height), "viewBox": f"0 0 {_n(width)} {_n(height)}",
+def svg(width: float, height: float, title: str, *body: Markup, kind: str) -> Markup:
+    return el("svg", {"xmlns": "http://www.w3.org/2000/svg", "class": f"chart {kind}",
+                       "role": "img", "aria-label": title, "width": num(width),
+                       "height": num(height), "viewBox": f"0 0 {num(width)} {num(height)}",
                        "font-family": FONT, "font-size": "12", "fill": INK},
-               _el("title", None, title), *body)
+               el("title", None, title), *body)
 
 
-def _text(x: float, y: float, text: str, anchor: str = "start", **attrs: object) -> Markup:
-    return _el("text", {"x": _n(x), "y": _n(y), "text-anchor": anchor, **attrs}, text)
+def text_at(x: float, y: float, text: str, anchor: str = "start", **attrs: object) -> Markup:
+    return el("text", {"x": num(x), "y": num(y), "text-anchor": anchor, **attrs}, text)
 
 
-def _line(x1: float, y1: float, x2: float, y2: float, stroke: str, **attrs: object) -> Markup:
-    return _el("line", {"x1": _n(x1), "y1": _n(y1), "x2": _n(x2), "y2": _n(y2),
+def rule(x1: float, y1: float, x2: float, y2: float, stroke: str, **attrs: object) -> Markup:
+    return el("line", {"x1": num(x1), "y1": num(y1), "x2": num(x2), "y2": num(y2),
                         "stroke": stroke, **attrs})
 
 
-def _short(label: str, chars: int) -> str:
+def clip(label: str, chars: int) -> str:
     return label if len(label) <= chars else label[:max(chars - 1, 1)] + "…"
 
 
@@ -124,17 +124,17 @@ def _ms(value: float) -> str:
 
 
 def _axis(x0: float, x1: float, y0: float, y1: float, values: Sequence[float],
-          label: str = "", fmt: Callable[[float], str] = _n) -> list[Markup]:
+          label: str = "", fmt: Callable[[float], str] = num) -> list[Markup]:
     """A horizontal value axis: grid lines over the plot (y0..y1), tick labels below it."""
     top = values[-1] or 1.0
     out: list[Markup] = []
     for value in values:
         x = x0 + (x1 - x0) * value / top
-        out.append(_line(x, y0, x, y1, GRID, **{"class": "grid"}))
-        out.append(_text(x, y1 + 14, fmt(value), "middle",
+        out.append(rule(x, y0, x, y1, GRID, **{"class": "grid"}))
+        out.append(text_at(x, y1 + 14, fmt(value), "middle",
                          fill=MUTED))
     if label:
-        out.append(_text((x0 + x1) / 2, y1 + 30, label, "middle", fill=MUTED))
+        out.append(text_at((x0 + x1) / 2, y1 + 30, label, "middle", fill=MUTED))
     return out
 
 
@@ -163,22 +163,22 @@ def rate_chart(bars: Sequence[RateBar], title: str = "Corruption rate per varian
                    f"{_pct(bar.ci95[0])}–{_pct(bar.ci95[1])})"
                    + "".join(f"; {t}" for t in tags))
         mid = y + row / 2
-        body.append(_el(
+        body.append(el(
             "g", {"class": "variant" + "".join(f" {t}" for t in tags)},
-            _el("title", None, summary),
-            _text(left - 8, mid + 4, _short(bar.label, label_chars), "end",
+            el("title", None, summary),
+            text_at(left - 8, mid + 4, clip(bar.label, label_chars), "end",
                   **({"font-weight": "600"} if bar.culprit else {})),
-            _el("rect", {"class": "bar", "x": _n(left), "y": _n(y + 5),
-                         "width": _n(max(x(bar.rate) - left, 0.0)), "height": _n(row - 10),
+            el("rect", {"class": "bar", "x": num(left), "y": num(y + 5),
+                         "width": num(max(x(bar.rate) - left, 0.0)), "height": num(row - 10),
                          "fill": colour, "fill-opacity": "0.85"}),
-            _line(x(bar.ci95[0]), mid, x(bar.ci95[1]), mid, INK, **{"class": "ci",
+            rule(x(bar.ci95[0]), mid, x(bar.ci95[1]), mid, INK, **{"class": "ci",
                                                                     "stroke-width": "1.5"}),
-            _line(x(bar.ci95[0]), mid - 5, x(bar.ci95[0]), mid + 5, INK),
-            _line(x(bar.ci95[1]), mid - 5, x(bar.ci95[1]), mid + 5, INK),
-            _text(left + plot + 10, mid + 4, values[i],
+            rule(x(bar.ci95[0]), mid - 5, x(bar.ci95[0]), mid + 5, INK),
+            rule(x(bar.ci95[1]), mid - 5, x(bar.ci95[1]), mid + 5, INK),
+            text_at(left + plot + 10, mid + 4, values[i],
                   fill=CULPRIT if bar.culprit else (GOOD if bar.role == "known-good" else INK)),
         ))
-    return _svg(left + plot + right, height, title, *body, kind="rates")
+    return svg(left + plot + right, height, title, *body, kind="rates")
 
 
 # --- an interaction plot for a two-factor culprit -----------------------------------------------
@@ -199,13 +199,13 @@ def interaction_chart(row_factor: str, line_factor: str, points: Sequence[Point]
     step = plot_w / max(len(rows), 1)
     body: list[Markup] = []
     for value in scale:
-        body.append(_line(left, y(value), left + plot_w, y(value), GRID, **{"class": "grid"}))
-        body.append(_text(left - 6, y(value) + 4, _pct(value), "end", fill=MUTED))
+        body.append(rule(left, y(value), left + plot_w, y(value), GRID, **{"class": "grid"}))
+        body.append(text_at(left - 6, y(value) + 4, _pct(value), "end", fill=MUTED))
     for i, level in enumerate(rows):
-        body.append(_text(left + step * (i + 0.5), top + plot_h + 16,
-                          _short(level, int(step / CHAR_W)), "middle"))
-    body.append(_text(left + plot_w / 2, top + plot_h + 36, row_factor, "middle", fill=MUTED))
-    body.append(_text(legend_x, top + 4, _short(line_factor, legend_chars), fill=MUTED))
+        body.append(text_at(left + step * (i + 0.5), top + plot_h + 16,
+                          clip(level, int(step / CHAR_W)), "middle"))
+    body.append(text_at(left + plot_w / 2, top + plot_h + 36, row_factor, "middle", fill=MUTED))
+    body.append(text_at(legend_x, top + 4, clip(line_factor, legend_chars), fill=MUTED))
     spread = min(step * 0.25, 18.0) / max(len(lines), 1)  # whiskers side by side, not on top
     for j, level in enumerate(lines):
         colour, dash = LINES[j % len(LINES)], DASHES[j % len(DASHES)]
@@ -213,26 +213,26 @@ def interaction_chart(row_factor: str, line_factor: str, points: Sequence[Point]
         shift = (j - (len(lines) - 1) / 2) * spread
         xy = [(left + step * (i + 0.5) + shift, y(mine[r].rate))
               for i, r in enumerate(rows) if r in mine]
-        marks: list[Markup] = [_el("polyline", {
-            "class": "line", "points": " ".join(f"{_n(a)},{_n(b)}" for a, b in xy),
+        marks: list[Markup] = [el("polyline", {
+            "class": "line", "points": " ".join(f"{num(a)},{num(b)}" for a, b in xy),
             "fill": "none", "stroke": colour, "stroke-width": "2",
             "stroke-dasharray": dash or None})]
         for (px, py), row_level in zip(xy, [r for r in rows if r in mine], strict=True):
             p = mine[row_level]
-            marks.append(_el(
+            marks.append(el(
                 "g", {"class": "point"},
-                _el("title", None, f"{row_factor}={row_level}, {line_factor}={level}: "
+                el("title", None, f"{row_factor}={row_level}, {line_factor}={level}: "
                     f"{_pct(p.rate)} of {p.sessions} sessions (95% interval "
                     f"{_pct(p.ci95[0])}–{_pct(p.ci95[1])})"),
-                _line(px, y(p.ci95[0]), px, y(p.ci95[1]), colour, **{"class": "ci"}),
-                _el("circle", {"cx": _n(px), "cy": _n(py), "r": "4", "fill": colour})))
+                rule(px, y(p.ci95[0]), px, y(p.ci95[1]), colour, **{"class": "ci"}),
+                el("circle", {"cx": num(px), "cy": num(py), "r": "4", "fill": colour})))
         legend_y = top + 22 + 18 * j
-        marks.append(_line(legend_x, legend_y - 4, legend_x + 28, legend_y - 4, colour,
+        marks.append(rule(legend_x, legend_y - 4, legend_x + 28, legend_y - 4, colour,
                            **{"stroke-width": "2", "stroke-dasharray": dash or None}))
-        marks.append(_text(legend_x + 34, legend_y, _short(level, legend_chars)))
-        body.append(_el("g", {"class": "level"}, *marks))
-    body.append(_line(left, top + plot_h, left + plot_w, top + plot_h, MUTED))
-    return _svg(width, height, title, *body, kind="interaction")
+        marks.append(text_at(legend_x + 34, legend_y, clip(level, legend_chars)))
+        body.append(el("g", {"class": "level"}, *marks))
+    body.append(rule(left, top + plot_h, left + plot_w, top + plot_h, MUTED))
+    return svg(width, height, title, *body, kind="interaction")
 
 
 # --- per-trial time series ----------------------------------------------------------------------
@@ -258,45 +258,45 @@ def series_chart(title: str, running: Sequence[tuple[float, float]],
     scale = ticks(max([v for _, v in runs + queue] + [1.0]), 4)
     x = lambda t: left + plot_w * max(t, 0.0) / end  # noqa: E731
     y = lambda v: top + plot_h * (1 - max(v, 0.0) / scale[-1])  # noqa: E731
-    body: list[Markup] = [_text(0, 12, _short(title, int(width / CHAR_W)),
+    body: list[Markup] = [text_at(0, 12, clip(title, int(width / CHAR_W)),
                                 **{"font-weight": "600"})]
     for value in scale:
-        body.append(_line(left, y(value), left + plot_w, y(value), GRID, **{"class": "grid"}))
-        body.append(_text(left - 5, y(value) + 4, _n(value), "end", fill=MUTED))
+        body.append(rule(left, y(value), left + plot_w, y(value), GRID, **{"class": "grid"}))
+        body.append(text_at(left - 5, y(value) + 4, num(value), "end", fill=MUTED))
     for t in ticks(end, 4):
         if t <= end:
-            body.append(_text(x(t), top + plot_h + 14, f"{_n(t)} s", "middle", fill=MUTED))
+            body.append(text_at(x(t), top + plot_h + 14, f"{num(t)} s", "middle", fill=MUTED))
     for name, samples, colour, dash in (("running", runs, LINES[0], None),
                                         ("queued", queue, LINES[1], "5 3")):
         if samples:
-            body.append(_el("polyline", {
+            body.append(el("polyline", {
                 "class": f"series {name}", "fill": "none", "stroke": colour,
                 "stroke-width": "1.6", "stroke-dasharray": dash,
-                "points": " ".join(f"{_n(x(t))},{_n(y(v))}" for t, v in samples)},
-                _el("title", None, f"{name} requests ({len(samples)} samples)")))
+                "points": " ".join(f"{num(x(t))},{num(y(v))}" for t, v in samples)},
+                el("title", None, f"{name} requests ({len(samples)} samples)")))
     for event in timed:
         at = x(event.t_s or 0.0)
-        body.append(_el("g", {"class": "event"},
-                        _el("title", None, f"{_n(event.t_s or 0.0)} s · {event.kind}: "
+        body.append(el("g", {"class": "event"},
+                        el("title", None, f"{num(event.t_s or 0.0)} s · {event.kind}: "
                             f"{event.text}"),
-                        _line(at, top, at, top + plot_h, CULPRIT, **{"stroke-width": "1.2"}),
-                        _el("path", {"d": f"M{_n(at - 4)},{_n(top - 6)}h8l-4,6z",
+                        rule(at, top, at, top + plot_h, CULPRIT, **{"stroke-width": "1.2"}),
+                        el("path", {"d": f"M{num(at - 4)},{num(top - 6)}h8l-4,6z",
                                      "fill": CULPRIT})))
     if not runs and not queue:
-        body.append(_text(left + plot_w / 2, top + plot_h / 2, "no metric samples stored",
+        body.append(text_at(left + plot_w / 2, top + plot_h / 2, "no metric samples stored",
                           "middle", fill=MUTED))
     legend = [("running", LINES[0], None), ("queued", LINES[1], "5 3")]
     for i, (name, colour, dash) in enumerate(legend):
-        body.append(_line(left + 80 * i, 24, left + 80 * i + 18, 24, colour,
+        body.append(rule(left + 80 * i, 24, left + 80 * i + 18, 24, colour,
                           **{"stroke-width": "2", "stroke-dasharray": dash}))
-        body.append(_text(left + 80 * i + 22, 28, name, fill=MUTED))
+        body.append(text_at(left + 80 * i + 22, 28, name, fill=MUTED))
     note = f"{len(timed)} wedge event{'s' * (len(timed) != 1)} marked"
     if untimed:
         note += f", {untimed} without a time"
-    body.append(_text(left, top + plot_h + 30, note,
+    body.append(text_at(left, top + plot_h + 30, note,
                       fill=CULPRIT if events else MUTED, **{"class": "events-note"}))
-    body.append(_line(left, top + plot_h, left + plot_w, top + plot_h, MUTED))
-    return _svg(width, top + plot_h + 38, title, *body, kind="series")
+    body.append(rule(left, top + plot_h, left + plot_w, top + plot_h, MUTED))
+    return svg(width, top + plot_h + 38, title, *body, kind="series")
 
 
 # --- latency percentiles per variant ------------------------------------------------------------
@@ -310,7 +310,7 @@ def latency_chart(rows: Sequence[Latency],
     y_end = top + row * max(len(rows), 1)
     body: list[Markup] = []
     for i, r in enumerate(rows):
-        body.append(_text(left - 8, top + i * row + row / 2 + 4, _short(r.label, label_chars),
+        body.append(text_at(left - 8, top + i * row + row / 2 + 4, clip(r.label, label_chars),
                           "end", **({"font-weight": "600"} if r.culprit else {})))
     for k, (name, pick) in enumerate((
             ("time to first token", lambda r: (r.ttft_p50, r.ttft_p99)),
@@ -319,28 +319,28 @@ def latency_chart(rows: Sequence[Latency],
         values = [v for r in rows for v in pick(r) if v is not None and math.isfinite(v)]
         scale = ticks(max(values, default=0.0) or 1.0, 4)
         x = lambda v, x0=x0, scale=scale: x0 + panel * min(max(v, 0.0), scale[-1]) / scale[-1]  # noqa: E731
-        body.append(_text(x0, 14, name, **{"font-weight": "600"}))
+        body.append(text_at(x0, 14, name, **{"font-weight": "600"}))
         body += _axis(x0, x0 + panel, top, y_end, scale, "", _ms)
         for i, r in enumerate(rows):
             p50, p99 = pick(r)
             mid = top + i * row + row / 2
             colour = CULPRIT if r.culprit else LINES[0]
             if p50 is None and p99 is None:
-                body.append(_text(x0 + 4, mid + 4, "not measured", fill=MUTED,
+                body.append(text_at(x0 + 4, mid + 4, "not measured", fill=MUTED,
                                   **{"class": "unmeasured"}))
                 continue
-            marks: list[Markup] = [_el("title", None, f"{r.label}, {name}: p50 "
+            marks: list[Markup] = [el("title", None, f"{r.label}, {name}: p50 "
                                        f"{_ms(p50) if p50 is not None else '–'}, p99 "
                                        f"{_ms(p99) if p99 is not None else '–'}")]
             if p50 is not None and p99 is not None:
-                marks.append(_line(x(p50), mid, x(p99), mid, colour, **{"stroke-width": "2"}))
+                marks.append(rule(x(p50), mid, x(p99), mid, colour, **{"stroke-width": "2"}))
             if p50 is not None:
-                marks.append(_el("circle", {"class": "p50", "cx": _n(x(p50)), "cy": _n(mid),
+                marks.append(el("circle", {"class": "p50", "cx": num(x(p50)), "cy": num(mid),
                                             "r": "4", "fill": colour}))
             if p99 is not None:
                 at = x(p99)
-                marks.append(_el("path", {"class": "p99", "fill": "#fff", "stroke": colour,
+                marks.append(el("path", {"class": "p99", "fill": "#fff", "stroke": colour,
                                           "stroke-width": "1.5",
-                                          "d": f"M{_n(at)},{_n(mid - 5)}l5,5l-5,5l-5,-5z"}))
-            body.append(_el("g", {"class": "latency"}, *marks))
-    return _svg(left + 2 * panel + gap + 24, y_end + 24, title, *body, kind="latency")
+                                          "d": f"M{num(at)},{num(mid - 5)}l5,5l-5,5l-5,-5z"}))
+            body.append(el("g", {"class": "latency"}, *marks))
+    return svg(left + 2 * panel + gap + 24, y_end + 24, title, *body, kind="latency")

@@ -21,11 +21,11 @@ from orchestrator.reports.charts import (
     INK,
     LINES,
     MUTED,
-    _el,
-    _line,
-    _n,
-    _svg,
-    _text,
+    el,
+    num,
+    rule,
+    svg,
+    text_at,
 )
 from orchestrator.reports.optimize_model import Search
 from orchestrator.reports.optimize_text import labelled
@@ -76,13 +76,13 @@ def _tick(value: float) -> str:
 def _mark(kind: str, x: float, y: float) -> Markup:
     if kind == "rejected":
         return Markup("").join(
-            _line(x - 4.5, y - 4.5 * s, x + 4.5, y + 4.5 * s, CULPRIT, **{"stroke-width": "2"})
+            rule(x - 4.5, y - 4.5 * s, x + 4.5, y + 4.5 * s, CULPRIT, **{"stroke-width": "2"})
             for s in (1, -1))
     if kind == "unproven":
-        return _el("circle", {"cx": _n(x), "cy": _n(y), "r": "3", "fill": MUTED,
+        return el("circle", {"cx": num(x), "cy": num(y), "r": "3", "fill": MUTED,
                               "fill-opacity": "0.55"})
     filled = kind == "front"
-    return _el("circle", {"cx": _n(x), "cy": _n(y), "r": "6" if filled else "5",
+    return el("circle", {"cx": num(x), "cy": num(y), "r": "6" if filled else "5",
                           "fill": FRONT if filled else "#fff", "stroke": FRONT if filled else SAFE,
                           "stroke-width": "2"})
 
@@ -102,47 +102,47 @@ def pareto_chart(points: Sequence[ParetoPoint], x_axis: Axis, y_axis: Axis,
     fy: Callable[[float], float] = lambda v: top + plot_h * (1 - (v - ys[0]) / (ys[-1] - ys[0]))  # noqa: E731
     body: list[Markup] = []
     for value in xs:
-        body.append(_line(fx(value), top, fx(value), top + plot_h, GRID, **{"class": "grid"}))
-        body.append(_text(fx(value), top + plot_h + 15, _tick(value), "middle", fill=MUTED))
+        body.append(rule(fx(value), top, fx(value), top + plot_h, GRID, **{"class": "grid"}))
+        body.append(text_at(fx(value), top + plot_h + 15, _tick(value), "middle", fill=MUTED))
     for value in ys:
-        body.append(_line(left, fy(value), left + plot_w, fy(value), GRID, **{"class": "grid"}))
-        body.append(_text(left - 6, fy(value) + 4, _tick(value), "end", fill=MUTED))
+        body.append(rule(left, fy(value), left + plot_w, fy(value), GRID, **{"class": "grid"}))
+        body.append(text_at(left - 6, fy(value) + 4, _tick(value), "end", fill=MUTED))
     better_x = "better →" if x_axis.direction == "maximize" else "← better"
     better_y = "better ↑" if y_axis.direction == "maximize" else "better ↓"
-    body.append(_text(left + plot_w / 2, top + plot_h + 34, f"{x_axis.label}, {better_x}",
+    body.append(text_at(left + plot_w / 2, top + plot_h + 34, f"{x_axis.label}, {better_x}",
                       "middle", fill=MUTED, **{"class": "x-label"}))
-    body.append(_text(14, top + plot_h / 2, f"{y_axis.label}, {better_y}", "middle",
-                      fill=MUTED, transform=f"rotate(-90 14 {_n(top + plot_h / 2)})",
+    body.append(text_at(14, top + plot_h / 2, f"{y_axis.label}, {better_y}", "middle",
+                      fill=MUTED, transform=f"rotate(-90 14 {num(top + plot_h / 2)})",
                       **{"class": "y-label"}))
-    body.append(_line(left, top + plot_h, left + plot_w, top + plot_h, MUTED))
-    body.append(_line(left, top, left, top + plot_h, MUTED))
+    body.append(rule(left, top + plot_h, left + plot_w, top + plot_h, MUTED))
+    body.append(rule(left, top, left, top + plot_h, MUTED))
     front = sorted((p for p in shown if p.kind == "front"), key=lambda p: p.x)
     if len(front) > 1:
-        body.append(_el("polyline", {
+        body.append(el("polyline", {
             "class": "front-line", "fill": "none", "stroke": FRONT, "stroke-width": "1.5",
             "stroke-dasharray": "5 3",
-            "points": " ".join(f"{_n(fx(p.x))},{_n(fy(p.y))}" for p in front)}))
+            "points": " ".join(f"{num(fx(p.x))},{num(fy(p.y))}" for p in front)}))
     for kind in KINDS:
         for p in (p for p in shown if p.kind == kind):
             x, y = fx(p.x), fy(p.y)
             said = (f"{p.label}: {x_axis.metric} {_tick(p.x)} {x_axis.unit}, {y_axis.metric} "
                     f"{_tick(p.y)} {y_axis.unit} ({kind}{', the best' if p.best else ''})"
                     + (f"; {p.note}" if p.note else ""))
-            marks = [_el("title", None, said), _mark(kind, x, y)]
+            marks = [el("title", None, said), _mark(kind, x, y)]
             if p.best:
-                marks.append(_el("circle", {"class": "best-ring", "cx": _n(x), "cy": _n(y),
+                marks.append(el("circle", {"class": "best-ring", "cx": num(x), "cy": num(y),
                                             "r": "11", "fill": "none", "stroke": INK,
                                             "stroke-width": "1.5"}))
-                marks.append(_text(x, y - 15, "best", "middle", **{"font-weight": "600"}))
-            body.append(_el("g", {"class": f"point {kind}" + (" best" if p.best else "")},
+                marks.append(text_at(x, y - 15, "best", "middle", **{"font-weight": "600"}))
+            body.append(el("g", {"class": f"point {kind}" + (" best" if p.best else "")},
                             *marks))
     legend = (("front", "Pareto front (confirmed)"), ("safe", "safe"),
               ("rejected", "rejected (unsafe)"), ("unproven", "unproven"))
     for i, (kind, name) in enumerate(legend):
         y = top + 10 + 20 * i
-        body.append(_el("g", {"class": f"legend {kind}"}, _mark(kind, legend_x + 6, y),
-                        _text(legend_x + 18, y + 4, name)))
-    return _svg(width, height, title, *body, kind="pareto")
+        body.append(el("g", {"class": f"legend {kind}"}, _mark(kind, legend_x + 6, y),
+                        text_at(legend_x + 18, y + 4, name)))
+    return svg(width, height, title, *body, kind="pareto")
 
 
 def pareto_figure(search: Search) -> Markup | None:

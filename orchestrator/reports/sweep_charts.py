@@ -25,12 +25,12 @@ from orchestrator.reports.charts import (
     INK,
     LINES,
     MUTED,
-    _el,
-    _line,
-    _n,
-    _short,
-    _svg,
-    _text,
+    clip,
+    el,
+    num,
+    rule,
+    svg,
+    text_at,
     ticks,
 )
 
@@ -92,35 +92,35 @@ def history_chart(title: str, runs: Sequence[RunMark], lines: Sequence[Line],
     y = lambda v: top + plot_h * (1 - min(max(v, 0.0), scale[-1]) / scale[-1])  # noqa: E731
     body: list[Markup] = []
     for value in scale:
-        body.append(_line(left, y(value), left + plot_w, y(value), GRID, **{"class": "grid"}))
-        body.append(_text(left - 6, y(value) + 4, fmt(value), "end", fill=MUTED))
+        body.append(rule(left, y(value), left + plot_w, y(value), GRID, **{"class": "grid"}))
+        body.append(text_at(left - 6, y(value) + 4, fmt(value), "end", fill=MUTED))
     every = max(1, math.ceil(34.0 / step))  # run labels that fit side by side
     radius = max(1.5, min(3.5, step / 3))  # a long history's points do not merge
     for i, run in enumerate(runs):
         said = f"run {run.seq}: {run.status}" + (" (accepted)" if run.accepted else "")
         if run.baseline:
-            body.append(_el("g", {"class": "baseline-run"},
-                            _el("title", None, f"{said}: the baseline of the reported run"),
-                            _el("rect", {"x": _n(x(i) - step / 2), "y": _n(top),
-                                         "width": _n(step), "height": _n(plot_h),
+            body.append(el("g", {"class": "baseline-run"},
+                            el("title", None, f"{said}: the baseline of the reported run"),
+                            el("rect", {"x": num(x(i) - step / 2), "y": num(top),
+                                         "width": num(step), "height": num(plot_h),
                                          "fill": GOOD, "fill-opacity": "0.12"}),
-                            _text(x(i), top - 6, "baseline", "middle", fill=GOOD)))
+                            text_at(x(i), top - 6, "baseline", "middle", fill=GOOD)))
         if run.current:
-            body.append(_el("g", {"class": "current-run"},
-                            _el("title", None, f"{said}: the reported run"),
-                            _el("rect", {"x": _n(x(i) - step / 2 + 1), "y": _n(top),
-                                         "width": _n(max(step - 2, 1.0)), "height": _n(plot_h),
+            body.append(el("g", {"class": "current-run"},
+                            el("title", None, f"{said}: the reported run"),
+                            el("rect", {"x": num(x(i) - step / 2 + 1), "y": num(top),
+                                         "width": num(max(step - 2, 1.0)), "height": num(plot_h),
                                          "fill": "none", "stroke": INK,
                                          "stroke-dasharray": "3 3"}),
-                            _text(x(i), top - 18, "this run", "middle")))
+                            text_at(x(i), top - 18, "this run", "middle")))
         if i % every == 0 or run.baseline or run.current:
-            body.append(_text(x(i), top + plot_h + 15, str(run.seq), "middle", fill=MUTED))
+            body.append(text_at(x(i), top + plot_h + 15, str(run.seq), "middle", fill=MUTED))
         if run.note:  # measured nothing: a hollow mark on the axis, its reason on hover
-            body.append(_el("g", {"class": "unmeasured"},
-                            _el("title", None, f"{said}: {run.note}"),
-                            _el("circle", {"cx": _n(x(i)), "cy": _n(top + plot_h), "r": "4",
+            body.append(el("g", {"class": "unmeasured"},
+                            el("title", None, f"{said}: {run.note}"),
+                            el("circle", {"cx": num(x(i)), "cy": num(top + plot_h), "r": "4",
                                            "fill": "#fff", "stroke": MUTED})))
-    body.append(_text(left + plot_w / 2, top + plot_h + 34, "run", "middle", fill=MUTED))
+    body.append(text_at(left + plot_w / 2, top + plot_h + 34, "run", "middle", fill=MUTED))
     for j, line in enumerate(lines):
         colour = CULPRIT if line.regressed else LINES[j % len(LINES)]
         dash = DASHES[j % len(DASHES)] or None
@@ -132,24 +132,24 @@ def history_chart(title: str, runs: Sequence[RunMark], lines: Sequence[Line],
                 segments.append([])
             segments[-1].append((x(i), y(v)))
             previous = i
-        marks: list[Markup] = [_el("polyline", {
+        marks: list[Markup] = [el("polyline", {
             "class": "line", "fill": "none", "stroke": colour, "stroke-width": "2",
-            "stroke-dasharray": dash, "points": " ".join(f"{_n(a)},{_n(b)}" for a, b in part)})
+            "stroke-dasharray": dash, "points": " ".join(f"{num(a)},{num(b)}" for a, b in part)})
             for part in segments if len(part) > 1]
         for i, v in points:
             run = runs[i]
-            marks.append(_el("circle", {"class": "point", "cx": _n(x(i)), "cy": _n(y(v)),
-                                        "r": _n(radius), "fill": colour},
-                             _el("title", None, f"{line.label}, run {run.seq}: {fmt(v)}")))
+            marks.append(el("circle", {"class": "point", "cx": num(x(i)), "cy": num(y(v)),
+                                        "r": num(radius), "fill": colour},
+                             el("title", None, f"{line.label}, run {run.seq}: {fmt(v)}")))
         legend_y = top + 4 + 18 * j
-        marks.append(_line(legend_x, legend_y - 4, legend_x + 28, legend_y - 4, colour,
+        marks.append(rule(legend_x, legend_y - 4, legend_x + 28, legend_y - 4, colour,
                            **{"stroke-width": "2", "stroke-dasharray": dash}))
-        marks.append(_text(legend_x + 34, legend_y, _short(line.label, legend_chars),
+        marks.append(text_at(legend_x + 34, legend_y, clip(line.label, legend_chars),
                            **({"font-weight": "600"} if line.regressed else {})))
-        body.append(_el("g", {"class": "variant" + (" regressed" if line.regressed else "")},
+        body.append(el("g", {"class": "variant" + (" regressed" if line.regressed else "")},
                         *marks))
-    body.append(_line(left, top + plot_h, left + plot_w, top + plot_h, MUTED))
-    return _svg(width, height, title, *body, kind=f"history {kind}")
+    body.append(rule(left, top + plot_h, left + plot_w, top + plot_h, MUTED))
+    return svg(width, height, title, *body, kind=f"history {kind}")
 
 
 def runs_between(a: int, b: int, runs: Sequence[RunMark]) -> bool:
@@ -174,33 +174,33 @@ def change_chart(title: str, rows: Sequence[Change], fmt: Callable[[float], str]
     effects = {r.min_effect for r in rows if r.min_effect is not None and _finite(r.min_effect)}
     if len(effects) == 1:
         effect = effects.pop()
-        body.append(_el("rect", {"class": "same-band", "x": _n(x(-effect)), "y": _n(top),
-                                 "width": _n(x(effect) - x(-effect)), "height": _n(y_end - top),
+        body.append(el("rect", {"class": "same-band", "x": num(x(-effect)), "y": num(top),
+                                 "width": num(x(effect) - x(-effect)), "height": num(y_end - top),
                                  "fill": GOOD, "fill-opacity": "0.10"}))
     for value in (-reach, -reach / 2, 0.0, reach / 2, reach):
-        body.append(_line(x(value), top, x(value), y_end, GRID if value else MUTED,
+        body.append(rule(x(value), top, x(value), y_end, GRID if value else MUTED,
                           **{"class": "grid"}))
-        body.append(_text(x(value), y_end + 14, (short or fmt)(value), "middle", fill=MUTED))
-    body.append(_text(left + plot / 2, y_end + 30, "worse →", "middle", fill=MUTED))
+        body.append(text_at(x(value), y_end + 14, (short or fmt)(value), "middle", fill=MUTED))
+    body.append(text_at(left + plot / 2, y_end + 30, "worse →", "middle", fill=MUTED))
     for i, r in enumerate(rows):
         mid = top + i * row + row / 2
         colour = CULPRIT if r.regressed else (INK if r.answer == "different" else LINES[0])
         low, high = r.interval
         marks: list[Markup] = [
-            _el("title", None, f"{r.label}: {fmt(r.change)} (interval {fmt(low)} to "
+            el("title", None, f"{r.label}: {fmt(r.change)} (interval {fmt(low)} to "
                 f"{fmt(high)}), {r.answer}"
                 + (f"; smallest change that counts {fmt(r.min_effect)}"
                    if r.min_effect is not None else "")),
-            _text(left - 8, mid + 4, _short(r.label, label_chars), "end",
+            text_at(left - 8, mid + 4, clip(r.label, label_chars), "end",
                   **({"font-weight": "600"} if r.regressed else {}))]
         if _finite(low) and _finite(high):
-            marks.append(_line(x(low), mid, x(high), mid, colour,
+            marks.append(rule(x(low), mid, x(high), mid, colour,
                                **{"class": "ci", "stroke-width": "2"}))
         if r.min_effect is not None and len({e.min_effect for e in rows}) > 1:
-            marks.append(_line(x(r.min_effect), mid - 7, x(r.min_effect), mid + 7, GOOD,
+            marks.append(rule(x(r.min_effect), mid - 7, x(r.min_effect), mid + 7, GOOD,
                                **{"class": "min-effect", "stroke-width": "1.5"}))
         if _finite(r.change):
-            marks.append(_el("circle", {"class": "change", "cx": _n(x(r.change)),
-                                        "cy": _n(mid), "r": "4", "fill": colour}))
-        body.append(_el("g", {"class": "comparison " + r.answer}, *marks))
-    return _svg(left + plot + 24, y_end + 38, title, *body, kind="changes")
+            marks.append(el("circle", {"class": "change", "cx": num(x(r.change)),
+                                        "cy": num(mid), "r": "4", "fill": colour}))
+        body.append(el("g", {"class": "comparison " + r.answer}, *marks))
+    return svg(left + plot + 24, y_end + 38, title, *body, kind="changes")
