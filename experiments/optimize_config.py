@@ -9,6 +9,7 @@ latencies within the SLOs.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
@@ -101,6 +102,9 @@ class OptimizeConfig(StrategyConfig):
                 if factor.range is not None and not factor.range.grid():
                     problems.append((("factors", f, "range"),
                                      "a grid needs a `step` (or an integer range)"))
+        if self.sampler == "gp" and importlib.util.find_spec("torch") is None:
+            problems.append((("strategy", "sampler"), "gp needs PyTorch (`pip install torch`); "
+                                                      "tpe does not"))
         if campaign.known_bad is not None:
             problems.append((("known_bad",), "the search measures every configuration itself: "
                                              "leave known_bad out"))

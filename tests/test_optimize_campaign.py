@@ -178,3 +178,19 @@ def test_on_twins_the_answer_is_stored_and_read_back(
     assert (tmp_path / "bisect.optuna.db").exists() and (tmp_path / "report.html").exists()
     html = (tmp_path / "report.html").read_text()
     assert "hicache=on" in html or "max_running" in html
+
+
+def test_gp_without_pytorch_is_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo's install has no PyTorch (the test venv has the CPU build): seen as that
+    install sees it, `sampler: gp` is refused before anything runs."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *rest: None if name == "torch" else real(name, *rest))
+    data = campaign(tmp_path)
+    data["strategy"]["sampler"] = "gp"
+    result = optimize(write(tmp_path, data), tmp_path)
+    assert result.exit_code == 2, result.output
+    assert "strategy.sampler: gp needs PyTorch" in result.stderr
+    assert not (tmp_path / "bisect.db").exists()

@@ -249,3 +249,23 @@ def test_grid_needs_steps_and_covers_the_space() -> None:
 
     space = grid(campaign.factors)
     assert [len(values) for values in space.values()] == [16, 8, 5, 2]
+
+
+def test_the_log_tells_each_trial_and_where_its_configuration_stood(
+        searched: tuple[Path, dict[str, Any]]) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    directory, verdict = searched
+    result = CliRunner().invoke(app, ["log", "knobs", "--store", str(directory / "bisect.db")])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == verdict["cost"]["trials"]
+    assert " seed " in lines[0] and " seed " in lines[1]
+    phases = {phase for line in lines for phase in (" search ", " re-run ") if phase in line}
+    assert phases == {" search ", " re-run "}
+    assert any(" unsafe after " in line for line in lines)
+    trials = verdict["optimize"]["trials"]
+    assert trials["search"] + trials["confirmation"] == trials["total"] == len(lines)
+    assert trials["confirmation"] == sum(" re-run " in line for line in lines)

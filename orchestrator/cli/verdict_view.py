@@ -96,6 +96,12 @@ def trail_line(index: int, step: dict[str, Any]) -> str:
                 f"{step['answer']:<10} {sweep_change(step)}  in {step['trials']} trial(s)  "
                 f"p(worse)={_p(step['p_worse'])}{_at(step['alpha'])} "
                 f"p(same)={_p(step['p_same'])}{_at(step['alpha'])}  {variant}")
+    if "standing" in step:  # a search's: one trial, and where its configuration stands
+        value = "–" if step["value"] is None else f"{step['value']:.4g}"
+        lead = f"  leader {step['leader']}" if step["leader"] else ""
+        return (f"{index:3} trial {step['trial']:<4} {step['phase']:<7} {step['objective']} "
+                f"{value:<9} {step['corrupted']}/{step['sessions']} corrupt  "
+                f"{step['standing']} after {step['trials']} trial(s)  {variant}{lead}")
     unfinished = f" (+{step['unfinished']} unfinished)" if step.get("unfinished") else ""
     return (f"{index:3} {step['phase']:<22} {step['answer']:<17} "
             f"{step['corrupted']}/{step['sessions']}{unfinished} in {step['trials']} trial(s)  "

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from experiments.optimize_config import OptimizeConfig
-from orchestrator.core.evidence import Levels, TrialEvidence, variant_key
+from orchestrator.core.evidence import CORRUPTING, Levels, TrialEvidence, variant_key
 from orchestrator.core.stats.exact import binomial_at_most
 from orchestrator.core.strategies.base import (
     UNFINISHED,
@@ -216,22 +216,49 @@ class Optimize:
         every = candidates(done, self.plan)
         safe = ranked([c for c in every if c.safe])
         named = [c for c in safe if c.trials >= self.plan.confirm_trials]
-        payload = self._payload(every, safe, named, done, unresolvable)
+        log = tuple(self.trail(done))
+        payload = self._payload(every, safe, named, done, unresolvable, log)
         if named:
             best = named[0]
             shown = ", ".join(f"{e.metric} {e.mean:.4g}" for e in best.objectives
                               if e.mean is not None)
             return Conclusion(Status.OPTIMUM, f"best safe configuration: {best.key} ({shown}; "
-                                              f"{best.trials} trials)", optimize=payload)
+                                              f"{best.trials} trials)", optimize=payload,
+                              log=log)
         if not done:
             return Conclusion(Status.INCONCLUSIVE, UNFINISHED, optimize=payload)
         why = (f"{len(safe)} safe configuration(s), none with {self.plan.confirm_trials} trials"
                if safe else f"none of {len(every)} configuration(s) was proven safe")
-        return Conclusion(Status.INCONCLUSIVE, why, optimize=payload)
+        return Conclusion(Status.INCONCLUSIVE, why, optimize=payload, log=log)
+
+    def trail(self, done: Sequence[TrialEvidence]) -> list[dict[str, Any]]:
+        """`bisect log`'s lines: each trial in order, what it measured, and where its
+        configuration stood after it (safe, unproven, unsafe) and which one led."""
+        seeds = {variant_key(s) for s in self.seeds}
+        seen: list[TrialEvidence] = []
+        steps = []
+        for trial in sorted(done, key=lambda t: t.seq):
+            key = variant_key(trial.levels)
+            again = any(variant_key(t.levels) == key for t in seen)
+            seen.append(trial)
+            now = candidates(seen, self.plan)
+            mine = next(c for c in now if c.key == key)
+            lead = ranked([c for c in now if c.safe])
+            value = figure(trial, self.plan.objectives[0])
+            steps.append({
+                "phase": "re-run" if again else "seed" if key in seeds else "search",
+                "levels": dict(trial.levels), "trial": trial.seq,
+                "objective": self.plan.objectives[0], "value": value,
+                "corrupted": trial.judged_as(CORRUPTING).failures,
+                "sessions": trial.sessions, "trials": mine.trials,
+                "standing": "safe" if mine.safe else "unproven" if mine.plausible else "unsafe",
+                "leader": lead[0].key if lead else None})
+        return steps
 
     def _payload(self, every: Sequence[Candidate], safe: Sequence[Candidate],
                  named: Sequence[Candidate], done: Sequence[TrialEvidence],
-                 unresolvable: Sequence[Unresolvable]) -> dict[str, Any]:
+                 unresolvable: Sequence[Unresolvable],
+                 trail: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         plan = self.plan
         front = {c.key for c in pareto(named)} if len(plan.objectives) > 1 else set()
         fastest = sorted(every, key=lambda c: c.score(), reverse=True)
@@ -256,8 +283,10 @@ class Optimize:
             "unproven": [{**c.to_json(), "seed": c.key in seeds} for c in unproven],
             "undeployable": [{"levels": dict(u.levels), "attempts": u.attempts,
                               "error": u.error} for u in unresolvable],
-            "trials": {"total": len(done), "search": min(len(done), self.budget),
-                       "confirmation": max(0, len(done) - self.budget),
+            # the search's picks and the seeds, and the re-runs of configurations measured
+            "trials": {"total": len(done),
+                       "search": sum(1 for step in trail if step["phase"] != "re-run"),
+                       "confirmation": sum(1 for step in trail if step["phase"] == "re-run"),
                        "stopped_early": sum(t.stopped_early for t in done)},
             "production": dict(plan.production) if plan.production else None,
         }
