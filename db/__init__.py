@@ -1,4 +1,10 @@
-"""The store: SQLAlchemy models, migrations shipped in the package, and frozen records."""
+"""The store: SQLAlchemy models, migrations shipped in the package, and frozen records.
+
+``Store`` is imported when first asked for: the records are what a pool's Ray actor needs, and
+SQLAlchemy with Alembic would add half a second to every actor's start (BENCHMARKS, "Sweeps on
+twins")."""
+
+from typing import TYPE_CHECKING, Any
 
 from db.errors import NotFound, StoreError
 from db.records import (
@@ -18,7 +24,18 @@ from db.records import (
     VariantRecord,
     variant_key,
 )
-from db.store import Store
+
+if TYPE_CHECKING:
+    from db.store import Store
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Store":
+        from db.store import Store
+
+        return Store
+    raise AttributeError(f"module 'db' has no attribute {name!r}")
+
 
 __all__ = [
     "CampaignRecord",

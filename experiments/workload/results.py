@@ -7,8 +7,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from scipy.stats import binomtest
-
 from experiments.outcomes import CORRUPTION, INFRA, STRESS_OUTCOMES, Outcome
 from experiments.workload.metrics import (
     LATENCIES,
@@ -151,6 +149,10 @@ class StressResult:
         judged = len(self.sessions) - infra
         ci95 = [0.0, 1.0]
         if judged:
+            # here, not at the top: scipy.stats takes 0.7 s to import, and every pool actor
+            # imports this module while only `bisect stress` asks for a summary
+            from scipy.stats import binomtest
+
             interval = binomtest(corrupted, judged).proportion_ci(method="wilson")
             ci95 = [float(interval.low), float(interval.high)]
         return {
