@@ -269,3 +269,39 @@ def test_the_log_tells_each_trial_and_where_its_configuration_stood(
     trials = verdict["optimize"]["trials"]
     assert trials["search"] + trials["confirmation"] == trials["total"] == len(lines)
     assert trials["confirmation"] == sum(" re-run " in line for line in lines)
+
+
+class Recorder:
+    """A Search that records what the strategy asks it to measure as given (the strategy's own
+    choice, pure logic; Optuna itself is tested above) and picks "m=9" for the rest."""
+
+    def __init__(self) -> None:
+        self.fixed: list[list[dict[str, str]]] = []
+
+    def suggest(self, told: Any, fixed: Any, pending: Any, count: int) -> list[dict[str, str]]:
+        self.fixed.append([dict(levels) for levels in fixed])
+        return [dict(levels) for levels in fixed] + [{"m": "9"}] * count
+
+    def failed(self) -> int:
+        return 0
+
+    def close(self, told: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("trials", "rerun"), [(1, True), (5, True), (6, False)])
+def test_a_leader_its_trials_cannot_settle_leaves_the_budget_to_the_sampler(
+        trials: int, rerun: bool) -> None:
+    from experiments.optimize_config import OptimizeConfig
+    from orchestrator.core.evidence import Performance, TrialEvidence
+    from orchestrator.core.strategies.optimize import Optimize
+
+    plan = OptimizeConfig(trials=30, confirm_trials=3, max_corruption=0.02)
+    speed = Performance(wall_s=1, requests=60, completed=60, output_tokens=600, good_sessions=59,
+                        request_throughput=60, output_throughput=600, goodput=59)
+    # 1 corrupt in 60 a trial: 1.7%, under the 2% limit (plausible), its bound never under it
+    done = [TrialEvidence({"m": "1"}, {"ok": 59, "leak": 1}, performance=speed, seq=i + 1)
+            for i in range(trials)]
+    search = Recorder()
+    Optimize(plan, ["m"], pools=1, search=search).propose(done, [])
+    assert search.fixed == [[{"m": "1"}] if rerun else []]

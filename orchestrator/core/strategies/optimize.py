@@ -184,7 +184,10 @@ class Optimize:
         best = plausible[0]
         settled = best.safe and best.trials >= self.plan.confirm_trials
         running = any(variant_key(levels) == best.key for levels in pending)
-        return [] if settled or running else [dict(best.levels)]
+        # one that its trials cannot settle (a rate just under the limit) leaves the budget
+        # to the sampler after this many
+        spent = best.trials >= self.plan.confirm_trials * CONFIRM_ROUNDS
+        return [] if settled or running or spent else [dict(best.levels)]
 
     def _reruns(self, done: Sequence[TrialEvidence], pending: Sequence[Levels],
                 searched: int) -> list[dict[str, str]]:
