@@ -14,14 +14,13 @@ import pytest
 
 from db.store import Store
 from orchestrator.reports.build import build_report
-from orchestrator.reports.html import write_report
 from orchestrator.reports.model import Report
 from tests import test_report_browser
 from tests.support.optimize_campaigns import (
     OptimizeCampaigns,
     optimize_campaigns_fixture,  # noqa: F401 - the stored searches
 )
-from tests.test_report_browser import HEIGHT, WIDTH, Loaded, _png, opened
+from tests.test_report_browser import HEIGHT, WIDTH, Loaded, _png
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -38,12 +37,8 @@ def model(optimize_campaigns: OptimizeCampaigns) -> Report:
 @pytest.fixture(scope="module")
 def search(browser: Browser, optimize_campaigns: OptimizeCampaigns,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
-    path = tmp_path_factory.mktemp("optimize") / "report.html"
-    with Store.open(optimize_campaigns.store_arg) as store:
-        write_report(store, optimize_campaigns.optimum, path)
-    seen = opened(browser, path)
-    yield seen
-    seen.page.close()
+    yield from test_report_browser.written_and_opened(
+        browser, optimize_campaigns.store_arg, optimize_campaigns.optimum, tmp_path_factory)
 
 
 def test_the_page_loads_nothing_but_itself_and_logs_no_error(search: Loaded) -> None:

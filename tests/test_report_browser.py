@@ -112,15 +112,22 @@ def model(report_campaigns: ReportCampaigns) -> Report:
         return build_report(store, report_campaigns.culprit)
 
 
-@pytest.fixture(scope="module")
-def real(browser: Browser, report_campaigns: ReportCampaigns,
-         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
+def written_and_opened(browser: Browser, store_arg: str, campaign_id: str,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
+    """A module fixture's body: the campaign's report written by ``write_report``, opened."""
     path = tmp_path_factory.mktemp("report") / "report.html"
-    with Store.open(report_campaigns.store_arg) as store:
-        write_report(store, report_campaigns.culprit, path)
+    with Store.open(store_arg) as store:
+        write_report(store, campaign_id, path)
     seen = opened(browser, path)
     yield seen
     seen.page.close()
+
+
+@pytest.fixture(scope="module")
+def real(browser: Browser, report_campaigns: ReportCampaigns,
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
+    yield from written_and_opened(browser, report_campaigns.store_arg,
+                                  report_campaigns.culprit, tmp_path_factory)
 
 
 def hostile_campaign(store: Store) -> str:
