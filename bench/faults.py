@@ -123,7 +123,7 @@ def _crash_row(bench: TrialBench, endpoint: FaultProxy, work: Path, runs: int) -
     row = Row("service: killed mid-stress")
     for _ in range(runs):
         bench.deploy({"page": "p1"})
-        pid = int((work / "services" / "sglang.pid").read_text())
+        pid = int((work / "services" / "sglang.pid").read_text().split()[0])
         seen = endpoint.stats.accepted
 
         def kill(pid: int = pid, seen: int = seen) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from deploy.direct_http import open_direct, status_reason
 from deploy.proof import SECTIONS_SH, Section, new_boundary, parse_sections
 from deploy.safe_words import word_error
 from deploy.transports.base import Transport, TransportError
@@ -118,14 +119,15 @@ def ask_server(base_url: str, api_key: str | None = None,
     request = urllib.request.Request(base_url.rstrip("/") + SERVER_INFO_PATH)
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
-    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # as the load goes
     try:
-        with direct.open(request, timeout=timeout_s) as response:
+        with open_direct(request, timeout_s) as response:  # as the load goes
             return json.loads(response.read(1 << 22)), None
     except urllib.error.HTTPError as exc:
-        return None, None if exc.code == 404 else f"HTTP {exc.code}"
-    except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, timed out, junk
-        return None, _cut(str(getattr(exc, "reason", exc)))
+        exc.close()
+        return None, None if exc.code == 404 else status_reason(exc)
+    except (OSError, ValueError, RecursionError,  # refused, timed out, junk, too deep
+            http.client.HTTPException) as exc:
+        return None, _cut(str(getattr(exc, "reason", exc)) or type(exc).__name__)
 
 
 def _on_node(transport: Transport, tree: str | None,

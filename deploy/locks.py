@@ -23,14 +23,16 @@ from datetime import UTC, datetime
 
 from deploy import procs
 from deploy.transports.base import Transport, TransportError
+from deploy.workdir import ABSENT_RC, UNSAFE_RC, WORKDIR_SH, UnsafeWorkdir
 
 LOCK_NAME = ".bisect.lock"
 REAPER_WAIT_S = 120.0  # a dead driver's reaper stopping its services (10 s grace each)
 UNLOCK_HINT = "bisect unlock CAMPAIGN.yaml {node} --holder {holder}"  # the command to run
 
-# acquire: $1 workdir, $2 lock path, $3 record. Exit 0 taken; 1 held (prints the record).
-_ACQUIRE = r"""
-mkdir -p -- "$1" || exit 3
+# acquire: $1 workdir, $2 lock path, $3 record. Exit 0 taken; 1 held (prints the record);
+# UNSAFE_RC: the workdir could be another user's (deploy/workdir.py), nothing written.
+_ACQUIRE = WORKDIR_SH + r"""
+bisect_dir "$1" make && bisect_file "$2" || exit
 [ -d "$2" ] && { echo "$2 is a directory, not a lock file" >&2; exit 3; }
 t="$2.$$.tmp"
 printf '%s\n' "$3" > "$t" || exit 3
@@ -43,10 +45,13 @@ if [ ! -e "$2" ]; then
 fi
 rm -f -- "$t"; cat -- "$2" 2>/dev/null; exit 1
 """
+# Each script checks the workdir first (deploy/workdir.py; no workdir: no lock, exit 2).
+_LOCK_IN_WORKDIR = (f'bisect_dir "$(dirname -- "$1")" check && bisect_file "$1"; rc=$?\n'
+                    f'[ $rc -eq 0 ] || {{ [ $rc -eq {ABSENT_RC} ] && exit 2; exit $rc; }}\n')
 # compare-and-swap by holder, in one round trip: $1 lock path, $2 the holder's record prefix
 # (see _prefix), $3 the new record ("" = delete). Prints the record found. Exit 0 swapped;
 # 1 another holder; 2 no lock. ("$2"* in a case pattern: the prefix is literal, never a glob.)
-_SWAP = r"""
+_SWAP = WORKDIR_SH + _LOCK_IN_WORKDIR + r"""
 [ -e "$1" ] || exit 2
 c=$(cat -- "$1") || exit 3
 printf '%s\n' "$c"
@@ -54,7 +59,8 @@ case $c in "$2"*) ;; *) exit 1 ;; esac
 if [ -z "$3" ]; then rm -f -- "$1" || exit 3; exit 0; fi
 t="$1.$$.tmp"; printf '%s\n' "$3" > "$t" && mv -f -- "$t" "$1"
 """
-_READ = r"""[ -e "$1" ] || exit 2; cat -- "$1" """
+_READ = WORKDIR_SH + _LOCK_IN_WORKDIR + r"""
+[ -e "$1" ] || exit 2; cat -- "$1" """
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,8 @@ def _parse(record: str) -> LockInfo:
 
 def _sh(transport: Transport, script: str, *args: str) -> tuple[int, str]:
     result = transport.run(["sh", "-c", script, "sh", *args], timeout_s=30)
+    if result.returncode == UNSAFE_RC:
+        raise UnsafeWorkdir(transport.node, result.stderr)
     if result.returncode not in (0, 1, 2):
         raise TransportError(f"{transport.node}: lock file operation failed: "
                              f"{(result.stderr or result.stdout).strip()[-300:]}")

@@ -41,7 +41,7 @@ _exe() { case $1 in */*) [ -f "$1" ] && [ -x "$1" ] && echo "$1" ;; *) command -
 _df() { _d=$1; while [ ! -e "$_d" ]; do _d=$(dirname -- "$_d"); done; df -Pk -- "$_d"; }
 _pid() {
   [ -f "$1" ] || { echo none; return 0; }
-  _p=$(cat -- "$1") || return 1
+  _p=""; read -r _p _ < "$1" || [ -r "$1" ] || return 1  # the pid, its start time and token
   case $_p in ''|*[!0-9]*) echo "garbage"; return 0 ;; esac
   _l=$(cat "/proc/$_p/stat" 2>/dev/null) || { echo "$_p gone"; return 0; }
   set -- ${_l##*) }; echo "$_p $1"; od -An -v -tx1 "/proc/$_p/cmdline" 2>/dev/null || true

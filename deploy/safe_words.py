@@ -27,7 +27,14 @@ _SHELL_CHARS = set("'`\"$\\;&<>|(){}\x7f")  # OpenSSH's valid_hostname() refuses
 SYSTEMD_UNIT = re.compile(r"[A-Za-z0-9:_.\\@][A-Za-z0-9:_.\\@-]{0,247}\.service")
 
 
+# Set by bisect in a process service's environment: how it tells the process group it started
+# (deploy/services/process.py). A campaign's value would hide it, and the service be unstoppable.
+SERVICE_TOKEN_ENV = "BISECT_SERVICE_TOKEN"
+
+
 def env_name_error(name: str) -> str | None:
+    if name == SERVICE_TOKEN_ENV:
+        return f"{name} is bisect's own (the token that tells the process it started)"
     if ENV_NAME.fullmatch(name):
         return None
     return (f"{name!r} is not an environment variable name (letters, digits and underscores, "

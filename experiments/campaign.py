@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -72,7 +73,13 @@ EnvValue = Annotated[str, BeforeValidator(_scalar_to_str)]
 EnvOrSecret = EnvValue | SecretRef
 # An argv; a string is split as a shell would split it (it never reaches a shell).
 Argv = Annotated[list[str], BeforeValidator(_split_shell_words)]
-Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+def _not_dots(name: str) -> str:
+    if not name.strip("."):  # a name can become a file name (a process service's NAME.pid)
+        raise ValueError(f"{name!r} is not a name: it would be a path")
+    return name
+
+
+Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$"), AfterValidator(_not_dots)]
 # Level names may be written as numbers (`tp: {4: ..., 8: ...}`); they are names all the same.
 LevelName = Annotated[Name, BeforeValidator(_scalar_to_str)]
 

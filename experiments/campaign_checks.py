@@ -18,6 +18,7 @@ from deploy.safe_words import (
     word_error,
 )
 from experiments.strategy_config import FRACTIONAL_MAX_FACTORS, FULL_MAX_VARIANTS
+from experiments.urls import same_server
 from experiments.workload.probe import ProbeSpec
 from experiments.yaml_lines import Path_
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from experiments.campaign import Campaign, Factor
 
 __all__ = ["FRACTIONAL_MAX_FACTORS", "FULL_MAX_VARIANTS", "check_references", "command_problems",
-           "describe_levels", "probe_problems"]
+           "describe_levels", "place_problems", "probe_problems", "workdir_error"]
 
 
 def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
@@ -68,6 +69,7 @@ def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
     problems += campaign.strategy.problems(campaign, levels)
     problems += command_problems(campaign)
     problems += probe_problems(campaign)
+    problems += place_problems(campaign)
     for field in ("known_good", "known_bad"):
         for factor_name, level in (getattr(campaign, field) or {}).items():
             if factor_name not in levels:
@@ -78,6 +80,42 @@ def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
                     ((field, factor_name), f"factor '{factor_name}' has no level '{level}' "
                                            f"(levels: {known})")
                 )
+    return problems
+
+
+def workdir_error(workdir: str) -> str | None:
+    """What the node would refuse at once (deploy/workdir.py); the rest (owner, mode, links)
+    only the node can tell."""
+    if ".." in workdir.split("/"):
+        return "a workdir cannot hold '..' (give the directory itself)"
+    return None
+
+
+def place_problems(campaign: Campaign) -> list[tuple[Path_, str]]:
+    """Two pools at one endpoint would measure one server as two; two process services of one
+    name in one workdir would share a pid file and a log."""
+    problems: list[tuple[Path_, str]] = []
+    endpoints: list[tuple[str, str]] = []
+    workdirs = {node.name: (node.transport, node.host, node.workdir.rstrip("/"))
+                for node in campaign.nodes}
+    pid_files: dict[tuple[object, ...], str] = {}
+    for p, pool in enumerate(campaign.pools):
+        for name, endpoint in endpoints:
+            if same_server(endpoint, pool.endpoint):
+                problems.append((("pools", p, "endpoint"),
+                                 f"pool {name!r} has this endpoint too: two pools would measure "
+                                 f"one server"))
+                break
+        endpoints.append((pool.name, pool.endpoint))
+        for s, service in enumerate(pool.services):
+            if service.manager != "process" or service.node not in workdirs:
+                continue
+            place = (*workdirs[service.node], service.name)
+            if place in pid_files:
+                problems.append((("pools", p, "services", s, "name"),
+                                 f"{pid_files[place]} runs a service {service.name!r} in the same "
+                                 f"workdir: they would share a pid file"))
+            pid_files.setdefault(place, f"pool {pool.name!r}")
     return problems
 
 
@@ -137,7 +175,7 @@ def command_problems(campaign: Campaign) -> list[tuple[Path_, str]]:
             problems.append((path, error))
 
     for n, node in enumerate(campaign.nodes):
-        single(("nodes", n, "workdir"), word_error(node.workdir))
+        single(("nodes", n, "workdir"), word_error(node.workdir) or workdir_error(node.workdir))
         if node.host is not None:
             single(("nodes", n, "host"), host_error(node.host))
         if node.user is not None:

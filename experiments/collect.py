@@ -60,7 +60,9 @@ async def poll_metrics(
 
         async def scrape(service: str, url: str) -> None:
             try:
-                async with http.get(url) as response:
+                # a 3xx is a gap, not a scrape of where it points (README: where bisect
+                # sends traffic); aiohttp would follow it
+                async with http.get(url, allow_redirects=False) as response:
                     if response.status == 200:
                         text = await response.text()
                         samples.extend(parse_metrics(text, service, time.monotonic() - started))

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from deploy.safe_words import ENV_NAME as _ENV_NAME_RULE
+from experiments.urls import url_error
 
 if TYPE_CHECKING:
     from experiments.campaign import Campaign
@@ -66,12 +67,20 @@ def _no_credentials(url: str) -> str:
     return url
 
 
-PlainUrl = Annotated[str, AfterValidator(_no_credentials)]
+def _http(url: str) -> str:
+    error = url_error(url)
+    if error:
+        raise ValueError(error)
+    return url
+
+
+PlainUrl = Annotated[str, AfterValidator(_http), AfterValidator(_no_credentials)]
 
 
 def check_url(url: str) -> None:
-    """``ValueError`` when ``url`` carries credentials (``http://user:pass@host``)."""
-    _no_credentials(url)
+    """``ValueError`` when ``url`` is not http(s) or carries credentials
+    (``http://user:pass@host``)."""
+    _no_credentials(_http(url))
 
 
 def api_key_ref(name: str | None) -> SecretRef | None:

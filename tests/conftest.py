@@ -17,13 +17,20 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support import network
+from tests.support import network, stops
+from tests.support.reaper import reaper, start_time
 
 if TYPE_CHECKING:
     from ray.cluster_utils import Cluster
 
 REPO = Path(__file__).resolve().parent.parent
 network.install()  # from here on, a connect that would leave the machine is refused
+stops.install()  # SIGTERM and SIGINT end the run with every fixture torn down
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish() -> None:
+    stops.finishing()  # before pytest's own hook tears down the session's fixtures
 
 
 @pytest.fixture(autouse=True)
@@ -54,6 +61,15 @@ def wait_healthy(url: str, timeout_s: float = 30.0) -> None:
     raise TimeoutError(f"twin at {url} not healthy after {timeout_s}s")
 
 
+@pytest.fixture
+def environment() -> Iterator[dict[str, str]]:
+    """The environment of a `bisect` run in its own process, with a Ray directory of its own
+    (Ray's socket paths must stay under 108 bytes: short, in /tmp)."""
+    ray_tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    yield {**os.environ, "RAY_TMPDIR": ray_tmp, "COLUMNS": "200"}
+    subprocess.run(["rm", "-rf", ray_tmp], check=False)
+
+
 TwinFactory = Callable[..., str]
 
 
@@ -72,6 +88,7 @@ def twin(tmp_path: Path) -> Iterator[TwinFactory]:
             env={**os.environ, **(env or {})},
         )
         started.append(proc)
+        reaper().send(process=proc.pid, start=start_time(proc.pid))  # if this run is killed
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url)
         return url
@@ -84,6 +101,8 @@ def twin(tmp_path: Path) -> Iterator[TwinFactory]:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
+        reaper().send(process_gone=proc.pid)
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ lab host that is a container with systemd as PID 1 (``systemd_lab``, reached as
 
 conftest imports them (``from tests.lab_fixture import lab, systemd_lab, systemd_node``). One lab
 of each kind per run, torn down at the end; a lab left behind by a killed run is torn down by the
-next ``lab_up`` on this machine.
+next ``lab_up`` on this machine, and at once by the run's reaper (tests/support/reaper.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 from deploy.lab import Lab, lab_down, lab_up
 from deploy.lab.registry import process_prefix
 from deploy.transports.ssh import SSHTransport
+from tests.support.reaper import reaper
 
 
 def needs_root(reason: str) -> None:
@@ -30,13 +31,16 @@ def needs_root(reason: str) -> None:
 
 def _built(directory: Path, base: str, hosts: int, systemd: bool) -> Iterator[Lab]:
     # Names unique to this process (test runs may overlap on one machine: CI, a dev session,
-    # xdist workers); owned by it, so a run that is killed has its lab reaped by the next one.
-    built = lab_up(directory, hosts=hosts, systemd=systemd, prefix=process_prefix(base),
-                   owner_pid=os.getpid())
+    # xdist workers); owned by it, so a run that is killed has its lab reaped by the next one,
+    # and at once by its reaper (told before anything exists: a kill halfway through lab_up too).
+    prefix = process_prefix(base)
+    reaper().send(lab=str(directory), prefix=prefix)
+    built = lab_up(directory, hosts=hosts, systemd=systemd, prefix=prefix, owner_pid=os.getpid())
     try:
         yield built
     finally:
         lab_down(directory)
+    reaper().send(lab_down=str(directory))  # torn down: nothing left for the reaper
 
 
 @pytest.fixture(scope="session")

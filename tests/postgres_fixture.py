@@ -26,6 +26,8 @@ from typing import Any, NoReturn
 
 import pytest
 
+from tests.support.reaper import reaper, start_time
+
 SUPERUSER = "bisect"
 # Short and in /tmp: a unix socket path must stay under 108 bytes, and pytest's own temp dirs
 # (mode 0700, owned by root) are out of reach of the postgres user.
@@ -184,11 +186,15 @@ def postgres_server() -> Iterator[PostgresServer]:
         unavailable("psycopg is not installed (the `dev` extra has it)")
     reap_orphans(bindir)
     server = start_server(bindir)
+    # If this run is killed, its reaper stops the server at once (the next run removes the rest).
+    postmaster = int((server.root / "data" / "postmaster.pid").read_text().split()[0])
+    reaper().send(process=postmaster, start=start_time(postmaster))
     try:
         yield server
     finally:
         stop_server(server)
         shutil.rmtree(server.root, ignore_errors=True)
+    reaper().send(process_gone=postmaster)
 
 
 @pytest.fixture

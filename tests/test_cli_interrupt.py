@@ -9,12 +9,9 @@ import shlex
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import yaml
 
 from orchestrator.demo import twin_pool
@@ -57,14 +54,6 @@ def _twins(marker: Path) -> list[int]:
         if b"experiments.twin" in argv and any(str(marker).encode() in arg for arg in argv):
             found.append(int(entry.name))
     return found
-
-
-@pytest.fixture
-def environment() -> Iterator[dict[str, str]]:
-    # Ray's socket paths must stay under 108 bytes: a short private directory of its own.
-    ray_tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
-    yield {**os.environ, "RAY_TMPDIR": ray_tmp, "COLUMNS": "200"}
-    subprocess.run(["rm", "-rf", ray_tmp], check=False)
 
 
 def test_ctrl_c_stops_the_run_and_prints_the_resume_command_that_finishes_it(

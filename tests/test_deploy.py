@@ -104,7 +104,7 @@ def managers() -> Iterator[ManagerFactory]:
     leaked: list[int] = []
     for mgr in made:
         for pid_file in Path(mgr.workdir).glob("*.pid"):
-            pid = int(pid_file.read_text())
+            pid = int(pid_file.read_text().split()[0])
             mgr.stop(pid_file.name.removesuffix(".pid"))
             if group_alive(pid):
                 leaked.append(pid)
@@ -286,7 +286,7 @@ def test_hostile_service_name_and_workdir_stay_in_their_files(
     name = "svc $(touch PWNED_s) `touch PWNED_b`"
     started = manager.start(ServiceConfig.of(name, child, {}))
     assert child_report(manager, name)["pid"] == started.pid
-    assert Path(manager.pid_file(name)).read_text().strip() == str(started.pid)
+    assert Path(manager.pid_file(name)).read_text().split()[0] == str(started.pid)
     assert manager.is_running(name)
     manager.stop(name)
     assert not manager.is_running(name) and not process_alive(started.pid)

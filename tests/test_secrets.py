@@ -46,7 +46,7 @@ def planted_campaign(workdir: Path, file_secret: Path) -> dict[str, Any]:
     pool = twin_pool("p0", "here", fault_model, latency_ms=1)
     service = pool["services"][0]
     service["start"] += ["--api-key", {"secret": TOKEN_VAR}]
-    service["env"] = {"BISECT_SERVICE_TOKEN": {"secret_file": str(file_secret)}}
+    service["env"] = {"BISECT_SERVICE_KEY": {"secret_file": str(file_secret)}}
     pool["api_key_env"] = TOKEN_VAR
     return {
         "name": "planted secret",
@@ -162,7 +162,7 @@ def test_a_missing_secret_is_bad_input_naming_field_and_variable(tmp_path: Path)
     assert not db.exists()  # nothing made, not even the store
     os.environ[TOKEN_VAR] = "x" * 16
     try:
-        with pytest.raises(SecretMissing, match=r"services\[0\]\.env\.BISECT_SERVICE_TOKEN: "
+        with pytest.raises(SecretMissing, match=r"services\[0\]\.env\.BISECT_SERVICE_KEY: "
                                                 r"cannot read the secret file"):
             SecretValues.read(load_campaign(campaign_file))
     finally:

@@ -46,7 +46,7 @@ def test_a_server_killed_mid_stress_gives_errors_and_is_restarted_next(tmp_path:
         bench = TrialBench(spec, "p")
         try:
             assert bench.deploy(P1) == 1
-            pid = int((tmp_path / "services" / "sglang.pid").read_text())
+            pid = int((tmp_path / "services" / "sglang.pid").read_text().split()[0])
             # Requests are slowed on the way back, so the kill lands while they are in flight.
             endpoint.add(Toxic("latency", latency_ms=300))
 

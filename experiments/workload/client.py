@@ -6,9 +6,10 @@ TIMEOUT verdict with evidence. Either way it returns the request's metrics. Requ
 ``http_client.HttpClient`` (its docstring says why not aiohttp); JSON both ways through orjson.
 
 A reply that breaks the protocol (not UTF-8, not standard JSON, the schema's types wrong:
-``reply.py``) is an ERROR verdict with evidence, never a completion to judge. The timeout is one
-deadline on the whole request (connect, head, body); the client bounds the response's size
-(``max_response_bytes``) and the work of each read, so a flood ends at the deadline or the cap.
+``reply.py``) is an ERROR verdict with evidence, never a completion to judge; so is a redirect,
+never followed (it names where it pointed). The timeout is one deadline on the whole request
+(connect, head, body); the client bounds the response's size (``max_response_bytes``) and the
+work of each read, so a flood ends at the deadline or the cap.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from deploy.direct_http import is_redirect, redirect_reason
 from experiments.outcomes import Outcome
 from experiments.workload.classify import EVIDENCE_LIMIT, TurnVerdict, clip
 from experiments.workload.http_client import HttpClient, HttpError, Response
@@ -219,8 +221,11 @@ async def _exchange(http: HttpClient, endpoint: str, body: dict[str, Any],
     response = await http.request("POST", endpoint, orjson.dumps(body))
     try:
         if response.status != 200:
-            return TurnVerdict(Outcome.ERROR,
-                               f"HTTP {response.status}: {_preview(await response.read())}")
+            said = _preview(await response.read())
+            if is_redirect(response.status):  # never followed: traffic goes where it was sent
+                why = redirect_reason(response.status, response.header("location") or None)
+                return TurnVerdict(Outcome.ERROR, clip(f"{why}: {said}" if said else why))
+            return TurnVerdict(Outcome.ERROR, f"HTTP {response.status}: {said}")
         kind = response.headers.get(b"content-type", b"")
         if body.get("stream") and kind.startswith(b"text/event-stream"):
             stream.append(_Stream(sent))

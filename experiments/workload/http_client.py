@@ -16,12 +16,13 @@ HTTP/1.0 and read-to-EOF bodies, Content-Length and chunked bodies; http and htt
 SSL context unless one is given). Timeouts and cancellation belong to the caller: a response not
 read to its end is closed, never pooled. Transport failures raise ``HttpError`` with a sentence.
 
-Bounded under floods: a response head over ``HEAD_LIMIT`` bytes, or a response over
-``max_response_bytes`` (head, framing and body as received; a Content-Length that announces more
-fails at once) ends as ``HttpError`` and the connection is dropped. A connection whose unread body
-passes ``HIGH_WATER`` stops reading from its socket until the caller catches up (backpressure), and
-``read_some`` hands out at most ``READ_MAX`` bytes per call, yielding to the loop between slices:
-no flood makes one step of a reader long enough to hold back everyone else's timeouts.
+Bounded under floods: a response head over ``HEAD_LIMIT`` bytes or ``MAX_HEADERS`` lines, or a
+response over ``max_response_bytes`` (head, framing and body as received; a Content-Length that
+announces more fails at once) ends as ``HttpError`` and the connection is dropped. A connection
+whose unread body passes ``HIGH_WATER`` stops reading from its socket until the caller catches up
+(backpressure), and ``read_some`` hands out at most ``READ_MAX`` bytes per call, yielding to the
+loop between slices: no flood makes one step of a reader long enough to hold back everyone
+else's timeouts. A redirect is a response like any other: never followed.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import httptools
 IDLE_S = 4.0  # below uvicorn's 5 s keep-alive timeout: its idle close never meets our request
 MAX_RESPONSE_BYTES = 8 << 20  # a 512-token answer streamed is ~150 KB; an 8 MiB one is no answer
 HEAD_LIMIT = 64 << 10  # a status line and headers; llhttp itself sets no bound
+MAX_HEADERS = 1000  # a server's reply has a dozen; thousands are a flood, never a reply
 HIGH_WATER = 256 << 10  # unread body bytes at which the socket is paused
 READ_MAX = 16 << 10  # bytes per read_some: about 0.3 ms of SSE parsing
 
@@ -95,6 +97,7 @@ class _Connection(asyncio.Protocol):
         """Ready for the next response."""
         self.status = 0
         self.headers: dict[bytes, bytes] = {}
+        self.header_lines = 0
         self.body: list[bytes] = []
         self.buffered = 0  # bytes in body, not read yet
         self.received = 0  # bytes of this response so far (head, framing, body)
@@ -151,9 +154,15 @@ class _Connection(asyncio.Protocol):
     # -- httptools callbacks
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers[name.lower()] = value
+        self.header_lines += 1
+        if self.header_lines > MAX_HEADERS:
+            self._refuse(f"the response head has over {MAX_HEADERS} header lines")
+        elif self.error is None:
+            self.headers[name.lower()] = value
 
     def on_headers_complete(self) -> None:
+        if self.error is not None:  # refused mid-head: no response to hand out
+            return
         self.status = self.parser.get_status_code()
         if self.status < 200:  # 100 Continue, 103 Early Hints: the real response follows
             return

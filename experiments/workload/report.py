@@ -14,7 +14,9 @@ burst where bench_serving writes ``inf``: a strict JSON document has no infinity
 from __future__ import annotations
 
 import datetime
+import http.client
 import json
+import math
 import operator
 import re
 import urllib.request
@@ -22,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from deploy.direct_http import open_direct
 from experiments.workload.results import StressResult
 from experiments.workload.spec import WorkloadSpec
 
@@ -43,17 +46,30 @@ def version() -> str:
 
 def server_info(base: str, api_key: str | None, timeout_s: float = 5.0) -> dict[str, Any] | None:
     """``GET /server_info`` as bench_serving records it (SGLang's server arguments and state);
-    None from a server without it, or when it does not answer a JSON object in time."""
+    None from a server without it, or when it does not answer a JSON object in time: a
+    redirect (not followed), a reply that is not HTTP, JSON too deep. A number JSON cannot
+    carry (Python's json writes NaN for a 0/0 statistic) is recorded as null: the result
+    stays strict JSON."""
     request = urllib.request.Request(f"{base}/server_info")
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
-    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # as the load goes
     try:
-        with direct.open(request, timeout=timeout_s) as response:
-            data = json.loads(response.read(1 << 20))
-    except (OSError, ValueError):
+        with open_direct(request, timeout_s) as response:  # as the load goes
+            data = json.loads(response.read(1 << 20), parse_constant=_no_number,
+                              parse_float=_finite)
+    except (OSError, ValueError, RecursionError, http.client.HTTPException):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _no_number(_: str) -> None:
+    """NaN, Infinity, -Infinity: null."""
+
+
+def _finite(text: str) -> float | None:
+    """A float, or null for one past a double's range (1e400)."""
+    number = float(text)
+    return number if math.isfinite(number) else None
 
 
 _HINTS = (
@@ -61,6 +77,8 @@ _HINTS = (
     ("HTTP 401", " (the server wants an API key: --api-key or $OPENAI_API_KEY)"),
     ("HTTP 403", " (the key was refused: check --api-key or $OPENAI_API_KEY)"),
     ("connection refused", " (is the server up and listening there?)"),
+    (" not followed", " (bisect sends requests only to the URL given: give the one the "
+                      "redirect names, if it is the server's)"),
 )
 
 

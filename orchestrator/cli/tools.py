@@ -284,6 +284,7 @@ def validate(campaign_file: Annotated[Path, typer.Argument(help="The campaign YA
     """Check a campaign file without running anything."""
     from experiments.campaign import load_campaign
     from experiments.strategy_config import FactorialConfig
+    from experiments.urls import contacts
 
     with user_errors():
         campaign = load_campaign(campaign_file)
@@ -308,6 +309,8 @@ def validate(campaign_file: Annotated[Path, typer.Argument(help="The campaign YA
         f"{len(campaign.pools)} pool(s)",
         highlight=False, markup=False,
     )
+    out.print("a run sends traffic to:\n  " + "\n  ".join(contacts(campaign)),
+              highlight=False, markup=False)
 
 
 @app.command("classify")

@@ -7,6 +7,7 @@ unfinished and goes on from what was stored.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from db.store import Store
 from deploy.locks import NodeLocked
 from deploy.transports.base import TransportError
 from deploy.transports.factory import Transports
+from deploy.workdir import UnsafeWorkdir
 from experiments.campaign import Campaign
 from experiments.outcomes import is_corrupt
 from experiments.secrets import SecretMissing, SecretValues, redact, redact_any
@@ -28,7 +30,7 @@ from orchestrator.executor.base import Executor, PoolCrashed, TrialOrder, TrialR
 from orchestrator.executor.load_generators import unplaceable
 from orchestrator.executor.nodes import PreflightFailed, check_nodes, locked
 from orchestrator.executor.placement import place
-from orchestrator.executor.ray_pool import PoolActors, ensure_ray, ray_started
+from orchestrator.executor.ray_pool import PoolActors, RayNotStarted, ensure_ray, ray_started
 from orchestrator.executor.reaper import Reaper
 from orchestrator.executor.source_changes import recover_nodes
 from orchestrator.executor.trial import INFRA_ERROR, generator_rows, service_manager
@@ -113,7 +115,12 @@ def run_campaign(
             store.set_campaign_status(campaign_id, "running")
             if ray_address is None and not ray_started():
                 reaper.watch_ray()  # before: a kill while Ray starts leaves none of it
-            if ensure_ray(ray_address) and (token := os.environ.get("RAY_AUTH_TOKEN_PATH")):
+            try:
+                started = ensure_ray(ray_address)
+            except RayNotStarted as exc:  # nothing of the campaign ran yet: resume may retry
+                store.set_campaign_status(campaign_id, "interrupted")
+                raise RunFailed(f"{exc} (`bisect resume {campaign_id}` retries)") from None
+            if started and (token := os.environ.get("RAY_AUTH_TOKEN_PATH")):
                 reaper.remove_at_exit(token)
                 reaper.ray_marker(token)
             if (unplaced := unplaceable(campaign.generators, len(campaign.pools))) is not None:
@@ -134,15 +141,31 @@ def run_campaign(
         if exc.holder != campaign_id:
             refused(store, campaign_id)
         raise RunFailed(str(exc)) from None
-    except PreflightFailed:
+    except (PreflightFailed, UnsafeWorkdir):
         refused(store, campaign_id)
         raise
     except TransportError as exc:  # a node out of reach: one sentence, never a traceback
+        ended_early(store, campaign_id, "interrupted")
         raise RunFailed(f"{exc} (`bisect resume {campaign_id}` retries)") from None
+    except KeyboardInterrupt:
+        ended_early(store, campaign_id, "interrupted")
+        raise
+    except Exception:
+        ended_early(store, campaign_id, "failed")  # an error nobody foresaw
+        raise
     finally:
         reaper.done()
         transports.close()
     return verdict_of(store, campaign_id)
+
+
+def ended_early(store: Store, campaign_id: str, status: str) -> None:
+    """A run that stopped before its drive loop said how it ended (a node out of reach, an
+    error nobody foresaw): its campaign never says "running" with no driver. What the loop set
+    stays; a failing store must not hide why the run stopped."""
+    with contextlib.suppress(Exception):
+        if store.get_campaign(campaign_id).status == "running":
+            store.set_campaign_status(campaign_id, status)
 
 
 def refused(store: Store, campaign_id: str) -> None:

@@ -9,6 +9,7 @@ import os
 import secrets
 import stat
 import tempfile
+import time
 from typing import Any
 
 import ray
@@ -26,21 +27,35 @@ def ray_started() -> bool:
     return bool(ray.is_initialized())
 
 
+class RayNotStarted(RuntimeError):
+    """``ray.init`` failed: the local Ray did not come up (or the cluster named was not joined)."""
+
+
 def ensure_ray(address: str | None = None) -> bool:
-    """Start (or join) Ray once per process; True if this call started it."""
+    """Start (or join) Ray once per process; True if this call started it. A start that fails
+    (Ray's own errors are a bare ``Exception``, a RuntimeError or a ConnectionError, its
+    start-up timeouts among them) raises ``RayNotStarted`` with one sentence."""
     if ray.is_initialized():
         return False
     if address is None and "RAY_TMPDIR" not in os.environ:
         os.environ["RAY_TMPDIR"] = private_temp_dir()
     if address is None:  # a cluster joined keeps its own settings (README: run one safely)
         local_ray_environment()
-    ray.init(
-        address=address,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-        configure_logging=True,
-    )
+    began = time.monotonic()
+    try:
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            configure_logging=True,
+        )
+    except Exception as exc:
+        waited = time.monotonic() - began
+        why = " ".join(str(exc).split()) or type(exc).__name__
+        why = why if len(why) <= 300 else why[:299] + "…"
+        where = "" if address is None else f" (joining {address})"
+        raise RayNotStarted(f"Ray did not start within {waited:.1f} s{where}: {why}") from None
     return True
 
 

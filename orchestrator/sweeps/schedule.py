@@ -40,7 +40,13 @@ PREFIX = "bisect-sweep-"
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 SYSTEM_DIR = Path("/etc/systemd/system")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0, DEL and C1: a newline or a carriage return would start a line of the unit or the crontab
+# of its own; the others are refused with them (no path or URL needs one).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# What the path of a unit's program may not hold: systemd refuses quotes and backslashes there
+# ("Executable name contains special characters") and does not expand $$ in it, as it does in
+# the arguments.
+_UNRUNNABLE = re.compile(r"[\"'\\$]")
 
 
 class ScheduleError(ValueError):
@@ -61,6 +67,26 @@ class Schedule:
     store: str  # an absolute SQLite path or a URL without a password
     program: str  # the absolute path of the `bisect` that runs it
     user: bool = False  # the user's own systemd instance
+
+    def __post_init__(self) -> None:
+        # Every value as the units and the crontab line will hold it, after it was made absolute:
+        # a directory name nobody typed (the working directory's, HOME's, the program's) too.
+        check_name(self.name)
+        for what, value in (("--on-calendar", self.calendar), ("SWEEP", str(self.sweep)),
+                            ("--store", self.store), ("the `bisect` program", self.program)):
+            check_value(what, value)
+        for what, value in (("SWEEP", str(self.sweep)), ("the `bisect` program", self.program)):
+            if not os.path.isabs(value):
+                raise ScheduleError(f"{what}: {value!r} is not an absolute path")
+        if _UNRUNNABLE.search(self.program):  # systemd's string_is_safe(), and $ is not expanded
+            raise ScheduleError(f"the `bisect` program: {self.program!r} holds a quote, a "
+                                "backslash or a '$', which systemd refuses in (or does not "
+                                "expand in) the path of the program a unit runs: install "
+                                "bisect-serving where its path has none")
+        directory = str(self.workdir)  # WorkingDirectory= takes the rest of its line, stripped
+        if directory != directory.rstrip() or directory.endswith("\\"):
+            raise ScheduleError(f"SWEEP: the directory {directory!r} ends in a space or a "
+                                "backslash, which a unit's WorkingDirectory= cannot hold")
 
     @property
     def service(self) -> str:
@@ -97,13 +123,25 @@ def check_name(name: str) -> str:
     return name
 
 
+def check_value(what: str, value: str) -> str:
+    """``value`` if a unit file and a crontab line can hold it exactly, else ScheduleError naming
+    ``what`` and the value."""
+    if found := _CONTROL.search(value):
+        raise ScheduleError(f"{what}: {value!r} contains a control character ({found[0]!r}), "
+                            "which a unit file or a crontab line cannot hold (a newline or a "
+                            "carriage return would start a line of its own)")
+    if reason := word_error(value):  # a lone surrogate: a name that is not UTF-8
+        raise ScheduleError(f"{what}: {reason}")
+    return value
+
+
 def unit_store(store: str) -> str:
     """``--store`` as a unit may hold it: a path made absolute (the service runs elsewhere); a
-    URL as given, never with a password (secrets are never written at rest)."""
-    if _CONTROL.search(store) or word_error(store):
-        raise ScheduleError(f"--store: {store!r} contains control characters")
+    URL as given, never with a password (secrets are never written at rest). Checked as typed
+    and as made absolute (the working directory or HOME may hold what was not typed)."""
+    check_value("--store", store)
     if not _URL.match(store):
-        return os.path.abspath(os.path.expanduser(store))
+        return check_value("--store", os.path.abspath(os.path.expanduser(store)))
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
@@ -122,22 +160,25 @@ def unit_store(store: str) -> str:
             "or a file named by PGPASSFILE")
     if url.drivername.startswith("sqlite") and url.database and url.database != ":memory:" \
             and not os.path.isabs(url.database):  # relative to the service's directory: not ours
-        return url.set(database=os.path.abspath(url.database)).render_as_string(False)
+        absolute = url.set(database=os.path.abspath(url.database))
+        rendered = check_value("--store", absolute.render_as_string(False))
+        if make_url(rendered).database != absolute.database:  # a '?' there starts the query
+            raise ScheduleError(f"--store: {rendered!r} would not read back as the database "
+                                f"{absolute.database!r}: give the file's path, not a URL")
+        return rendered
     return store
 
 
 def check_sweep(path: Path) -> Path:
     """The sweep file, absolute, that exists and validates (SweepError from its loader)."""
-    shown = str(path)
-    if _CONTROL.search(shown) or word_error(shown):
-        raise ScheduleError(f"SWEEP: {shown!r} contains control characters")
-    absolute = Path(os.path.abspath(os.path.expanduser(path)))
+    shown = check_value("SWEEP", str(path))
+    absolute = Path(check_value("SWEEP", os.path.abspath(os.path.expanduser(path))))
     if not absolute.is_file():
         raise ScheduleError(f"SWEEP: no sweep file {shown}")
     parent = str(absolute.parent)
     if parent != parent.rstrip() or parent.endswith("\\"):  # WorkingDirectory= takes the rest
-        raise ScheduleError(f"SWEEP: the directory of {shown} ends in a space or a backslash, "
-                            "which a unit's WorkingDirectory= cannot hold")
+        raise ScheduleError(f"SWEEP: the directory {parent!r} of {shown} ends in a space or a "
+                            "backslash, which a unit's WorkingDirectory= cannot hold")
     sweep_name(absolute)
     return absolute
 
@@ -166,6 +207,11 @@ def bisect_program() -> str:
 
 # --- unit files and the crontab line -------------------------------------------------------
 
+def _specifiers(value: str) -> str:
+    """A value systemd takes whole (no quotes, no C escapes) but expands specifiers in."""
+    return value.replace("%", "%%")
+
+
 def render_service(schedule: Schedule) -> str:
     command = " ".join(unit_quote(word, expand_dollar=True) for word in schedule.argv())
     network = [] if schedule.user else ["Wants=network-online.target",
@@ -180,7 +226,7 @@ def render_service(schedule: Schedule) -> str:
         "",
         "[Service]",
         "Type=oneshot",  # no start timeout for a oneshot: a sweep may take hours
-        f"WorkingDirectory={str(schedule.workdir).replace('%', '%%')}",  # a path, never unquoted
+        f"WorkingDirectory={_specifiers(str(schedule.workdir))}",  # a path, never unquoted
         f"ExecStart={command}",
         f"Environment={unit_quote('PYTHONUNBUFFERED=1', expand_dollar=False)}",
         "StandardOutput=journal",
@@ -194,10 +240,11 @@ def render_timer(schedule: Schedule) -> str:
     return "\n".join([
         f"# Written by `bisect schedule add`: when schedule {schedule.name} runs.",
         "[Unit]",
-        f"Description=bisect regression sweep {schedule.name} on {schedule.calendar}",
+        f"Description=bisect regression sweep {schedule.name} on "
+        f"{_specifiers(schedule.calendar)}",
         "",
         "[Timer]",
-        f"OnCalendar={schedule.calendar}",
+        f"OnCalendar={_specifiers(schedule.calendar)}",
         "Persistent=true",  # a slot missed while the machine was off runs at boot
         # to the second (systemd's default is a minute): a run knows the slot it serves
         "AccuracySec=1s",
@@ -214,7 +261,10 @@ def crontab_line(schedule: Schedule) -> str:
     that overlaps the last is refused by the sweep's own lock (exit 4, recorded as skipped)."""
     fields = calendar.cron_fields(schedule.calendar)
     command = f"cd {shlex.quote(str(schedule.workdir))} && " + shlex.join(schedule.argv())
-    return f"{fields} {command.replace('%', chr(92) + '%')}"  # cron reads a bare % as a newline
+    # cron ends the command at a bare % (the rest is its stdin) and reads \% as %. A backslash
+    # of ours right before a % would swallow cron's: '' parts them, a no-op inside the single
+    # quotes that shlex.quote puts every backslash in.
+    return f"{fields} " + command.replace("\\%", "\\''%").replace("%", "\\%")
 
 
 def unit_unquote(words: str) -> list[str]:
@@ -257,8 +307,11 @@ def parse_service(text: str, *, user: bool, where: str) -> Schedule:
         raise ScheduleError(f"{where}: not a unit `bisect schedule add` wrote (its ExecStart= "
                             "is not `bisect schedule run NAME --sweep ... --store ... "
                             "--on-calendar ...`)")
-    return Schedule(name=argv[3], calendar=argv[9], sweep=Path(argv[5]), store=argv[7],
-                    program=argv[0], user=user)
+    try:
+        return Schedule(name=argv[3], calendar=argv[9], sweep=Path(argv[5]), store=argv[7],
+                        program=argv[0], user=user)
+    except ScheduleError as exc:
+        raise ScheduleError(f"{where}: {exc}") from None
 
 
 # --- where things are ---------------------------------------------------------------------

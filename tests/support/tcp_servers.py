@@ -1,4 +1,5 @@
-"""Tiny loopback TCP servers that the fault proxy's tests talk through it to."""
+"""Tiny loopback TCP servers: what the fault proxy's tests talk to through it, and one-request
+HTTP servers that answer raw bytes (redirects, broken heads)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import socket
 import socketserver
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 Handler = Callable[[socket.socket], None]
 
@@ -55,3 +56,29 @@ def read_all(sock: socket.socket) -> tuple[bytes, list[int]]:
         data += chunk
         sizes.append(len(chunk))
     return bytes(data), sizes
+
+
+def http_answer(answer: Callable[[str], bytes], seen: list[str] | None = None) -> Handler:
+    """Read one request (its head, and its body by Content-Length), send ``answer(path)``, close.
+    ``seen`` gets each request's line: a connection that sent nothing still counts (b"")."""
+    def handle(conn: socket.socket) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data and len(data) < 1 << 16:
+            piece = conn.recv(65536)
+            if not piece:
+                break
+            data += piece
+        head, _, body = data.partition(b"\r\n\r\n")
+        line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        if seen is not None:
+            seen.append(line)
+        for header in head.split(b"\r\n")[1:]:
+            name, _, value = header.partition(b":")
+            if name.strip().lower() == b"content-length":
+                while len(body) < int(value) and (piece := conn.recv(65536)):
+                    body += piece
+        if line:
+            parts = line.split(" ")
+            with suppress(ConnectionError):  # a client that stopped reading a flood
+                conn.sendall(answer(parts[1] if len(parts) > 1 else "/"))
+    return handle
