@@ -16,8 +16,13 @@ p-value; it states no probability of its own. Over the strategy benchmark's scen
 (bench/scenarios.py, the adaptive contender of bench/contenders.py), how often is a named
 culprit set wrong, against the 1 - alpha such a test promises for each of its answers?
 
+Trials draw the noise between trials (bench/noise.py) of ``--trial-noise``: ``real`` (the
+default: a restart halves or doubles a rate at one sd, pools apart, a drift) or ``iid`` (every
+trial of a commit or variant drawn from one rate, as before issue 27).
+
     .venv/bin/python -m bench.calibration [--seeds 200] [--sizes 16,64,256]
         [--noise 0-10,2-8,0-3] [--adaptive-seeds 50] [--workers 2] [--json out.json]
+        [--trial-noise real|iid]
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.noise import NOISES, REAL_WORLD, TrialNoise
 from bench.scenarios import ALPHA, COST, ROUNDS, SESSIONS, Pool, Scenario, scenarios
 from bench.simulated import SimulatedPools
 from db.store import Store
@@ -96,14 +102,16 @@ def commit_campaign(shas: Sequence[str]) -> Campaign:
     })
 
 
-def commit_run(store: Store, size: int, noise: str, seed: int) -> CommitRun:
-    """One simulated range bisected on the real loop, to its stored verdict."""
+def commit_run(store: Store, size: int, noise: str, seed: int,
+               trial_noise: TrialNoise = REAL_WORLD) -> CommitRun:
+    """One simulated range bisected on the real loop, to its stored verdict; its trials drawn
+    with ``trial_noise`` between them."""
     before, after = NOISE[noise]
     first_bad = random.Random(f"first bad {size} {noise} {seed}").randint(1, size - 1)
     shas = _shas(size, seed)
     index = {sha: i for i, sha in enumerate(shas)}
     pool = Pool(lambda lv: after if index[lv["commit"]] >= first_bad else before,
-                seed * 1_000_003 + size)
+                seed * 1_000_003 + size, noise=trial_noise)
     campaign_id = f"commits {size} {noise} {seed}"
     campaign = commit_campaign(shas)
     store.create_campaign(campaign_id, campaign.name, campaign.model_dump(mode="json"), "bench")
@@ -124,21 +132,21 @@ def commit_run(store: Store, size: int, noise: str, seed: int) -> CommitRun:
                      len(verdict.trials), tuple(steps))
 
 
-def _commit_batch(job: tuple[int, str, Sequence[int]]) -> list[CommitRun]:
-    size, noise, seeds = job
+def _commit_batch(job: tuple[int, str, Sequence[int], TrialNoise]) -> list[CommitRun]:
+    size, noise, seeds, trial_noise = job
     with tempfile.TemporaryDirectory(prefix="bisect-calibration-") as folder:
         store = Store.open(str(Path(folder) / "calibration.db"))
         try:
-            return [commit_run(store, size, noise, seed) for seed in seeds]
+            return [commit_run(store, size, noise, seed, trial_noise) for seed in seeds]
         finally:
             store.close()
 
 
 def commit_runs(sizes: Iterable[int], noises: Iterable[str], seeds: int,
-                workers: int = 1) -> list[CommitRun]:
+                workers: int = 1, trial_noise: TrialNoise = REAL_WORLD) -> list[CommitRun]:
     """Every (size, noise) setting, ``seeds`` runs each, split over ``workers`` processes."""
     chunk = max(1, seeds // max(1, 4 * workers))
-    jobs = [(size, noise, range(start, min(seeds, start + chunk)))
+    jobs = [(size, noise, range(start, min(seeds, start + chunk)), trial_noise)
             for size in sizes for noise in noises for start in range(0, seeds, chunk)]
     if workers <= 1:
         batches = [_commit_batch(job) for job in jobs]
@@ -193,8 +201,10 @@ def summary(runs: Sequence[CommitRun]) -> dict[str, Any]:
                          for size, noise in settings]}
 
 
-def adaptive_scenario(store: Store, scenario: Scenario, seeds: int) -> dict[str, Any]:
-    """How often the adaptive contender's named culprit set is wrong, over ``seeds`` seeds."""
+def adaptive_scenario(store: Store, scenario: Scenario, seeds: int,
+                      trial_noise: TrialNoise | None = None) -> dict[str, Any]:
+    """How often the adaptive contender's named culprit set is wrong, over ``seeds`` seeds
+    (trials drawn with ``trial_noise``, else the scenario's)."""
     from bench.contenders import CONTENDERS
     from bench.simulated import run_strategy
 
@@ -202,7 +212,7 @@ def adaptive_scenario(store: Store, scenario: Scenario, seeds: int) -> dict[str,
     named = wrong = cleared = cleared_wrong = 0
     p_values: list[float] = []
     for seed in range(seeds):
-        pool = scenario.pool(seed)
+        pool = scenario.pool(seed, trial_noise)
         verdicts: list[Verdict] = []
 
         def loop(strategy: dict[str, Any], pool: Any = pool, seed: int = seed,
@@ -224,12 +234,14 @@ def adaptive_scenario(store: Store, scenario: Scenario, seeds: int) -> dict[str,
             "max_p_value": max(p_values) if p_values else None}
 
 
-def adaptive_runs(seeds: int, names: Sequence[str] = ()) -> list[dict[str, Any]]:
+def adaptive_runs(seeds: int, names: Sequence[str] = (),
+                  trial_noise: TrialNoise | None = None) -> list[dict[str, Any]]:
     """Per scenario of the strategy benchmark (those whose name contains one of ``names``)."""
     with tempfile.TemporaryDirectory(prefix="bisect-calibration-") as folder:
         store = Store.open(str(Path(folder) / "adaptive.db"))
         try:
-            return [adaptive_scenario(store, scenario, seeds) for scenario in scenarios()
+            return [adaptive_scenario(store, scenario, seeds, trial_noise)
+                    for scenario in scenarios()
                     if not names or any(name in scenario.name for name in names)]
         finally:
             store.close()
@@ -288,7 +300,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="only the scenarios whose name contains one of these (comma)")
     parser.add_argument("--workers", type=int, default=2, help="processes for the commit runs")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--trial-noise", choices=list(NOISES), default="real",
+                        help="noise between trials (bench/noise.py): real (default) or iid")
     args = parser.parse_args(argv)
+    trial_noise = NOISES[args.trial_noise]
     started = time.monotonic()
     result: dict[str, Any] = {}
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -296,14 +311,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     if unknown := set(noises) - set(NOISE):
         parser.error(f"unknown noise setting(s): {', '.join(sorted(unknown))}")
     if sizes and noises and args.seeds:
-        runs = commit_runs(sizes, noises, args.seeds, args.workers)
+        runs = commit_runs(sizes, noises, args.seeds, args.workers, trial_noise)
         result["commits"] = summary(runs)
         result["commit_runs"] = [asdict(r) for r in runs]
     if args.adaptive_seeds:
         result["adaptive"] = adaptive_runs(args.adaptive_seeds,
-                                           [s for s in args.scenarios.split(",") if s])
+                                           [s for s in args.scenarios.split(",") if s],
+                                           trial_noise)
+    result["trial_noise"] = trial_noise.describe()
     print(f"({args.seeds} seeds per commit setting, {args.adaptive_seeds} per adaptive "
-          f"scenario, {time.monotonic() - started:.0f} s)\n")
+          f"scenario, {trial_noise.describe()}, {time.monotonic() - started:.0f} s)\n")
     print(tables(result))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:

@@ -8,7 +8,9 @@ pool (set by ``mem``) saturates, then falls with queueing; HiCache adds 25%; a c
 sessions, and those are the fastest configurations. The best safe configuration is HiCache on
 at 96 running requests, mem 0.90, chunk 4096 (``BEST``, 2,003 tok/s; the best with HiCache off
 makes 1,740); every trial's throughput carries a seeded +-5% noise, so one lucky trial can
-mislead a search that does not re-run.
+mislead a search that does not re-run. With ``noise`` (bench/noise.py; IID unless told) a
+trial's corruption rate and speed (throughput times it, TTFT divided by it) also carry the
+noise between trials: a restart's draw, its pool's offsets, the drift over simulated time.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import random
 from collections import deque
 from typing import Any
 
+from bench.noise import IID, Fleet, TrialNoise, scaled
 from db.records import SessionRow, TrialTiming
 from experiments.campaign import Campaign
 from orchestrator.executor.base import TrialOrder, TrialReport
@@ -70,10 +73,12 @@ def corruption(levels: dict[str, str]) -> float:
 
 class KnobPools:
     """An ``Executor`` whose trials are drawn from the space: sessions leak at the planted
-    rate (a stop rule may end them early), throughput carries the seeded noise."""
+    rate (a stop rule may end them early), throughput carries the seeded noise; ``noise``:
+    between trials, on each pool (IID: as before issue 27)."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, noise: TrialNoise = IID) -> None:
         self.random = random.Random(seed)
+        self.fleet = Fleet(noise, seed)
         self.orders: deque[tuple[str, TrialOrder]] = deque()
 
     @property
@@ -85,14 +90,17 @@ class KnobPools:
 
     def next_report(self) -> tuple[str, TrialReport]:
         name, order = self.orders.popleft()
-        rate, outcomes = corruption(order.levels), []
+        draw = self.fleet.trial(name)
+        rate, outcomes = scaled(corruption(order.levels), draw.rate), []
         for _ in range(SESSIONS):
             outcomes.append("leak" if self.random.random() < rate else "ok")
             failed = outcomes.count("leak")
             if order.stop_rule is not None and order.stop_rule.decided(failed, SESSIONS):
                 break
         share = len(outcomes) / SESSIONS
+        self.fleet.elapse(name, RESTART_S + WORKLOAD_S * share)
         tokens = throughput(order.levels) * self.random.uniform(0.95, 1.05)
+        tokens = tokens if draw.speed == 1.0 else tokens * draw.speed
         sessions = [SessionRow(i, f"s{i}", outcome, ROUNDS, None, None, 0.0)
                     for i, outcome in enumerate(outcomes)]
         timing = TrialTiming(wall_s=0.0, restart_s=RESTART_S, workload_s=WORKLOAD_S * share,
@@ -100,6 +108,7 @@ class KnobPools:
         # larger chunks: the first token sooner; more running requests: later
         ttft = 200.0 * (4096 / int(order.levels["chunk"])) ** 0.5 * (
             int(order.levels["max_running"]) / 64) ** 0.3 * self.random.uniform(0.95, 1.05)
+        ttft = ttft if draw.speed == 1.0 else ttft / draw.speed
         latency = {"p50_ms": ttft / 2, "p90_ms": ttft * 0.8, "p99_ms": ttft}
         performance = {"wall_s": WORKLOAD_S * share, "requests": len(outcomes) * ROUNDS,
                        "completed": len(outcomes) * ROUNDS, "output_tokens": int(tokens * 10),

@@ -5,7 +5,9 @@ of a space with a planted trade-off (bench/knob_space.py: the fastest configurat
 Every search runs the real loop: ``drive`` over the simulated pools (``KnobPools``), a real
 SQLite store and the real Optuna study next to it, the strategy's defaults but where the
 command line says otherwise. Seed ``s`` is both the sampler's seed and the pools' noise seed,
-the same for every sampler.
+the same for every sampler. Trials carry the noise between trials (bench/noise.py) of
+``--trial-noise``: ``real`` by default (a restart halves or doubles the corruption rate at one
+sd, moves the speed, pools apart, a drift), ``iid`` as before issue 27.
 
 *Reach*: the first trial after which the answer (``Optimize.conclude`` on the stored trials up
 to it: the best safe configuration with ``confirm_trials`` trials) is *right*: truly safe
@@ -32,6 +34,7 @@ Searches compared, for each seed:
     .venv/bin/python -m bench.optimize [--seeds 5] [--first-seed 1] [--trials 30]
         [--samplers tpe,gp,random,grid] [--startup-trials 8] [--confirm-top 3]
         [--confirm-trials 3] [--gp-seeds N] [--workers 2] [--json FILE]
+        [--trial-noise real|iid]
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from bench.knob_space import (
     knob_campaign,
     throughput,
 )
+from bench.noise import NOISES, REAL_WORLD, TrialNoise
 from db.store import Store
 from experiments.campaign import Campaign
 from experiments.optimize_config import OptimizeConfig
@@ -90,6 +94,7 @@ class Settings:
     startup_trials: int = 8
     confirm_top: int = 3
     confirm_trials: int = 3
+    trial_noise: TrialNoise = REAL_WORLD  # of the simulated pools, not of the section
 
     def strategy(self, sampler: str, seed: int, trials: int | None = None) -> dict[str, Any]:
         return {"sampler": sampler, "seed": seed, "trials": trials or self.trials,
@@ -122,15 +127,16 @@ def right(levels: dict[str, str] | None) -> bool:
         throughput(levels) >= (1 - NEAR) * throughput(BEST)
 
 
-def measure(campaign: Campaign, seed: int) -> list[TrialEvidence]:
-    """One search on the real loop, in a store of its own; its trials as the verdict reads
-    them."""
+def measure(campaign: Campaign, seed: int, noise: TrialNoise = REAL_WORLD
+            ) -> list[TrialEvidence]:
+    """One search on the real loop, in a store of its own, its pools drawing ``noise``
+    between trials; its trials as the verdict reads them."""
     with tempfile.TemporaryDirectory() as directory:
         store = Store.open(str(Path(directory) / "bench.db"))
         try:
             store.create_campaign("bench", campaign.name, campaign.model_dump(mode="json"),
                                   "bench")
-            drive(store, "bench", campaign, KnobPools(seed))
+            drive(store, "bench", campaign, KnobPools(seed, noise))
             trials = store.trials("bench", status=None)
         finally:
             store.close()
@@ -205,14 +211,14 @@ def search_run(search: str, seed: int, settings: Settings) -> Run:
     sampler = search.split(",")[0]
     if not search.endswith("oracle-stopped"):
         campaign = knob_campaign(settings.strategy(sampler, seed))
-        done = measure(campaign, seed)
+        done = measure(campaign, seed, settings.trial_noise)
         return judged(search, seed, campaign, done, settings.trials, 1,
                       time.monotonic() - started)
     run = None
     for attempt, budget in enumerate(hits(knob_campaign(settings.strategy(sampler, seed)),
                                           ORACLE_ATTEMPTS), 1):
         campaign = knob_campaign(settings.strategy(sampler, seed, budget))
-        done = measure(campaign, seed)
+        done = measure(campaign, seed, settings.trial_noise)
         run = judged(search, seed, campaign, done, budget, attempt, time.monotonic() - started)
         if run.right:
             break
@@ -320,7 +326,7 @@ def render(table: Sequence[dict[str, Any]], ratio: dict[str, dict[str, float | N
                f"{throughput(BEST):,.0f} tok/s, safe); trials={settings.trials}, "
                f"startup_trials={settings.startup_trials}, confirm_top={settings.confirm_top}, "
                f"confirm_trials={settings.confirm_trials}; a trial {TRIAL_GPU_S / 3600:.2f} "
-               "GPU-h (a stopped one less)")
+               f"GPU-h (a stopped one less); {settings.trial_noise.describe()}")
     out = [heading, "",
            "| search | seeds | reached | trials to reach | GPU-h to reach | trials | GPU-h | "
            "final answer, true tok/s (min / median) | unsafe best | vs grid oracle | "
@@ -371,6 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="GP on the first so many seeds only (default: all)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--trial-noise", choices=list(NOISES), default="real",
+                        help="noise between trials (bench/noise.py): real (default) or iid")
     args = parser.parse_args(argv)
     samplers = [s.strip() for s in args.samplers.split(",") if s.strip()]
     unknown = [s for s in samplers if s not in SAMPLERS]
@@ -379,7 +387,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{', '.join(unknown)}); --seeds and --trials at least 1"
               if unknown else "bench.optimize: --seeds and --trials at least 1", file=sys.stderr)
         return 2
-    settings = Settings(args.trials, args.startup_trials, args.confirm_top, args.confirm_trials)
+    settings = Settings(args.trials, args.startup_trials, args.confirm_top, args.confirm_trials,
+                        NOISES[args.trial_noise])
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     started = time.monotonic()
     runs = benchmark(settings, seeds, samplers, args.workers, args.gp_seeds)

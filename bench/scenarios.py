@@ -1,7 +1,10 @@
 """Planted-fault scenarios and the simulated pool that runs their trials.
 
 A simulated trial draws every session's outcome from the scenario (a per-variant failure rate,
-or the twin's own fault model), then replays the run in time: all sessions start at once, a
+or the twin's own fault model), its rate times the trial's draw of the noise between trials
+(bench/noise.py: a restart's multiplier, its pool's offset, the drift over simulated time; a
+scenario's ``noise``, ``REAL_WORLD`` unless told, ``IID`` for the draws before issue 27), then
+replays the run in time: all sessions start at once, a
 session ends at its first failing turn (a turn drawn uniformly among the rounds) and a clean one
 at the end of the workload. A strategy's stop rule sees sessions in that order, as the real
 trial's ``on_session`` callback does, so a trial stopped early costs only the workload it ran and
@@ -15,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from bench.noise import IID, REAL_WORLD, Fleet, TrialNoise, scaled, scaled_shares
 from experiments.outcomes import Outcome
 from orchestrator.core.evidence import CORRUPTING, Failing, TrialEvidence
 from orchestrator.core.stats.compare import StopRule
@@ -47,32 +51,39 @@ class Scenario:
     target: str = "corruption"  # or "wedging": failing sessions hang and time out
     mix: Mix | None = None  # which outcome each failure is, where not the target's own
     wedges: list[Levels] = field(default_factory=list)  # of ``culprits``, those that hang
+    noise: TrialNoise = REAL_WORLD  # between trials (bench/noise.py); IID: independent trials
 
     @property
     def planted_wedges(self) -> list[Levels]:
         return self.culprits if self.target == "wedging" else self.wedges
 
-    def pool(self, seed: int) -> Pool:
+    def pool(self, seed: int, noise: TrialNoise | None = None) -> Pool:
+        """The simulated pools of one seed, with the scenario's noise unless told another."""
+        noise = self.noise if noise is None else noise
         if self.fault_model:
-            return FaultModelPool(seed)
+            return FaultModelPool(seed, noise)
         return Pool(self.rate, seed, Outcome.TIMEOUT if self.target == "wedging" else Outcome.LEAK,
-                    self.mix)
+                    self.mix, noise)
 
 
 class Pool:
-    """Runs simulated trials; adds up their real-world cost."""
+    """Runs simulated trials; adds up their real-world cost. ``noise``: between trials (IID,
+    the default here: every trial of a variant draws from the same rate)."""
 
     def __init__(self, rate: Rate, seed: int, failure: Outcome = Outcome.LEAK,
-                 mix: Mix | None = None) -> None:
+                 mix: Mix | None = None, noise: TrialNoise = IID) -> None:
         self.rate, self.failure, self.mix = rate, failure, mix
         self.rng = random.Random(seed)
+        self.fleet = Fleet(noise, seed)
         self.trials = 0
         self.gpu_s = 0.0
 
-    def outcomes(self, levels: Levels) -> list[Outcome]:
+    def outcomes(self, levels: Levels, rate_scale: float = 1.0) -> list[Outcome]:
+        """The sessions of a trial whose rates are the scenario's times ``rate_scale``."""
         if self.mix is not None:
-            return [self._drawn(self.mix(levels)) for _ in range(SESSIONS)]
-        p = self.rate(levels)
+            shares = scaled_shares(self.mix(levels), rate_scale)
+            return [self._drawn(shares) for _ in range(SESSIONS)]
+        p = scaled(self.rate(levels), rate_scale)
         return [self.failure if self.rng.random() < p else Outcome.OK for _ in range(SESSIONS)]
 
     def _drawn(self, shares: Mapping[Outcome, float]) -> Outcome:
@@ -84,11 +95,14 @@ class Pool:
         return Outcome.OK
 
     def trial(self, levels: Levels, rule: StopRule | None = None,
-              failing: Failing = CORRUPTING) -> TrialEvidence:
-        """One trial of ``levels``; ``rule`` may end it once its answer is decided, counting
-        the sessions whose outcome is in ``failing``."""
+              failing: Failing = CORRUPTING, pool: str | None = None) -> TrialEvidence:
+        """One trial of ``levels`` on ``pool`` (its offset and clock; None: the first pool);
+        ``rule`` may end it once its answer is decided, counting the sessions whose outcome is
+        in ``failing``."""
         self.trials += 1
-        ended = sorted((self._end_time(o), self.rng.random(), o) for o in self.outcomes(levels))
+        draw = self.fleet.trial(pool)
+        ended = sorted((self._end_time(o), self.rng.random(), o)
+                       for o in self.outcomes(levels, draw.rate))
         finished: list[Outcome] = []
         share, early, failed = 1.0, False, 0
         for at, _, outcome in ended:
@@ -100,6 +114,7 @@ class Pool:
         if not early:
             finished = [o for _, _, o in ended]
         self.gpu_s += (COST.restart_s + share * COST.workload_s) * COST.gpus
+        self.fleet.elapse(pool, COST.restart_s + share * COST.workload_s)
         return TrialEvidence(dict(levels), dict(Counter(o.value for o in finished)), restarts=1,
                              workload_s=share * COST.workload_s, stopped_early=early,
                              planned=SESSIONS, failing=failing)
@@ -118,16 +133,17 @@ class FaultModelPool(Pool):
     flags and env the demo campaign renders for the variant: what a real twin would return
     (tests/test_simulate.py checks it session by session against a twin over HTTP)."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, noise: TrialNoise = IID) -> None:
         from experiments.twin.faults import FaultModel
         from orchestrator.demo import DEMO_FACTORS, FAULT_MODEL
 
-        super().__init__(lambda levels: 0.0, seed)  # the rate is unused: the model decides
+        # the rate is unused: the model decides (its rates times the trial's draw)
+        super().__init__(lambda levels: 0.0, seed, noise=noise)
         self.model = FaultModel.model_validate(FAULT_MODEL)
         self.factors = DEMO_FACTORS
         self.seed = seed
 
-    def outcomes(self, levels: Levels) -> list[Outcome]:
+    def outcomes(self, levels: Levels, rate_scale: float = 1.0) -> list[Outcome]:
         from experiments.twin.simulate import server_view, session_outcomes
 
         flags: list[str] = []
@@ -137,7 +153,8 @@ class FaultModelPool(Pool):
             flags += level.get("flags", [])
             env.update(level.get("env", {}))
         return session_outcomes(self.model, server_view(flags, env), sessions=SESSIONS,
-                                seed=self.seed * 1_000_003 + self.trials, rounds=ROUNDS)
+                                seed=self.seed * 1_000_003 + self.trials, rounds=ROUNDS,
+                                rate_scale=rate_scale)
 
 
 def _two_level(n: int) -> tuple[dict[str, list[str]], Levels, Levels]:

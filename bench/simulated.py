@@ -4,7 +4,8 @@
 known-bad, the strategy's section, the real-world cost), then runs the driver's own loop
 (``orchestrator.executor.driver.drive``) on it: the loop asks the registered strategy, gives
 each trial its stop rule, stores every session, and the verdict is recomputed from the store
-as `bisect verdict` does. Only the pools are simulated (bench/scenarios.py draws the sessions).
+as `bisect verdict` does. Only the pools are simulated (bench/scenarios.py draws the sessions,
+each trial with its pool's offset and clock of the noise between trials, bench/noise.py).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class SimulatedPools:
 
     def next_report(self) -> tuple[str, TrialReport]:
         name, order = self.orders.popleft()
-        seen = self.pool.trial(order.levels, order.stop_rule, order.failing)
+        seen = self.pool.trial(order.levels, order.stop_rule, order.failing, pool=name)
         outcomes = [outcome for outcome, n in sorted(seen.counts.items()) for _ in range(n)]
         sessions = [SessionRow(idx, f"s{idx}", outcome, ROUNDS, None, None, 0.0)
                     for idx, outcome in enumerate(outcomes)]

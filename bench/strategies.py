@@ -5,10 +5,11 @@ session of every trial (80 sessions, 4 rounds) and lets the strategies' stop rul
 early, as real trials do. Every contender (bench/contenders.py) runs to its own end on the same
 seeds; the strategies run on the driver's own loop (bench/simulated.py). Cost is
 `gpu_s_equivalent` at the seed investigation's real-world durations (90 s restart + 485 s
-workload, 16 GPUs per pool): a full trial is 9,200 GPU-s.
+workload, 16 GPUs per pool): a full trial is 9,200 GPU-s. Trials draw the noise between trials
+(bench/noise.py) of ``--trial-noise``: ``real`` by default, ``iid`` as before issue 27.
 
     .venv/bin/python -m bench.strategies [--seeds 50] [--pools 2] [--json out.json]
-        [--only adaptive,oracle] [--scenario wedge]
+        [--only adaptive,oracle] [--scenario wedge] [--trial-noise real|iid]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.contenders import CONTENDERS
+from bench.noise import NOISES, TrialNoise
 from bench.scenarios import FULL_TRIAL_GPU_S, Levels, Scenario, scenarios
 from bench.simulated import run_strategy
 from db.store import Store
@@ -32,14 +34,15 @@ def _key(culprits: list[Levels]) -> list[tuple[tuple[str, str], ...]]:
     return sorted(tuple(sorted(c.items())) for c in culprits)
 
 
-def measure(store: Store, scenario: Scenario, name: str, seeds: int, pools: int = 2
-            ) -> dict[str, Any]:
+def measure(store: Store, scenario: Scenario, name: str, seeds: int, pools: int = 2,
+            noise: TrialNoise | None = None) -> dict[str, Any]:
+    """``noise``: between trials (bench/noise.py), else the scenario's (real-world)."""
     run = CONTENDERS[name]
     truth = _key(scenario.culprits)
     correct = accused = 0
     gpu_s, trials = [], []
     for seed in range(seeds):
-        pool = scenario.pool(seed)
+        pool = scenario.pool(seed, noise)
         campaign_id = f"{scenario.name} / {name} / {seed}"
 
         def loop(strategy: dict[str, Any], pool: Any = pool, campaign_id: str = campaign_id
@@ -84,7 +87,10 @@ def main() -> None:
                         help="contenders to run, comma-separated (the table needs all)")
     parser.add_argument("--scenario", default="",
                         help="run only the scenarios whose name contains this")
+    parser.add_argument("--trial-noise", choices=list(NOISES), default="real",
+                        help="noise between trials (bench/noise.py): real (default) or iid")
     args = parser.parse_args()
+    noise = NOISES[args.trial_noise]
     names = [n for n in CONTENDERS if n in args.only.split(",")]
     rows = []
     started = time.monotonic()
@@ -92,13 +98,13 @@ def main() -> None:
     store = Store.open(str(Path(folder.name) / "strategies.db"))  # every campaign, one file
     for scenario in [s for s in scenarios() if args.scenario in s.name]:
         for name in names:
-            row = measure(store, scenario, name, args.seeds, args.pools)
+            row = measure(store, scenario, name, args.seeds, args.pools, noise)
             rows.append(row)
             print(f"{scenario.name:36} {name:28} correct {row['correct']:5.0%}  "
                   f"false {row['false_accusation']:5.1%}  trials {row['median_trials']:5.1f}  "
                   f"full-trial equivalents {row['median_gpu_s'] / FULL_TRIAL_GPU_S:5.2f}",
                   flush=True)
-    print(f"({args.seeds} seeds per cell, {args.pools} pool(s), "
+    print(f"({args.seeds} seeds per cell, {args.pools} pool(s), {noise.describe()}, "
           f"{time.monotonic() - started:.0f} s)\n")
     if names == list(CONTENDERS):
         print(table(rows))

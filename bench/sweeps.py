@@ -4,7 +4,12 @@ it costs (issue 16), against a naive sweep on the same draws.
 A sweep of 3 variants (production and 2 risky neighbours), 80 sessions a trial, the defaults of
 ``SweepConfig`` and ``Thresholds`` (the table's heading says them). Each simulated trial draws
 its sessions (1% corruption, 1% wedging: errors and timeouts) and two per-trial figures with
-lognormal noise (output throughput, p99 e2e latency; sd of the log 4%). The baseline run is
+lognormal noise (output throughput, p99 e2e latency; sd of the log 4%). With ``--trial-noise
+real`` (the default; ``iid``: as before issue 27) each trial also draws the noise between trials
+(bench/noise.py): a restart's multiplier of both rates and of the speed (throughput times it,
+p99 divided by it), its pool's offsets (the pool: its place among the proposals of its round, a
+pool per proposal) and a drift over simulated time, each trial 575 s on its pool's clock and
+``RUN_GAP_S`` (a day) between the baseline run and the current one. The baseline run is
 simulated too: the first run of the sweep (no baseline, so ``min_trials`` trials per variant),
 whose trials become ``BaselineTrial`` entries as orchestrator/sweeps/baseline.py copies them.
 Then ``SweepStrategy`` is replayed on the current run: propose, simulate those trials, until it
@@ -22,7 +27,7 @@ and Welch's t at 0.05 per continuous one, no minimum effect, no confirmation. Co
 trial), the current run's trials only (the baseline run is paid once per accepted baseline).
 
     .venv/bin/python -m bench.sweeps [--runs 1000] [--seed 1] [--workers 2] [--json FILE]
-        [--sigma 0.04] [--drift 0]
+        [--sigma 0.04] [--drift 0] [--trial-noise real|iid]
         [--thresholds corruption=0.05,...] [--trials MIN,MAX,CONFIRM] [--baseline-trials N]
 
 The last line measures other settings than the defaults; the heading of the output names them.
@@ -44,6 +49,7 @@ import numpy as np
 from scipy.special import stdtr
 from scipy.stats import beta
 
+from bench.noise import IID, NOISES, Draw, Fleet, TrialNoise, scaled
 from bench.sweep_fast import fast_comparisons
 from experiments.campaign import Cost
 from experiments.strategy_config import BaselineTrial, NamedVariant, SweepConfig, Thresholds
@@ -63,6 +69,7 @@ NAIVE_ALPHA = 0.05
 NAIVE_TRIALS = 2
 EXIT = {Status.NO_CULPRIT: "clean", Status.CULPRIT: "regression",
         Status.INCONCLUSIVE: "inconclusive"}
+RUN_GAP_S = 86_400.0  # simulated time between the baseline run and the current one
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,9 @@ class Rates:
     # standard deviation of the log of a shift shared by every trial of one run (another day,
     # another machine state): 0, trials of both runs vary around the same figure
     drift: float = 0.0
+    # between trials (bench/noise.py): a restart's draw, a pool's offsets, the drift over
+    # simulated time, of both rates and of the speed; IID: none
+    noise: TrialNoise = IID
 
 
 @dataclass(frozen=True)
@@ -120,10 +130,13 @@ class Machine:
         self.shifts = {phase: (float(np.exp(rng.normal(0.0, clean.drift))),
                                float(np.exp(rng.normal(0.0, clean.drift))))
                        if clean.drift else (1.0, 1.0) for phase in (False, True)}
-        changed = dict(scenario.change)
+        changed: dict[str, Any] = dict(scenario.change)
         if "throughput" in changed:  # a factor of the clean figure
             changed["throughput"] *= clean.throughput
         self.changed = replace(clean, **changed)
+        # the noise between trials, with a source of its own (none drawn without it)
+        self.fleet = None if clean.noise.iid else Fleet(clean.noise, int(rng.integers(2**62)))
+        self._last_phase = self.current
 
     def rates(self, levels: dict[str, str]) -> Rates:
         if self.current and levels[FACTOR] == self.scenario.variant \
@@ -131,14 +144,30 @@ class Machine:
             return self.changed
         return self.clean
 
-    def trial(self, levels: dict[str, str]) -> TrialEvidence:
+    def draw(self, pool: str) -> Draw:
+        """The noise between trials of a trial starting now on ``pool``; a day passes for every
+        pool between the baseline run and the current one."""
+        if self.fleet is None:
+            return Draw()
+        if self.current and not self._last_phase:
+            self.fleet.elapse_all(RUN_GAP_S)
+        self._last_phase = self.current
+        drawn = self.fleet.trial(pool)
+        self.fleet.elapse(pool, COST.restart_s + COST.workload_s)
+        return drawn
+
+    def trial(self, levels: dict[str, str], pool: str = "pool-1") -> TrialEvidence:
         r = self.rates(levels)
+        noise = self.draw(pool)
+        wedging, corruption = scaled(r.wedging, noise.rate), scaled(r.corruption, noise.rate)
         wedged, corrupt, ok = (int(n) for n in self.rng.multinomial(SESSIONS, [
-            r.wedging, (1 - r.wedging) * r.corruption, (1 - r.wedging) * (1 - r.corruption)]))
+            wedging, (1 - wedging) * corruption, (1 - wedging) * (1 - corruption)]))
         shift_throughput, shift_p99 = self.shifts[self.current]
         throughput = r.throughput * shift_throughput * float(
             np.exp(self.rng.normal(0.0, r.sigma_throughput)))
         p99 = r.p99_ms * shift_p99 * float(np.exp(self.rng.normal(0.0, r.sigma_p99)))
+        if noise.speed != 1.0:
+            throughput, p99 = throughput * noise.speed, p99 / noise.speed
         performance = Performance(
             wall_s=COST.workload_s, requests=SESSIONS, completed=SESSIONS - wedged,
             output_tokens=int(throughput * COST.workload_s), good_sessions=ok,
@@ -156,7 +185,8 @@ def replay(strategy: SweepStrategy, machine: Machine, limit: int = 10_000
     round at once (a variant's needs depend on its own trials only), until it proposes none."""
     done: list[TrialEvidence] = []
     while proposals := strategy.propose(done, []):
-        done += [machine.trial(levels) for levels in proposals]
+        done += [machine.trial(levels, f"pool-{index}")
+                 for index, levels in enumerate(proposals, 1)]
         if len(done) > limit:
             raise RuntimeError(f"the sweep strategy proposed over {limit} trials")
     return done
@@ -402,6 +432,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--drift", type=float, default=0.0,
                         help="a shift of throughput and p99 shared by a run's trials (sd of "
                              "the log), drawn per run: the baseline run and this one differ")
+    parser.add_argument("--trial-noise", choices=list(NOISES), default="real",
+                        help="noise between trials (bench/noise.py) of rates and speed: real "
+                             "(default) or iid")
     parser.add_argument("--thresholds", default="",
                         help="e.g. corruption=0.03,wedging=0.03 (else the defaults)")
     parser.add_argument("--trials", default="",
@@ -416,13 +449,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             ("min_trials", "max_trials", "confirm_trials"), trials, strict=False)))
     except (ValueError, TypeError) as exc:
         parser.error(f"--thresholds: {exc}")
-    clean = Rates(sigma_throughput=args.sigma, sigma_p99=args.sigma, drift=args.drift)
+    clean = Rates(sigma_throughput=args.sigma, sigma_p99=args.sigma, drift=args.drift,
+                  noise=NOISES[args.trial_noise])
     started = time.monotonic()
     results = sweep_runs(plan, clean, args.runs, args.seed, args.workers, args.baseline_trials)
     rows = summary(results)
     said = [f"thresholds {plan.thresholds.model_dump()}", f"alpha {plan.alpha}",
             f"trials {plan.min_trials}-{plan.max_trials}, confirm {plan.confirm_trials}",
             f"noise sd {args.sigma:g}", *([f"drift sd {args.drift:g}"] if args.drift else []),
+            clean.noise.describe(),
             f"baseline {args.baseline_trials or plan.max_trials} trials per variant"]
     print(f"({args.runs} runs per scenario, seed {args.seed}; {'; '.join(said)}; "
           f"{time.monotonic() - started:.0f} s)\n")

@@ -5,13 +5,14 @@ this module alone: no Ray, no SSH, no executor.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from datetime import UTC, datetime
 from typing import Any
 
 from db.records import TrialRecord
 from db.store import Store
-from experiments.campaign import Campaign
+from experiments.campaign import Campaign, Workload
 from orchestrator.core.evidence import (
     CORRUPTING,
     Failing,
@@ -26,6 +27,8 @@ from orchestrator.core.strategies.registry import strategy_for
 from orchestrator.core.verdict import CostModel, Unresolvable, Verdict, verdict_from
 
 MAX_FAILED_ATTEMPTS = 2  # then the variant is unresolvable, like `git bisect skip`
+TRIAL_STRIDE = 1_000_003  # trial seq's seed: the run seed times this, plus seq
+SEED_BITS = 31  # of a drawn or derived run seed: its trials' seeds fit 64 bits with room
 
 
 def new_campaign_id(name: str) -> str:
@@ -66,6 +69,11 @@ def campaign_of(store: Store, campaign_id: str) -> Campaign:
     return Campaign.model_validate(store.get_campaign(campaign_id).spec)
 
 
+def campaign_seed(store: Store, campaign_id: str) -> int:
+    """The run seed its trials' seeds come from (``trial_seed``): what ``--seed`` replays."""
+    return campaign_of(store, campaign_id).workload.seed
+
+
 def unresolvable(trials: list[TrialRecord]) -> list[Unresolvable]:
     """Variants whose deploys failed MAX_FAILED_ATTEMPTS times: skipped, with the last reason.
 
@@ -103,7 +111,46 @@ def skipping(strategy: Strategy, skipped: list[Unresolvable]) -> Strategy:
     return strategy.meeting(skipped)
 
 
-def create_campaign(store: Store, campaign: Campaign, source: str) -> str:
+def seed_given(workload: Workload) -> bool:
+    """Whether the file (or whoever built the workload) set ``workload.seed``: a replay of that
+    draw on purpose. Absent, each campaign draws its own run seed."""
+    return "seed" in workload.model_fields_set
+
+
+def draw_seed() -> int:
+    """A fresh run seed: never 0, the schema's default (a report leaves defaults out)."""
+    return secrets.randbelow(2**SEED_BITS - 1) + 1
+
+
+def derived_seed(seed: int, *parts: object) -> int:
+    """A run seed of its own for each ``parts`` (a sweep's run number, a hunt), reproducible
+    from ``seed``: a sweep file's seed gives every run its own draw, not one draw for all."""
+    digest = hashlib.sha256(repr((seed, *parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") % (2**SEED_BITS - 1) + 1
+
+
+def trial_seed(run_seed: int, seq: int) -> int:
+    """The seed of trial ``seq`` of a campaign whose run seed (its stored ``workload.seed``) is
+    ``run_seed``: session keys, canaries, filler and arrivals, or the probe's BISECT_SEED. The
+    same run seed gives the same trials' sessions (a resume goes on with it, ``--seed``
+    replays it); wrapped to 64 bits, where the store keeps it (identical whenever it fits)."""
+    return (run_seed * TRIAL_STRIDE + seq + 2**63) % 2**64 - 2**63
+
+
+def run_seed(campaign: Campaign, seed: int | None = None) -> int:
+    """The run seed of a new campaign: ``seed`` (``--seed``: a replay on purpose), else the
+    file's ``workload.seed`` where it sets one, else a fresh draw."""
+    if seed is not None:
+        return seed
+    return campaign.workload.seed if seed_given(campaign.workload) else draw_seed()
+
+
+def create_campaign(store: Store, campaign: Campaign, source: str,
+                    seed: int | None = None) -> str:
+    """Store a new campaign with its run seed (``run_seed``) as its ``workload.seed``: every
+    read of it (the driver, a resume, `bisect show`, the report) has the seed its trials used."""
+    workload = campaign.workload.model_copy(update={"seed": run_seed(campaign, seed)})
+    campaign = campaign.model_copy(update={"workload": workload})
     campaign_id = new_campaign_id(campaign.name)
     store.create_campaign(campaign_id, campaign.name, campaign.model_dump(mode="json"), source)
     return campaign_id

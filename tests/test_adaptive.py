@@ -10,7 +10,7 @@ import pytest
 from orchestrator.core.evidence import TrialEvidence, variant_key
 from orchestrator.core.stats.compare import Answer, judge
 from orchestrator.core.strategies.adaptive import Adaptive, Replay, conclude_replay
-from orchestrator.core.strategies.base import Status
+from orchestrator.core.strategies.base import PROBE_SKIPPED, Conclusion, Status, Unresolvable
 from orchestrator.core.verdict import CostModel, verdict_from
 
 Rate = Callable[[Mapping[str, str]], float]
@@ -296,3 +296,62 @@ def test_a_first_look_that_proves_the_failure_is_a_fail_not_let_go() -> None:
                                             planned=80)])
     answers = {s.phase: s.answer for s in replay.trail}
     assert answers["flip f0"] == "fail (first look)" and answers["flip f1"] == "looks failing"
+
+
+# -- variants that cannot be judged (issue 27, item 5) ----------------------------------------
+
+def _skipping_campaign(strategy: Adaptive, rate: Rate, skipped: list[dict[str, str]],
+                       seed: int = 0) -> tuple[list[TrialEvidence], Conclusion]:
+    """The driver's loop: a skipped variant (the user's probe exits 125 on it) is met as
+    unresolvable (``Strategy.meeting``) and never run."""
+    rng = random.Random(seed)
+    skips = [Unresolvable(levels, 2, f"{PROBE_SKIPPED}: the variant cannot be judged (skipped, "
+                                     "as `git bisect skip`)") for levels in skipped]
+    blocked = {variant_key(u.levels) for u in skips}
+    told = strategy.meeting(skips)
+    evidence: list[TrialEvidence] = []
+    while proposals := [p for p in told.propose(evidence, [])
+                        if variant_key(p) not in blocked]:
+        for levels in proposals:
+            corrupt = sum(rng.random() < rate(levels) for _ in range(80))
+            evidence.append(TrialEvidence(levels, {"ok": 80 - corrupt, "leak": corrupt}))
+    return evidence, told.conclude(evidence, skips)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_skipped_flip_leaves_the_search_going_on_with_other_variants(seed: int) -> None:
+    # as `git bisect skip`: the flip that would name f3 cannot be judged (nor can an innocent
+    # flip); the search still names f3, by delta debugging, confirmed on its own variant
+    skipped = [{**BAD8, "f3": "a"}, {**BAD8, "f5": "a"}]
+    evidence, conclusion = _skipping_campaign(
+        Adaptive(EIGHT, GOOD8, BAD8), lambda lv: 0.1 if lv["f3"] == "b" else 0.0, skipped, seed)
+    assert conclusion.status is Status.CULPRIT, conclusion.reason
+    assert [dict(c.factors) for c in conclusion.culprits] == [{"f3": "b"}]
+    assert conclusion.reason == ("corruption follows f3=b (found past 2 skipped variant(s), "
+                                 "as `git bisect skip`)")
+    assert not {variant_key(t.levels) for t in evidence} & {variant_key(s) for s in skipped}
+    said = [step for step in conclusion.log if step["answer"] == "skipped"]
+    assert {variant_key(s["levels"]) for s in said} == {variant_key(s) for s in skipped}
+    assert all(s["reason"] == "the probe skipped it (exit 125)" for s in said)
+
+
+def test_a_skipped_known_bad_stops_the_search_and_says_the_probe_skipped_it() -> None:
+    _, conclusion = _skipping_campaign(Adaptive(FOUR, GOOD4, BAD4), lambda lv: 0.1, [BAD4])
+    assert conclusion.status is Status.INCONCLUSIVE
+    assert conclusion.reason == ("cannot go on: known-bad index_k=bf16,hicache=on,topk_v2=on,"
+                                 "cuda_graph=on is unresolvable: the probe skipped it (exit 125)")
+    assert "could not be deployed" not in conclusion.reason
+    # one that could not be deployed says that instead, with its error
+    broken = Unresolvable(BAD4, 2, "p0: the server exited with status 1\ntraceback ...")
+    assert broken.why() == "could not be deployed: p0: the server exited with status 1"
+
+
+def test_a_culprit_whose_variant_alone_is_skipped_is_never_named_unconfirmed() -> None:
+    # f3's flip passes, so the scan names f3; known-good with f3 alone cannot be judged: no
+    # culprit is named unconfirmed, and nothing is added to complete it
+    _, conclusion = _skipping_campaign(Adaptive(EIGHT, GOOD8, BAD8),
+                                       lambda lv: 0.1 if lv["f3"] == "b" else 0.0,
+                                       [{**GOOD8, "f3": "b"}])
+    assert conclusion.status is Status.INCONCLUSIVE and conclusion.culprits == ()
+    assert conclusion.reason == ("cannot confirm f3=b: known-good with it alone is "
+                                 "unresolvable: the probe skipped it (exit 125)")

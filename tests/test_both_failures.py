@@ -5,13 +5,18 @@ outcome classes it causes. The strategy runs on simulated trials (the core is pu
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import SimpleNamespace
+
+import pytest
 
 from bench.scenarios import COST, Pool
 from experiments.outcomes import Outcome
+from orchestrator.cli.verdict_view import print_verdict
 from orchestrator.core.evidence import CORRUPTING, WEDGING, TrialEvidence, target_of
 from orchestrator.core.stats.compare import Answer, judge
 from orchestrator.core.strategies.adaptive import Adaptive
 from orchestrator.core.verdict import CostModel, Verdict, verdict_from
+from orchestrator.reports.build import culprit_rows, headline
 
 FACTORS = {f"f{i}": ["a", "b"] for i in range(4)}
 GOOD = dict.fromkeys(FACTORS, "a")
@@ -67,14 +72,67 @@ def test_a_campaign_for_corruption_bisects_the_wedging_known_bad_shows_beside_it
         assert 0 < low <= leak["effect"] <= high
 
 
-def test_a_default_campaign_on_a_known_bad_that_only_wedges_names_the_wedge() -> None:
+def test_a_corruption_campaign_that_finds_only_wedging_says_corruption_was_not_reproduced(
+) -> None:
+    # Issue 27, item 5: the campaign asked about corruption; known-bad only wedged. Its status
+    # and reason say corruption was not reproduced, and the wedge culprit stays a wedge
+    # culprit: never in the corruption lists (`culprits` are the target's).
     verdict = _campaign(lambda lv: {Outcome.TIMEOUT: 0.20 if lv["f2"] == "b" else 0.0}, 1)
     body = verdict.to_json()
-    assert body["status"] == "culprit"
-    assert body["target"] == "wedging"
-    assert [c["factors"] for c in body["culprits"]] == [{"f2": "b"}]
+    assert body["status"] == "not_reproduced"
+    assert body["target"] == "corruption"
+    assert body["reason"].startswith("corruption not reproduced; wedging follows f2=b (")
     assert "0 corrupt" in body["reason"] and "timeouts" in body["reason"]
-    assert body["culprits"][0]["own"]["outcomes"]["timeout"]["with"] > 0
+    assert body["culprits"] == [] and body["corruption_culprits"] == []
+    assert [c["factors"] for c in body["wedge_culprits"]] == [{"f2": "b"}]
+    failures = body["failures"]
+    assert failures["corruption"]["status"] == "not_reproduced"
+    assert failures["corruption"]["culprits"] == []
+    assert failures["corruption"]["reason"].startswith("known-bad: ")
+    assert failures["wedging"]["status"] == "culprit"
+    assert failures["wedging"]["reason"] == "wedging follows f2=b"
+    assert [c["factors"] for c in failures["wedging"]["culprits"]] == [{"f2": "b"}]
+    wedge = body["wedge_culprits"][0]
+    assert wedge["own"]["outcomes"]["timeout"]["with"] > 0  # measured on its wedges
+    # the decision trail: the wedging's own tests, named by it
+    assert body["log"][0]["phase"] == "wedging: reproduce"
+    assert any(s["phase"].startswith("wedging: confirm") for s in body["log"])
+
+
+def test_the_renderers_read_each_failure_s_culprits_from_its_own_entry(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    verdict = _campaign(lambda lv: {Outcome.TIMEOUT: 0.20 if lv["f2"] == "b" else 0.0}, 1)
+    body = verdict.to_json()
+    rows = culprit_rows(body, verdict.trials, FACTORS)
+    assert [(r.failure, r.levels) for r in rows] == [("wedging", {"f2": "b"})]
+    said = headline(body, rows, SimpleNamespace(strategy=SimpleNamespace(alpha=0.01)))
+    assert said.status == "not_reproduced"
+    assert said.sentence.startswith("Corruption was not reproduced: known-bad: ")
+    assert "; wedging follows f2=b: " in said.sentence
+    print_verdict(verdict, "c1", False, {})
+    printed = capsys.readouterr().out
+    assert printed.startswith("verdict not_reproduced: corruption not reproduced; wedging "
+                              "follows f2=b (")
+    assert "  wedging: wedging follows f2=b\n  culprit f2=b: " in printed
+
+
+def test_each_failure_keeps_its_culprits_in_its_own_field() -> None:
+    # a wedging campaign: its culprits are wedge culprits, and `wedge_culprits` says so too;
+    # the corruption bisected beside it is in `corruption_culprits`, never among the wedges
+    verdict = _campaign(_leak_f1_wedge_f3, 0, target="wedging")
+    body = verdict.to_json()
+    assert body["target"] == "wedging" and body["status"] == "culprit"
+    assert [c["factors"] for c in body["culprits"]] == [{"f3": "b"}]
+    assert [c["factors"] for c in body["wedge_culprits"]] == [{"f3": "b"}]
+    assert [c["factors"] for c in body["corruption_culprits"]] == [{"f1": "b"}]
+    assert [c["factors"] for c in body["failures"]["wedging"]["culprits"]] == [{"f3": "b"}]
+    assert [c["factors"] for c in body["failures"]["corruption"]["culprits"]] == [{"f1": "b"}]
+    # and a corruption campaign's lists the other way round
+    body = _campaign(_leak_f1_wedge_f3, 0).to_json()
+    assert [c["factors"] for c in body["corruption_culprits"]] == [{"f1": "b"}]
+    assert [c["factors"] for c in body["wedge_culprits"]] == [{"f3": "b"}]
+    assert body["failures"]["corruption"]["reason"] == "corruption follows f1=b"
+    assert body["failures"]["wedging"]["reason"] == "wedging follows f3=b"
 
 
 def test_a_known_bad_that_neither_corrupts_nor_wedges_says_so_with_its_counts() -> None:

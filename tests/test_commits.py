@@ -238,16 +238,22 @@ def _both(n_commits: int, leak_from: int | None, wedge_from: int | None, *, seed
 
 
 def test_a_range_that_only_wedges_is_searched_for_its_wedging() -> None:
+    # corruption, what it was asked, is not reproduced; the wedging's search is beside it, its
+    # first bad commit a wedge culprit, never a corruption one (issue 27)
     strategy, evidence, commits = _both(16, leak_from=None, wedge_from=9, seed=3)
     replay = strategy.replay(evidence)
-    assert replay.status == "culprit" and replay.failing == WEDGING
-    assert replay.culprit == commits[9]
+    assert replay.status == "not_reproduced" and replay.failing is None
     assert replay.reason.startswith("the bad commit c015")
-    assert "searched the wedging: first bad commit: c009" in replay.reason
     assert "0 corrupt" in replay.reason and "timeouts" in replay.reason
+    assert replay.also is not None and replay.also.failing == WEDGING
+    assert replay.also.culprit == commits[9]
     conclusion = strategy.conclude(evidence, [])
-    assert conclusion.failing == WEDGING and conclusion.culprits[0].factors == {
-        "commit": commits[9]}
+    assert conclusion.status == "not_reproduced" and conclusion.culprits == ()
+    assert conclusion.reason.startswith(
+        "corruption not reproduced; wedging follows the first bad commit: c009")
+    assert conclusion.reason.endswith(f"({replay.reason})")
+    assert conclusion.also is not None and conclusion.also.failing == WEDGING
+    assert conclusion.also.culprits[0].factors == {"commit": commits[9]}
 
 
 def test_a_range_that_leaks_and_wedges_names_a_commit_for_each() -> None:

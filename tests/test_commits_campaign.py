@@ -135,7 +135,8 @@ def test_a_range_that_only_fails_requests_is_searched_for_its_wedging(
         ray_cluster: None, tmp_path: Path) -> None:
     # From commit 5 on, half the requests fail with a 5xx and nothing leaks: the default
     # campaign (corruption) finds the bad commit not worse than the good one, and searches the
-    # wedging instead, saying why (issue 13).
+    # wedging instead, saying why (issue 13): corruption not reproduced, the wedging's first
+    # bad commit a wedge culprit, never a corruption one (issue 27).
     tree = tmp_path / "src"
     shas = history(tree, commits=8, first_bad=5, effect="error")
     path = commits_campaign(tmp_path, tree)
@@ -144,15 +145,17 @@ def test_a_range_that_only_fails_requests_is_searched_for_its_wedging(
                                       "--json"])
     assert result.exit_code == 0, result.output
     verdict = json.loads(result.stdout)
-    assert verdict["status"] == "culprit" and verdict["target"] == "wedging"
-    assert [c["factors"] for c in verdict["culprits"]] == [{"commit": shas[5][:12]}]
+    assert verdict["status"] == "not_reproduced" and verdict["target"] == "corruption"
+    assert verdict["culprits"] == [] == verdict["corruption_culprits"]
+    assert [c["factors"] for c in verdict["wedge_culprits"]] == [{"commit": shas[5][:12]}]
     reason = verdict["reason"]
-    assert reason.startswith(f"the bad commit {shas[-1][:12]} ") and " (0/" in reason
+    assert reason.startswith("corruption not reproduced; wedging follows the first bad commit: "
+                             f"{shas[5][:12]} 'change 5'")
+    assert f"(the bad commit {shas[-1][:12]} " in reason and " (0/" in reason
     assert " errors, 0 wedge log lines in " in verdict["reason"]
-    assert f"searched the wedging: first bad commit: {shas[5][:12]} 'change 5'" in \
-        verdict["reason"]
     assert verdict["failures"]["wedging"]["culprits"][0]["factors"] == {
         "commit": shas[5][:12]}
+    assert verdict["failures"]["wedging"]["commits"]["first_bad"] == [shas[5][:12]]
     assert git(tree, "rev-parse", "HEAD") == shas[-1]  # the tree is left as found
 
 

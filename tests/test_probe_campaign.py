@@ -141,6 +141,56 @@ def test_a_probe_that_exits_125_skips_the_variant_never_judging_it(
         "status"].split(" after ")[1] + "\ncannot test hicache=on\n"
     text = CliRunner().invoke(app, ["show", "last", "--store", str(db)]).stdout
     assert "skipped hicache=on (2 attempts): the probe exited 125" in text
+    # the reason names it for what it is: skipped by the probe, not a deploy that failed
+    assert verdict["reason"] == ("cannot go on: known-bad hicache=on is unresolvable: the probe "
+                                 "skipped it (exit 125)")
+
+
+# Bad with HiCache on; it cannot test HiCache off with bf16 index keys (exit 125, as `git
+# bisect skip`): the very flip that would clear index_k.
+SKIPS_ONE = """#!/bin/sh
+echo "variant $BISECT_VARIANT"
+if [ "$BISECT_LEVEL_HICACHE" = off ] && [ "$BISECT_LEVEL_INDEX_K" = bf16 ]; then
+  echo "cannot build this one"; exit 125
+fi
+[ "$BISECT_LEVEL_HICACHE" = on ] && exit 1
+exit 0
+"""
+
+
+def test_a_variant_the_probe_skips_leaves_the_search_going_on_to_the_culprit(
+        ray_cluster: None, tmp_path: Path) -> None:
+    # Issue 27, item 5: one skip no longer ends an adaptive campaign. The skipped variant is
+    # unresolvable after its attempts, never judged; the search goes on with the others
+    # (delta debugging instead of the flip) and names the culprit, confirmed.
+    probe(tmp_path, SKIPS_ONE, "probe.sh")
+    data = campaign_data(tmp_path, {"command": "./probe.sh", "runs": 4})
+    data["known_good"] = {"hicache": "off", "index_k": "fp8"}
+    data["known_bad"] = {"hicache": "on", "index_k": "bf16"}
+    data["strategy"] = {"kind": "adaptive", "max_trials": 16}
+    db = tmp_path / "bisect.db"
+    result = CliRunner().invoke(app, ["run", str(write(tmp_path, data)), "--store", str(db),
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    verdict = json.loads(result.stdout)
+    assert verdict["status"] == "culprit", verdict["reason"]
+    assert [c["factors"] for c in verdict["culprits"]] == [{"hicache": "on"}]
+    assert verdict["reason"] == ("corruption follows hicache=on (found past 1 skipped "
+                                 "variant(s), as `git bisect skip`)")
+    skipped = {"hicache": "off", "index_k": "bf16"}
+    assert [u["levels"] for u in verdict["unresolvable"]] == [skipped]
+    assert verdict["unresolvable"][0]["error"].startswith("the probe exited 125")
+    assert skipped not in [v["levels"] for v in verdict["variants"]]  # never judged
+    said = [s for s in verdict["log"] if s["answer"] == "skipped"]
+    assert said and all(s["levels"] == skipped and s["reason"] == "the probe skipped it "
+                        "(exit 125)" for s in said)
+    shown = json.loads(CliRunner().invoke(app, ["show", "last", "--store", str(db),
+                                                "--json"]).stdout)
+    tried = [t for t in shown if t["levels"] == skipped]
+    assert len(tried) == 2 and all(t["status"] == "failed" and t["counts"] == {}
+                                   for t in tried)
+    log = CliRunner().invoke(app, ["log", "last", "--store", str(db)]).stdout
+    assert "the probe skipped it (exit 125)" in log and "could not be deployed" not in log
 
 
 def buggy_history(tree: Path, commits: int, first_bad: int) -> list[str]:

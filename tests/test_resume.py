@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from db.store import Store
+from orchestrator.stored import trial_seed
 from tests.support import kill_points
 
 BISECT = str(Path(sys.executable).parent / "bisect")
@@ -74,6 +75,10 @@ def test_kill_minus_nine_then_resume(tmp_path: Path, kill_after: int) -> None:
     assert all((seq, "done") in states for seq in done_before), "a finished trial was lost"
     assert (killed_at[-1][0], "discarded") in states, "the interrupted trial was not discarded"
     assert verdict["cost"]["trials"] == sum(status == "done" for _, status in states)
+    assert verdict["seed"] == record.spec["workload"]["seed"]  # the run seed, kept
+    with Store.open(str(db)) as store:  # every trial's, before the kill and after, drawn from it
+        assert all(t.seed == trial_seed(verdict["seed"], t.seq)
+                   for t in store.trials(record.id, status=None))
     assert not list((tmp_path / "services").glob("*.pid")), "a service was left running"
 
 

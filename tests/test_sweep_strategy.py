@@ -5,21 +5,27 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from experiments.strategy_config import BaselineTrial, NamedVariant, SweepConfig, Thresholds
+from orchestrator.cli.sweep_view import print_outcome
+from orchestrator.cli.verdict_view import trail_line
 from orchestrator.core.evidence import Latency, Performance, TrialEvidence
 from orchestrator.core.strategies.base import Status
 from orchestrator.core.strategies.sweep import SweepStrategy
+from orchestrator.reports.sweep_build import _said, comparison
+from orchestrator.reports.sweep_model import MetricRow
 
 PRODUCTION = NamedVariant(name="production", levels={"hicache": "off"})
 WATCH_COUNTS = Thresholds(corruption=0.05, wedging=0.05, throughput=None, p99_latency=None)
 
 
 def trial(levels: dict[str, str], leaks: int, sessions: int = 80,
-          throughput: float | None = None) -> TrialEvidence:
+          throughput: float | None = None, p99_ms: float = 300) -> TrialEvidence:
     performance = None if throughput is None else Performance(
         wall_s=10, requests=sessions, completed=sessions, output_tokens=1000, good_sessions=0,
         request_throughput=1.0, output_throughput=throughput, goodput=0.0,
-        e2e=Latency(100, 200, 300))
+        e2e=Latency(100, 200, p99_ms))
     return TrialEvidence(dict(levels), {"ok": sessions - leaks, "leak": leaks},
                          performance=performance)
 
@@ -103,3 +109,37 @@ def test_throughput_is_compared_per_trial() -> None:
     slow = [trial({"hicache": "off"}, 0, throughput=v) for v in (600, 610, 590, 605, 598)]
     judged = strategy.judged(slow)[0]
     assert judged.state == "regression" and judged.regressed == ("throughput",)
+
+
+def test_a_throughput_drop_reads_as_a_drop_in_every_reason_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 27, item 5: throughput fell 40% (and p99 latency rose 50%); `change` is signed
+    # worse-positive for the tests, but every line a person reads says the drop is a drop
+    watched = Thresholds(corruption=None, wedging=None, throughput=0.15, p99_latency=0.2)
+    baseline = [BaselineTrial(variant="production", counts={"ok": 80}, output_throughput=v,
+                              p99_e2e_ms=300) for v in (1000, 1000, 1000)]
+    strategy = SweepStrategy(plan(baseline, thresholds=watched))
+    slow = [trial({"hicache": "off"}, 0, throughput=600, p99_ms=450) for _ in range(5)]
+    conclusion = strategy.conclude(slow, [])
+    assert conclusion.status is Status.CULPRIT
+    assert conclusion.reason == "regression: production: throughput -40%, p99_latency +50%"
+    # the trail (`bisect log`): as it moved, its alert as far the bad way
+    rows = [r for r in conclusion.log if r["metric"] == "throughput"]
+    assert rows and all(r["change"] == pytest.approx(0.4) for r in rows)  # the JSON: as before
+    line = trail_line(1, rows[-1])
+    assert "-40.0% (alert at -15%)" in line and "+40" not in line
+    latency = trail_line(2, next(r for r in conclusion.log if r["metric"] == "p99_latency"))
+    assert "+50.0% (alert at +20%)" in latency
+    # `bisect sweep`'s printed outcome and the report's answer sentence
+    assert conclusion.sweep is not None
+    [variant] = conclusion.sweep["variants"]
+    print_outcome({"sweep": "nightly", "run": 2, "status": "regression",
+                   "reason": conclusion.reason,
+                   "variants": [variant]})
+    printed = capsys.readouterr().out
+    assert "throughput: different -40.0%" in printed and "+40" not in printed
+    row = MetricRow(metric="throughput", binary=False, watched=True, now=600.0,
+                    detection=comparison(variant["comparisons"][0]),
+                    confirmation=comparison(variant["confirmation"][0]), suspected=True,
+                    regressed=True)
+    assert _said(row) == "throughput -40%"

@@ -230,10 +230,14 @@ def test_a_wedging_campaign_is_decided_on_its_wedges_and_shown_as_it_ran() -> No
     wedged = [t.judged_as(WEDGING) for t in trials]
     verdict = judge(wedged, failing=WEDGING)
     assert [dict(c.factors) for c in verdict.culprits] == [{"cuda_graph": "off"}]
-    assert verdict.wedge_culprits == ()  # its culprits are the wedge's
+    assert verdict.wedge_culprits == verdict.culprits  # its culprits are the wedge's
     assert [t.counts for t in verdict.trials] == [t.counts for t in trials]
     document = verdict.to_json()
-    assert document["target"] == "wedging" and document["wedge_culprits"] == []
+    assert document["target"] == "wedging"
+    # each failure's culprits in its own field: the wedge's are wedge culprits, never
+    # corruption culprits (issue 27)
+    assert document["wedge_culprits"] == document["culprits"] != []
+    assert document["corruption_culprits"] == []
     assert document["reason"].startswith("wedging follows cuda_graph=off")
     # the variants as they ran: timeouts are infra, leaks are corrupted, whatever the target
     assert document["variants"] == judge(trials).to_json()["variants"]

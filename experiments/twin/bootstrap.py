@@ -34,6 +34,7 @@ from aiohttp import web
 
 from experiments.twin import logs
 from experiments.twin.faults import FaultModel, FileFacts, RoleView
+from experiments.twin.variation import Variation
 
 ROOM_GRACE_S = 60.0  # a completed room the decode never collects is forgotten after this
 
@@ -133,6 +134,7 @@ class PrefillView:
     role: RoleView
     fault_model: FaultModel | None
     files: Mapping[str, FileFacts] = field(default_factory=dict)  # its tree, as it read it
+    variation: Variation | None = None  # what its start drew of its model's noise
 
 
 class PrefillLink:
@@ -190,6 +192,7 @@ class PrefillLink:
                 fault_model=FaultModel.model_validate(doc) if doc else None,
                 files={str(path): FileFacts.from_json(each)
                        for path, each in (twin.get("files") or {}).items()},
+                variation=Variation.from_json(twin["noise"]) if twin.get("noise") else None,
             )
         except (aiohttp.ClientError, TimeoutError, ValueError, LookupError, TypeError) as exc:
             raise TransferFailed(f"cannot read the prefill's server info at {key}: {exc!r}") \

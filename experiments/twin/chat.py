@@ -46,6 +46,7 @@ from experiments.twin.protocol import (
     token_deltas,
     usage,
 )
+from experiments.twin.variation import Variation
 
 if TYPE_CHECKING:
     from experiments.twin.server import Twin
@@ -106,11 +107,14 @@ async def chat(twin: Twin, request: web.Request) -> web.StreamResponse:
 
 
 def _decide(twin: Twin, turn: Turn, model: FaultModel, roles: dict[str, RoleView],
-            files: Mapping[str, FileFacts]) -> Decision | None:
+            files: Mapping[str, FileFacts], variation: Variation | None) -> Decision | None:
+    """``variation``: the start whose draw of the model's noise scales its rates (this
+    server's, or the prefill's whose model a decode uses)."""
     decision = decide(
         model, twin_seed=twin.ns.twin_seed, flags=twin.config.flags, env=twin.config.env,
         inflight=twin.inflight, session_key=turn.session, roles=roles,
         context_tokens=turn.prompt_tokens, request=turn.round, files=files,
+        rate_scale=twin.rate_scale(variation),
     )
     if decision and twin.ns.log_level == "debug":
         logs.log(f"twin fault rid={turn.rid} rule={decision.rule} effect={decision.effect} "
@@ -121,7 +125,8 @@ def _decide(twin: Twin, turn: Turn, model: FaultModel, roles: dict[str, RoleView
 async def _combined(twin: Twin, request: web.Request, turn: Turn) -> web.StreamResponse:
     # One process plays both roles: prefill and decode conditions read this server.
     decision = _decide(twin, turn, twin.config.faults,
-                       {"prefill": twin.view, "decode": twin.view}, twin.config.files)
+                       {"prefill": twin.view, "decode": twin.view}, twin.config.files,
+                       twin.config.variation)
     effect = decision.effect if decision else None
     async with twin.slot(turn.prompt_tokens):
         if effect is Effect.WEDGE:  # holds its running slot, as a stuck request does
@@ -204,10 +209,12 @@ async def _decode_role(twin: Twin, request: web.Request, turn: Turn) -> web.Stre
         twin.metrics.transfer_queue.dec()
     # The decode's own fault model, or its prefill's when it was started without one (with
     # the files of the prefill's tree that model names, as the prefill read them).
-    model, files = twin.config.faults, twin.config.files
+    # Its rates scale with the draw of the start whose model it is.
+    model, files, variation = twin.config.faults, twin.config.files, twin.config.variation
     if twin.config.fault_model_path is None and prefill.fault_model is not None:
-        model, files = prefill.fault_model, prefill.files
-    decision = _decide(twin, turn, model, {"prefill": prefill.role, "decode": twin.view}, files)
+        model, files, variation = prefill.fault_model, prefill.files, prefill.variation
+    decision = _decide(twin, turn, model, {"prefill": prefill.role, "decode": twin.view}, files,
+                       variation)
     effect = decision.effect if decision else None
     if effect is Effect.WEDGE:  # as if the KV never arrived: stuck in the transfer queue
         twin.transfer_queue += 1

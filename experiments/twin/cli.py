@@ -15,8 +15,9 @@ import importlib.util
 import json
 import os
 import sys
+import time
 
-from experiments.twin import engine, faults, logs, tree
+from experiments.twin import engine, faults, logs, tree, variation
 from experiments.twin.args import (
     FAULT_MODEL_ENV,
     FORK_FLAGS_ENV,
@@ -36,6 +37,7 @@ READ_ENV = (
     "SGLANG_DISAGGREGATION_WAITING_TIMEOUT",
     FAULT_MODEL_ENV,
     FORK_FLAGS_ENV,
+    variation.NODE_ENV,
 )
 
 
@@ -100,10 +102,16 @@ def main(argv: list[str] | None = None) -> int:
             print("error: --engine gpu needs torch with CUDA (pip install torch)",
                   file=sys.stderr)
             return 2
+    # This start's draw of the noise between trials (none without `noise:` restart, node or
+    # drift: every start alike, as the twin always was).
+    drawn = variation.start(model.noise, twin_seed=ns.twin_seed,
+                            node=variation.node_name(os.environ))
     config = TwinConfig(ns=ns, flags=flags, env=env, faults=model, fault_model_path=path,
                         capacity=logs.capacity(ns, env), files=files,
-                        tree=str(root) if root and files else None)
+                        tree=str(root) if root and files else None, variation=drawn)
     logs.log(f"server_args={server_args_repr(ns)}")
+    if drawn is not None:
+        logs.log(drawn.log_line(time.time()))
     for name, facts in files.items():  # what the file conditions will see, for the reader
         logs.log(f"Twin tree {root}: {name} "
                  + (f"sha256={facts.sha256}" if facts.sha256 else "absent"))

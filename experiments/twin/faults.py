@@ -15,6 +15,10 @@ each request is drawn afresh, so a session can wedge in its third round.
 Who decides: the server that writes the reply, i.e. a combined server or a decode server (using
 its own fault model, or its prefill's when it has none). A combined server plays both roles, so
 ``prefill:`` and ``decode:`` conditions are read on itself.
+
+``noise:`` is a base rate on every request and, optionally, the noise between trials
+(variation.py): a multiplier of every rate drawn at each start, per-node offsets and a drift with
+wall time; ``decide`` takes the resulting multiplier as ``rate_scale`` (1: the file's rates).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from experiments.twin.conditions import (
     RoleView,
     flag_key,
 )
+from experiments.twin.variation import Variability
 from experiments.yaml_lines import YamlInputError, dotted, load_yaml, read_yaml_text
 
 
@@ -90,8 +95,9 @@ class Rule(BaseModel):
         return self.probability * (scale.factor(inflight) if scale else 1.0)
 
 
-class Noise(BaseModel):
-    """A base rate that applies to every request, whatever the condition."""
+class Noise(Variability):
+    """A base rate that applies to every request, whatever the condition; and the noise
+    between trials (``seed``, ``restart``, ``node``, ``drift``: variation.py)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -159,22 +165,29 @@ def decide(
     context_tokens: int = 0,
     request: int = 1,
     files: Mapping[str, FileFacts] | None = None,
+    rate_scale: float = 1.0,
 ) -> Decision | None:
     """The first rule that hits this request (round ``request`` of its session), else the
-    noise, else None. ``files``: the deciding server's tree as read at its start."""
+    noise, else None. ``files``: the deciding server's tree as read at its start;
+    ``rate_scale``: the multiplier of every probability this start drew (variation.py), each
+    clamped at 1."""
     for rule in model.rules:
         if inflight < rule.min_inflight or context_tokens < rule.min_context_tokens:
             continue
         if not rule.when.holds(flags, env, roles, files):
             continue
         u = _draw(model, twin_seed, rule.name, rule.per, session_key, request)
-        if u < rule.chance(inflight):
+        if u < _scaled(rule.chance(inflight), rate_scale):
             return Decision(rule.name, rule.effect, rule.markup)
     noise = model.noise
     if noise and _draw(model, twin_seed, NOISE_RULE, noise.per, session_key,
-                       request) < noise.probability:
+                       request) < _scaled(noise.probability, rate_scale):
         return Decision(NOISE_RULE, noise.effect, noise.markup)
     return None
+
+
+def _scaled(probability: float, rate_scale: float) -> float:
+    return probability if rate_scale == 1.0 else min(1.0, probability * max(0.0, rate_scale))
 
 
 def per_request(model: FaultModel) -> bool:

@@ -135,24 +135,32 @@ class LatencyModel:
 
 class ServerLatency:
     """The model bound to one server's live load: the KV tokens its running requests hold (read
-    when asked) and the prompts it is prefilling (known from the prefills it timed)."""
+    when asked) and the prompts it is prefilling (known from the prefills it timed); every
+    duration divided by ``speed()`` (the noise between trials this start drew, variation.py;
+    1 without)."""
 
     def __init__(self, model: LatencyModel, held_tokens: Callable[[], int],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 speed: Callable[[], float] | None = None) -> None:
         self.model = model
         self._held = held_tokens
         self._clock = clock
+        self._speed = speed
         self._prefills: list[tuple[float, int]] = []  # heap of (ends at, new tokens)
         self._prefilling = 0
 
+    def _paced(self, seconds: float) -> float:
+        speed = 1.0 if self._speed is None else self._speed()
+        return seconds if speed == 1.0 else seconds / max(1e-6, speed)
+
     @property
     def base_s(self) -> float:
-        return self.model.base_s
+        return self._paced(self.model.base_s)
 
     def prefill_s(self, prompt_tokens: int, cached_tokens: int, jitter: float) -> float:
         """The prefill's duration; its new tokens count as prefilling for that long."""
-        seconds = self.model.prefill_s(prompt_tokens, cached_tokens, jitter,
-                                       held_tokens=self._held())
+        seconds = self._paced(self.model.prefill_s(prompt_tokens, cached_tokens, jitter,
+                                                   held_tokens=self._held()))
         fresh = max(0, prompt_tokens - cached_tokens)
         if self.model.chunk_tokens is not None and fresh:
             self._expire()
@@ -162,8 +170,8 @@ class ServerLatency:
 
     def decode_step_s(self, running: int, jitter: float) -> float:
         self._expire()
-        return self.model.decode_step_s(running, jitter, held_tokens=self._held(),
-                                        prefilling_tokens=self._prefilling)
+        return self._paced(self.model.decode_step_s(running, jitter, held_tokens=self._held(),
+                                                    prefilling_tokens=self._prefilling))
 
     @property
     def prefilling_tokens(self) -> int:

@@ -40,6 +40,7 @@ from experiments.twin.faults import FaultModel, FileFacts, RoleView, env_names
 from experiments.twin.latency import Jitter, LatencyModel, PrefixCache, ServerLatency
 from experiments.twin.metrics import Metrics
 from experiments.twin.tree import facts_json
+from experiments.twin.variation import Variation, rate_now, speed_now
 
 VERSION = "0.5.23-twin"
 WEDGE_LOG_EVERY_S = 30.0
@@ -61,6 +62,8 @@ class TwinConfig:
     # The files of the tree the fault rules name, as read at start (tree.py), and the tree.
     files: Mapping[str, FileFacts] = field(default_factory=dict)
     tree: str | None = None
+    # What this start drew of the fault model's noise between trials (None: i.i.d.).
+    variation: Variation | None = None
 
     @property
     def served_model_name(self) -> str:
@@ -78,9 +81,11 @@ class Twin:
         self.start_id = uuid.uuid4().hex  # changes at every start: decodes re-read their prefill
         self.metrics = Metrics(config.served_model_name, config.capacity.max_total_num_tokens)
         cap = config.capacity
-        # The time model reads the live load: KV tokens held by the running requests.
+        # The time model reads the live load: KV tokens held by the running requests, and the
+        # speed this start drew (its node's, the drift at the hour).
         self.latency = ServerLatency(LatencyModel.from_args(self.ns, cap.max_total_num_tokens),
-                                     lambda: self.metrics.used)
+                                     lambda: self.metrics.used,
+                                     speed=lambda: speed_now(config.variation, time.time()))
         self.jitter = Jitter(self.ns.twin_seed)
         # A decode server keeps no prefix cache (SGLang forces a chunk cache there); HiCache's
         # host pool bounds the tokens it keeps.
@@ -99,6 +104,11 @@ class Twin:
         self.link = PrefillLink(
             env_names(config.faults),
             env_seconds(config.env, "SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300.0))
+
+    def rate_scale(self, variation: Variation | None) -> float:
+        """The multiplier of the fault model's rates now, of this start's draw or (a decode
+        deciding with its prefill's model) of the prefill's."""
+        return rate_now(variation, time.time())
 
     def app(self) -> web.Application:
         @web.middleware
@@ -242,6 +252,8 @@ class Twin:
                      "twin_seed": self.ns.twin_seed, "latency_ms": self.ns.twin_latency_ms,
                      "flags": self.config.flags, "start_id": self.start_id,
                      "tree": self.config.tree, "files": facts_json(self.config.files),
+                     "noise": None if self.config.variation is None
+                     else self.config.variation.as_json(time.time()),
                      "pid": os.getpid()},
         }
 

@@ -48,9 +48,11 @@ class Session:
 
 def session_results(model: FaultModel, view: RoleView, *, sessions: int, seed: int,
                     rounds: int = 1, twin_seed: int = 0, inflight: int | None = None,
-                    files: Mapping[str, FileFacts] | None = None) -> list[Session]:
+                    files: Mapping[str, FileFacts] | None = None,
+                    rate_scale: float = 1.0) -> list[Session]:
     """Each session keyed as the workload keys sessions (``s{seed}-{index}``), over ``rounds``
-    rounds. Without per-request rules every round draws the same, so one round decides."""
+    rounds. Without per-request rules every round draws the same, so one round decides.
+    ``rate_scale``: the multiplier of every rate a twin's start drew (variation.py)."""
     played = rounds if per_request(model) else 1
     results = []
     for index in range(sessions):
@@ -60,7 +62,7 @@ def session_results(model: FaultModel, view: RoleView, *, sessions: int, seed: i
                 model, twin_seed=twin_seed, flags=view.flags, env=view.env,
                 inflight=sessions if inflight is None else inflight,
                 session_key=f"s{seed}-{index}", roles={"prefill": view, "decode": view},
-                request=round_, files=files,
+                request=round_, files=files, rate_scale=rate_scale,
             )
             if decision is not None:
                 result = Session(OUTCOME_OF[decision.effect], round_)
@@ -71,11 +73,12 @@ def session_results(model: FaultModel, view: RoleView, *, sessions: int, seed: i
 
 def session_outcomes(model: FaultModel, view: RoleView, *, sessions: int, seed: int,
                      rounds: int = 1, twin_seed: int = 0, inflight: int | None = None,
-                     files: Mapping[str, FileFacts] | None = None) -> list[Outcome]:
+                     files: Mapping[str, FileFacts] | None = None,
+                     rate_scale: float = 1.0) -> list[Outcome]:
     """Each session's outcome (see ``session_results``)."""
     return [s.outcome for s in session_results(
         model, view, sessions=sessions, seed=seed, rounds=rounds, twin_seed=twin_seed,
-        inflight=inflight, files=files)]
+        inflight=inflight, files=files, rate_scale=rate_scale)]
 
 
 def trial_counts(model: FaultModel, view: RoleView, *, sessions: int, seed: int,

@@ -72,7 +72,8 @@ class ProbeSpec(BaseModel):
         default=None, description="Where it runs, relative to the campaign file's directory "
                                   "(default: that directory); made absolute when loaded.")
     seed: int = Field(default=0, ge=-(2**63), lt=2**63,
-                      description="Seeds BISECT_SEED (the trial's seed, given to the probe).")
+                      description="Seeds BISECT_SEED (the trial's seed, given to the probe). "
+                                  "Absent, each campaign draws its own; set, it is replayed.")
 
     @field_validator("command")
     @classmethod

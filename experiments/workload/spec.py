@@ -71,7 +71,9 @@ class WorkloadSpec(BaseModel):
     timeout_s: float = Field(default=60, gt=0, le=86_400, allow_inf_nan=False,
                              description="Timeout of one request, seconds.")
     seed: int = Field(default=0, ge=-(2**63), lt=2**63,
-                      description="Seeds session keys, canaries, filler, arrivals.")
+                      description="Seeds session keys, canaries, filler, arrivals. In a "
+                                  "campaign: absent, each campaign draws its own; set, it is "
+                                  "replayed.")
     model: str | None = Field(
         default=None,
         description="Model name; None asks the server's /v1/models (fallback 'default').",

@@ -39,11 +39,17 @@ RayAddress = Annotated[str | None, typer.Option(
     help="Join this Ray cluster (pool actors and load run there); default: Ray on this machine.")]
 ReportOption = Annotated[Path | None, typer.Option(
     "--report", "-o", help="Write the HTML report to this file.")]
+SeedOption = Annotated[int | None, typer.Option(
+    "--seed", min=-(2**63), max=2**63 - 1,
+    help="Replay a run's draw: its trials send the sessions that run's trials sent (the seed "
+    "`bisect show` and `verdict --json` print). Default: the file's workload.seed if it sets "
+    "one, else a fresh draw per run.")]
 
 
 def _finish_run(db: Store, campaign_id: str, verdict: Verdict, report: Path | None,
                 as_json: bool, store: str, demo: bool = False) -> None:
     from orchestrator.reports.html import write_report
+    from orchestrator.stored import campaign_seed
 
     beside: dict[str, Path] = {}
     if report is not None and demo:  # and its Markdown and JUnit files beside it
@@ -56,7 +62,7 @@ def _finish_run(db: Store, campaign_id: str, verdict: Verdict, report: Path | No
     paths = {"store": store_json(store),  # and the report, where one was written
              **({"report": str(report.resolve())} if report is not None else {}),
              **{name: str(path.resolve()) for name, path in beside.items()}}
-    print_verdict(verdict, campaign_id, as_json, paths)
+    print_verdict(verdict, campaign_id, as_json, paths, seed=campaign_seed(db, campaign_id))
     if report is not None and not as_json and not demo:  # the demo says it with the rest
         out.print(f"report: {report}", highlight=False, markup=False)
 
@@ -73,20 +79,22 @@ def _run(db: Store, campaign_id: str, store: str, report: Path | None, as_json: 
 
 
 def run_new(campaign: Campaign, source: str, store: str, report: Path | None, as_json: bool,
-            ray_address: str | None) -> None:
-    """Store a new campaign, say where, run it to its verdict, print it (and the report)."""
+            ray_address: str | None, seed: int | None = None) -> None:
+    """Store a new campaign, say where, run it to its verdict, print it (and the report).
+    ``seed``: its run seed (``--seed``); None: the file's, or a fresh draw."""
     from db.store import Store
     from experiments.secrets import SecretMissing
     from orchestrator.executor.driver import read_secrets
-    from orchestrator.stored import create_campaign
+    from orchestrator.stored import campaign_seed, create_campaign
 
     try:  # a missing secret is bad input: no campaign is created
         read_secrets(campaign)
     except SecretMissing as exc:
         raise SecretMissing(f"{source}: {exc}") from None
     with Store.open(store) as db:
-        campaign_id = create_campaign(db, campaign, source)
+        campaign_id = create_campaign(db, campaign, source, seed=seed)
         progress(f"campaign {campaign_id}: {campaign.name}")
+        progress(f"seed: {campaign_seed(db, campaign_id)} (`--seed` replays this draw)")
         progress(f"store: {store_arg(store)}")
         _run(db, campaign_id, store, report, as_json, ray_address)
 
@@ -147,6 +155,7 @@ def run(
     report: ReportOption = None,
     as_json: JsonOption = False,
     ray_address: RayAddress = None,
+    seed: SeedOption = None,
 ) -> None:
     """Run a campaign to its verdict (Ctrl-C stops it; `bisect resume` goes on)."""
     from experiments.campaign import load_campaign
@@ -159,7 +168,7 @@ def run(
                 campaign = expand_commits(campaign)
             except KeyboardInterrupt:
                 raise _not_started() from None
-        run_new(campaign, str(campaign_file), store, report, as_json, ray_address)
+        run_new(campaign, str(campaign_file), store, report, as_json, ray_address, seed)
 
 
 @app.command()
@@ -171,6 +180,7 @@ def commits(
     report: ReportOption = None,
     as_json: JsonOption = False,
     ray_address: RayAddress = None,
+    seed: SeedOption = None,
 ) -> None:
     """Find the first bad commit between --good and --bad (the campaign's `commits:` section
     names the tree, build and fixed levels)."""
@@ -183,7 +193,7 @@ def commits(
         except KeyboardInterrupt:
             raise _not_started() from None
         progress(f"{len(campaign.factor('commit').levels)} commits from {good} to {bad}")
-        run_new(campaign, str(campaign_file), store, report, as_json, ray_address)
+        run_new(campaign, str(campaign_file), store, report, as_json, ray_address, seed)
 
 
 @app.command()

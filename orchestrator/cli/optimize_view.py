@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestrator.cli.campaigns import JsonOption, RayAddress, ReportOption, run_new
+from orchestrator.cli.campaigns import JsonOption, RayAddress, ReportOption, SeedOption, run_new
 from orchestrator.cli.common import StoreOption, app, error, out, user_errors
 
 SHOWN = 5  # rows of each table printed; the report and --json hold them all
@@ -22,6 +22,7 @@ def optimize(
     report: ReportOption = None,
     as_json: JsonOption = False,
     ray_address: RayAddress = None,
+    seed: SeedOption = None,
 ) -> None:
     """Search the factors and knobs for the fastest configuration proven clean (Optuna; the
     study is next to the store: `optuna-dashboard` opens it)."""
@@ -33,7 +34,7 @@ def optimize(
             error(f"{campaign_file}: strategy.kind: `bisect optimize` searches with the optimize "
                   f"strategy (this campaign's is {campaign.strategy.kind}: `bisect run` it)")
             raise typer.Exit(2)
-        run_new(campaign, str(campaign_file), store, report, as_json, ray_address)
+        run_new(campaign, str(campaign_file), store, report, as_json, ray_address, seed)
 
 
 def _objectives(row: dict[str, Any]) -> str:

@@ -49,12 +49,13 @@ def _table_or_lines(table: Table, lines: list[str]) -> None:
 def verdict(campaign_id: CampaignId, store: StoreOption = "bisect.db",
             as_json: JsonOption = False) -> None:
     """Recompute and print a campaign's verdict from its stored trials."""
-    from orchestrator.stored import verdict_of
+    from orchestrator.stored import campaign_seed, verdict_of
 
     with reading(store) as db:
         campaign_id = resolve_id(db, campaign_id, store)
         result = verdict_of(db, campaign_id)
-        print_verdict(result, campaign_id, as_json, {"store": store_json(store)})
+        print_verdict(result, campaign_id, as_json, {"store": store_json(store)},
+                      seed=campaign_seed(db, campaign_id))
         raise typer.Exit(exit_code(result))
 
 
@@ -196,9 +197,9 @@ def show(campaign_id: CampaignId, store: StoreOption = "bisect.db", as_json: Jso
              "--output", help="Every run of the campaign's own probe (`workload: {command: "
              "...}`): its exit status and output (the last 64 KiB).")] = False) -> None:
     """Every trial of a campaign: variant, pool, status, counts, timings, where its load ran;
-    and the variants skipped because they cannot be deployed (`git bisect skip`), with their
-    reasons. `--json` has each trial's steps and performance figures (and, for a campaign's own
-    probe, its runs with their output)."""
+    and the variants skipped because they cannot be deployed or the probe skipped them (exit
+    125; `git bisect skip`), with their reasons. `--json` has each trial's steps and
+    performance figures (and, for a campaign's own probe, its runs with their output)."""
     from experiments.outcomes import WEDGE_LOG_KINDS, is_corrupt, is_infra
     from orchestrator.cli.probe_view import is_probe, probe_runs, run_lines
     from orchestrator.cli.steps_view import step_json, step_lines
@@ -209,6 +210,7 @@ def show(campaign_id: CampaignId, store: StoreOption = "bisect.db", as_json: Jso
         campaign_id = resolve_id(db, campaign_id, store)
         spec = db.get_campaign(campaign_id).spec
         spread, probing = bool(spec.get("generators")), is_probe(spec)
+        seed = (spec.get("workload") or {}).get("seed", 0)  # its run seed (the schema's default)
         trials = db.trials(campaign_id, status=None)
         generators = {t.id: db.generators(t.id) for t in trials}
         steps = db.campaign_steps(campaign_id)
@@ -217,6 +219,7 @@ def show(campaign_id: CampaignId, store: StoreOption = "bisect.db", as_json: Jso
     skipped = {variant_key(u.levels): u for u in unresolvable(trials)}
     rows = [
         {"seq": t.seq, "pool": t.pool, "status": t.status, "levels": t.levels,
+         "seed": t.seed,  # its sessions' seed: the campaign's run seed's (stored.trial_seed)
          "counts": t.counts, "restarts": t.restarts, "wall_s": t.wall_s,
          "stopped_early": t.stopped_early, "error": t.error, "failure": t.failure,
          "log_events": t.events,
@@ -235,7 +238,8 @@ def show(campaign_id: CampaignId, store: StoreOption = "bisect.db", as_json: Jso
     if as_json:
         emit_json(rows)
         return
-    out.print(f"campaign {campaign_id}", highlight=False, markup=False)
+    out.print(f"campaign {campaign_id}, seed {seed} (`--seed {seed}` replays its trials' "
+              "sessions)", highlight=False, markup=False)
     table = Table("seq", "pool", "status", "variant", "sessions", "corrupt/infra",
                   "wedge signs in logs", "wall s", "load")
     lines = []

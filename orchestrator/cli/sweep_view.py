@@ -45,6 +45,11 @@ def sweep(
     as_json: JsonOption = False,
     ray_address: Annotated[str | None, typer.Option(
         "--ray-address", envvar="RAY_ADDRESS", help="Join this Ray cluster.")] = None,
+    seed: Annotated[int | None, typer.Option(
+        "--seed", min=-(2**63), max=2**63 - 1,
+        help="Replay a run's draw (the seed its JSON and `bisect show` print). Default: a "
+        "fresh draw per run (from the sweep file's workload.seed and the run's number, where "
+        "it sets one).")] = None,
 ) -> None:
     """Run a regression sweep once: each variant against the baseline (the last accepted run),
     a difference confirmed on fresh trials before it is a regression."""
@@ -68,7 +73,8 @@ def sweep(
                                     trigger="manual" if schedule is None else "schedule",
                                     schedule=schedule, progress=progress,
                                     ray_address=ray_address,
-                                    hunt=hunt_commits if spec.hunt is not None else None)
+                                    hunt=hunt_commits if spec.hunt is not None else None,
+                                    seed=seed)
             except KeyboardInterrupt:
                 progress("interrupted: the run is stored as interrupted; its trials are kept")
                 raise typer.Exit(130) from None
@@ -116,4 +122,6 @@ def print_outcome(document: dict[str, Any]) -> None:
 def _change(c: dict[str, Any]) -> str:
     if c["metric"] in ("corruption", "wedging"):
         return f"{c['baseline']:.1%} -> {c['current']:.1%}"
-    return f"{c['change']:+.1%} worse"
+    from orchestrator.core.stats.regression import moved
+
+    return f"{moved(c['metric'], c['change']):+.1%}"  # as it moved: a throughput drop negative

@@ -13,23 +13,29 @@ if TYPE_CHECKING:
 
 
 def print_verdict(verdict: Verdict, campaign_id: str, as_json: bool,
-                  paths: dict[str, str]) -> None:
-    """``paths``: the store (and the report, where one was written) the JSON names."""
+                  paths: dict[str, str], seed: int | None = None) -> None:
+    """``paths``: the store (and the report, where one was written) the JSON names; ``seed``:
+    the campaign's run seed (``--seed`` replays its draw), in the JSON beside its id."""
     document = verdict.to_json()
     if as_json:
-        emit_json({"campaign": campaign_id, **paths, **document})
+        emit_json({"campaign": campaign_id, **({"seed": seed} if seed is not None else {}),
+                   **paths, **document})
         return
     # Level names come from the campaign file and reasons from servers: never rich markup.
     out.print(Text("verdict", style="bold") + Text(f" {document['status']}: {document['reason']}"),
               highlight=False)
-    for culprit in document["culprits"]:
+    # each failure's culprits from its own entry: the target's first (`culprits`), then the
+    # other's under its name (a wedge culprit is never printed as the target's)
+    failures = document.get("failures", {})
+    target = document["target"]
+    for culprit in failures.get(target, {}).get("culprits", document["culprits"]):
         _print_culprit(culprit, commits="commits" in document)
-    for name, failure in document.get("failures", {}).items():
-        if name != document["target"] and failure["culprits"]:  # the other failure's
+    for name, failure in failures.items():
+        if name != target and failure["culprits"]:  # the other failure's
             out.print(Text(f"  {name}: ", style="bold") + Text(failure["reason"]),
                       highlight=False)
             for culprit in failure["culprits"]:
-                _print_culprit(culprit, commits=False)
+                _print_culprit(culprit, commits="commits" in failure)
     if "optimize" in document:
         from orchestrator.cli.optimize_view import print_search
 
@@ -71,12 +77,26 @@ def _at(level: float | None) -> str:
     return "" if level is None else f" (at ≤{level:.2g})"  # the threshold it was compared to
 
 
+def _skipped(error: str) -> str:
+    """Why a commit was skipped: its deploy's error, or the user's probe (exit 125)."""
+    from orchestrator.core.strategies.base import PROBE_SKIPPED
+
+    if error.startswith(PROBE_SKIPPED):
+        return "the probe skipped it (exit 125)"
+    return f"cannot be deployed: {error}"
+
+
 def sweep_change(step: dict[str, Any]) -> str:
     """A sweep comparison's change as a reader says it: rates in points, figures in percent."""
     if step["metric"] in ("corruption", "wedging"):
         return (f"{step['baseline']:.1%} -> {step['current']:.1%} "
                 f"({step['change'] * 100:+.1f} points, alert at +{step['min_effect'] * 100:g})")
-    return f"{step['change']:+.1%} worse (alert at +{step['min_effect']:.0%})"
+    from orchestrator.core.stats.regression import moved
+
+    # signed as the metric moved (a throughput drop negative), its alert as far the bad way
+    metric = step["metric"]
+    return (f"{moved(metric, step['change']):+.1%} (alert at "
+            f"{moved(metric, step['min_effect']):+.0%})")
 
 
 def trail_line(index: int, step: dict[str, Any]) -> str:
@@ -87,7 +107,7 @@ def trail_line(index: int, step: dict[str, Any]) -> str:
         sha = step["levels"]["commit"]
         commit = commit_words(sha, {sha: (step["subject"], step["author"])}
                               if "subject" in step else {})
-        skipped = f"  skipped, cannot be deployed: {step.get('reason', '')}" \
+        skipped = f"  skipped, {_skipped(step.get('reason', ''))}" \
             if step["phase"] == "skipped" else ""
         return (f"{index:3} posterior {step['posterior']:.4f}  {step['corrupted']}/"
                 f"{step['sessions']} in {step['trials']} trial(s)  {commit}{skipped}")
@@ -108,4 +128,4 @@ def trail_line(index: int, step: dict[str, Any]) -> str:
             f"p(worse than good)={_p(step['p_fail'])}{_at(step.get('fail_at'))} "
             f"p(better than bad)={_p(step['p_pass'])}{_at(step.get('pass_at'))}  "
             f"{variant}"
-            + (f"  cannot be deployed: {step['reason']}" if "reason" in step else ""))
+            + (f"  {step['reason']}" if "reason" in step else ""))  # why it was skipped

@@ -1,6 +1,7 @@
 """The verdict, always recomputed from stored trials (never stored itself): a strategy's
 conclusion (``Strategy.conclude``) with what every strategy shares: the variants' cells, the
-cost, the culprits of wedging and the variants that could not be deployed."""
+cost, the culprits of wedging (each failure's culprits in their own field) and the variants
+that could not be judged (deploys that failed, or the user's probe skipped)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ class Verdict:
     unjudged_trials: int
     cost: CostModel
     log: tuple[dict[str, Any], ...] = ()  # the decision trail, where the strategy keeps one
-    wedge_culprits: tuple[Culprit, ...] = ()  # what makes servers error, hang or time out
+    # what makes servers error, hang or time out (a wedging campaign's: its `culprits`)
+    wedge_culprits: tuple[Culprit, ...] = ()
     unresolvable: tuple[Unresolvable, ...] = ()
     failing: Failing = CORRUPTING  # what `culprits` explain (the JSON's `target`)
     design: Design | None = None  # a factorial campaign's design: what its runs can tell apart
@@ -61,17 +63,21 @@ class Verdict:
     also: Conclusion | None = None  # the other failure, where the strategy bisected it too
     sweep: Mapping[str, Any] | None = None  # a sweep run: each variant against its baseline
     optimize: Mapping[str, Any] | None = None  # a search: the ranked safe configurations
+    target_reason: str | None = None  # the target's own, where `reason` says `also`'s too
 
     def failures(self) -> dict[str, dict[str, Any]]:
-        """A culprit list per failure: the target's, and the other's where it was bisected
-        (or, for wedging, found on the stored trials by attribution)."""
+        """A culprit list per failure, each in its own entry: the target's (`culprits`), and
+        the other's where it was bisected (beside the target, or instead of a target known-bad
+        did not reproduce) or, for wedging, found on the stored trials by attribution."""
         other = self.also
-        by = {target_of(self.failing): {"status": self.status.value, "reason": self.reason,
-                                        "culprits": [_culprit_json(c) for c in self.culprits]}}
+        by: dict[str, dict[str, Any]] = {target_of(self.failing): {
+            "status": self.status.value, "reason": self.target_reason or self.reason,
+            "culprits": [_culprit_json(c) for c in self.culprits]}}
         if other is not None:
             by[target_of(other.failing or CORRUPTING)] = {
                 "status": other.status.value, "reason": other.reason,
-                "culprits": [_culprit_json(c) for c in other.culprits]}
+                "culprits": [_culprit_json(c) for c in other.culprits],
+                **({"commits": dict(other.commits)} if other.commits is not None else {})}
         elif self.failing != WEDGING:
             by["wedging"] = {"status": "attributed", "reason": "found on the stored trials",
                              "culprits": [_culprit_json(c) for c in self.wedge_culprits]}
@@ -83,6 +89,7 @@ class Verdict:
         commits = {"commits": dict(self.commits)} if self.commits is not None else {}
         sweep = {"sweep": dict(self.sweep)} if self.sweep is not None else {}
         optimize = {"optimize": dict(self.optimize)} if self.optimize is not None else {}
+        failures = self.failures()
         return {
             **design,
             **commits,
@@ -95,9 +102,11 @@ class Verdict:
             ],
             "status": self.status.value,
             "reason": self.reason,
-            "culprits": [_culprit_json(c) for c in self.culprits],
-            "wedge_culprits": [_culprit_json(c) for c in self.wedge_culprits],
-            "failures": self.failures(),
+            # the target's; then each failure's own, whatever the target (never the other's)
+            "culprits": failures[target_of(self.failing)]["culprits"],
+            "corruption_culprits": failures.get("corruption", {}).get("culprits", []),
+            "wedge_culprits": failures.get("wedging", {}).get("culprits", []),
+            "failures": failures,
             "variants": [_cell_json(c) for c in self.cells],
             "cost": self.cost_json(),
             "log": list(self.log),
@@ -224,18 +233,21 @@ def verdict_from(
     """A strategy's conclusion with what every strategy's verdict shows; ``failing``: what the
     evidence was judged against (the campaign's target). The variants are shown judged for
     corruption whatever the target (a wedged variant: its errors and timeouts beside 0
-    corrupted); a wedging campaign's culprits are its wedge culprits already, as are those of
-    a campaign that bisected the wedging because known-bad did not corrupt."""
+    corrupted). A wedging campaign's culprits are its wedge culprits; a corruption campaign's
+    wedge culprits are those it bisected beside its target, or instead of a target known-bad
+    did not reproduce (its own `culprits` are then none), else attributed on every trial."""
     failing = conclusion.failing or failing
     judged = judged_trials(evidence)
     shown = variant_cells([t.judged_as(CORRUPTING) for t in judged], factors)
     also = conclusion.also
-    if also is not None and (also.failing or CORRUPTING) == WEDGING:
+    if failing == WEDGING:
+        wedge = conclusion.culprits  # the target's culprits are the wedge's
+    elif also is not None and (also.failing or CORRUPTING) == WEDGING:
         wedge = also.culprits  # bisected beside the target: confirmed, as the target's are
     else:
-        wedge = () if failing == WEDGING else wedging(evidence, factors, alpha)
+        wedge = wedging(evidence, factors, alpha)
     return Verdict(conclusion.status, conclusion.reason, conclusion.culprits, tuple(shown),
                    tuple(evidence), len(evidence) - len(judged), cost, conclusion.log,
                    wedge, tuple(unresolvable), failing, design=conclusion.design,
                    commits=conclusion.commits, also=also, sweep=conclusion.sweep,
-                   optimize=conclusion.optimize)
+                   optimize=conclusion.optimize, target_reason=conclusion.target_reason)

@@ -34,7 +34,14 @@ from orchestrator.executor.ray_pool import PoolActors, RayNotStarted, ensure_ray
 from orchestrator.executor.reaper import Reaper
 from orchestrator.executor.source_changes import recover_nodes
 from orchestrator.executor.trial import INFRA_ERROR, generator_rows, service_manager
-from orchestrator.stored import campaign_of, evidence, skipping, unresolvable, verdict_of
+from orchestrator.stored import (
+    campaign_of,
+    evidence,
+    skipping,
+    trial_seed,
+    unresolvable,
+    verdict_of,
+)
 
 MAX_INFRA_ATTEMPTS = 3  # infrastructure failures of one variant in one run: then the run stops
 Progress = Callable[[str], None]
@@ -223,7 +230,7 @@ def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
             next_seq = max((t.seq for t in trials), default=0) + 1
             for pool, levels in place(campaign, free, proposals, running):
                 variant = store.variant(campaign_id, levels)
-                seed = campaign.workload.seed * 1_000_003 + next_seq
+                seed = trial_seed(campaign.workload.seed, next_seq)  # the run's draw
                 trial_id = store.start_trial(campaign_id, variant.id, next_seq, pool, seed)
                 pending[trial_id] = levels
                 rule = strategy.stop_rule(levels, seen)

@@ -27,6 +27,7 @@ from experiments.workload.stress import SessionResult, StressResult, run_stress
 from experiments.workload.triage import pool_parser
 from orchestrator.core.evidence import Failing, variant_key
 from orchestrator.core.stats.compare import StopRule
+from orchestrator.core.strategies.base import PROBE_SKIPPED
 from orchestrator.executor.base import GeneratorRun, TrialOrder, TrialReport
 from orchestrator.executor.load_generators import LoadGenerators
 from orchestrator.executor.source_changes import SourceChanges
@@ -169,7 +170,7 @@ class PoolRunner:
                     details = {"runs": [r.details() for r in runs], "argv": argv, "cwd": cwd,
                                "exit_code": run.exit_code, "output": run.evidence()}
                     if judgement == "skip":
-                        raise ProbeSkipped("the probe exited 125: the variant cannot be judged "
+                        raise ProbeSkipped(f"{PROBE_SKIPPED}: the variant cannot be judged "
                                            "(skipped, as `git bisect skip`)", details)
                     raise ProbeBroken(f"the probe {run.status()}: an error of the probe, not a "
                                       "judgement of the variant", details)

@@ -173,8 +173,11 @@ def headline(document: dict[str, Any], culprits: Sequence[CulpritRow],
         best = min((c.p_value for c in own if c.p_value is not None), default=None)
         confidence = _confidence(best, own[0].trial_p_value, alpha, document)
     elif status == "not_reproduced":
-        sentence = f"{failing} was not reproduced: {reason}"
-        confidence = "nothing to attribute: known-bad did not fail as it should"
+        # the target's own reason: what the other failure follows is said below, from its rows
+        said = document.get("failures", {}).get(target, {}).get("reason") or reason
+        sentence = f"{failing} was not reproduced: {said}"
+        confidence = (f"nothing to attribute to {target}: known-bad did not fail as it should"
+                      + (f" (the {other[0].failure} culprits are its own)" if other else ""))
     elif status == "no_culprit":
         sentence = f"No culprit found for {target}: {reason}"
         confidence = f"no factor or pair passed the campaign's threshold (alpha = {alpha:g})"

@@ -199,7 +199,8 @@ class Provenance:
 
 
 class UnresolvableRow(TypedDict):
-    """A variant (a commit) that could not be deployed, skipped like ``git bisect skip``."""
+    """A variant (a commit) that could not be judged (its deploy failed, or the user's probe
+    skipped it: exit 125), skipped like ``git bisect skip``."""
 
     levels: dict[str, str]
     attempts: int

@@ -71,8 +71,11 @@ def _redacted(value: Any, key: str = "") -> Any:
 
 def campaign_file(campaign: Campaign) -> str:
     """The campaign as stored, as YAML without the fields left at their defaults (close to
-    what its author wrote), secrets redacted."""
-    shown = _redacted(campaign.model_dump(mode="json", exclude_defaults=True))
+    what its author wrote), secrets redacted; its workload's seed always (the run seed its
+    trials were drawn from, even 0): the file replays the campaign's sessions as it shows."""
+    dumped = campaign.model_dump(mode="json", exclude_defaults=True)
+    dumped.setdefault("workload", {})["seed"] = campaign.workload.seed
+    shown = _redacted(dumped)
     text = yaml.safe_dump(shown, sort_keys=False, allow_unicode=True, width=100)
     return redact(text)
 

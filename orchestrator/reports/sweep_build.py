@@ -23,6 +23,7 @@ from db.sweep_records import SweepRunRecord
 from db.sweeps import Sweeps
 from experiments.strategy_config import SweepConfig
 from orchestrator.core.evidence import CORRUPTING, WEDGING, TrialEvidence
+from orchestrator.core.stats.regression import said_change
 from orchestrator.core.strategies.sweep import BINARY, METRICS, STATES
 from orchestrator.reports.provenance import tool_version
 from orchestrator.reports.sweep_model import (
@@ -196,7 +197,7 @@ def _said(row: MetricRow) -> str:
     if row.binary:
         return (f"{row.metric} {_pct(c.baseline)} -> {_pct(c.current)} "
                 f"({c.change * 100:+.1f} points)")
-    return f"{row.metric} {c.change:+.0%} worse"
+    return said_change(row.metric, c.change)  # a drop negative: "throughput -31%"
 
 
 def _pct(rate: float | None) -> str:

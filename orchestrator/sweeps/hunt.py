@@ -41,10 +41,13 @@ def hunt_commits(store: Store, sweeps: Sweeps, sweep: Sweep, run: SweepRunRecord
     campaign = hunt_campaign(sweep, variant["levels"], metric, good, bad)
     from orchestrator.executor.commit_range import expand_commits  # reaches the nodes
     from orchestrator.executor.driver import run_campaign
-    from orchestrator.stored import create_campaign
+    from orchestrator.stored import campaign_seed, create_campaign, derived_seed
 
     campaign = expand_commits(campaign)
-    campaign_id = create_campaign(store, campaign, f"sweep {sweep.name} run {run.seq}")
+    # a draw of its own, from the run's: a replay of the run (`--seed`) replays its hunt too
+    seed = derived_seed(campaign_seed(store, result["campaign"]), "hunt")
+    campaign_id = create_campaign(store, campaign, f"sweep {sweep.name} run {run.seq}",
+                                  seed=seed)
     sweeps.add_hunt(run.id, campaign_id, good, bad)
     progress(f"hunt: {metric} of {variant['name']} between {good[:12]} and {bad[:12]} "
              f"(campaign {campaign_id})")

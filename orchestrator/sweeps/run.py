@@ -22,7 +22,14 @@ from experiments.secrets import redact
 from experiments.strategy_config import SweepConfig
 from experiments.sweep import BUILD, Sweep, sweep_campaign
 from orchestrator.core.strategies.base import Status
-from orchestrator.stored import campaign_of, create_campaign, verdict_of
+from orchestrator.stored import (
+    campaign_of,
+    campaign_seed,
+    create_campaign,
+    derived_seed,
+    seed_given,
+    verdict_of,
+)
 from orchestrator.sweeps.baseline import (
     baseline_trials,
     changed_facts,
@@ -82,8 +89,10 @@ def build_factor(sweep: Sweep, commit: str) -> Factor:
 def run_sweep(store: Store, sweep: Sweep, source_text: str, *, trigger: str = "manual",
               schedule: str | None = None, accept: bool = False, force: bool = False,
               progress: Progress = lambda _: None, ray_address: str | None = None,
-              hunt: Callable[..., dict[str, Any]] | None = None) -> SweepOutcome:
-    """Run ``sweep`` once (``source_text``: its file, stored with the run's campaign)."""
+              hunt: Callable[..., dict[str, Any]] | None = None,
+              seed: int | None = None) -> SweepOutcome:
+    """Run ``sweep`` once (``source_text``: its file, stored with the run's campaign).
+    ``seed``: the run's seed (``--seed``, a replay of a run's draw); None: ``run_seed``."""
     sweeps = Sweeps(store)
     sweeps.ensure(sweep.name)
     baseline = sweeps.baseline(sweep.name)
@@ -104,14 +113,14 @@ def run_sweep(store: Store, sweep: Sweep, source_text: str, *, trigger: str = "m
         facts = read_facts(sweep)
         sweeps.set_facts(run.id, facts)
         campaign_id, changes = _start_campaign(store, sweeps, sweep, source_text, run, baseline,
-                                               facts, progress, accept)
+                                               facts, progress, accept, seed)
         from orchestrator.executor.driver import run_campaign  # Ray: only when a run starts
 
         verdict = run_campaign(store, campaign_id, progress=progress, ray_address=ray_address)
         status = {Status.CULPRIT: "regression", Status.NO_CULPRIT: "clean"}.get(
             verdict.status, "inconclusive")
-        result = {"campaign": campaign_id, "reason": verdict.reason, **(verdict.sweep or {}),
-                  **changes}
+        result = {"campaign": campaign_id, "seed": campaign_seed(store, campaign_id),
+                  "reason": verdict.reason, **(verdict.sweep or {}), **changes}
         if status == "regression" and hunt is not None:
             result["hunt"] = _hunted(hunt, store, sweeps, sweep, run, result, progress)
     except KeyboardInterrupt:
@@ -147,10 +156,21 @@ def _hunted(hunt: Callable[..., dict[str, Any]], store: Store, sweeps: Sweeps, s
         return {"status": "failed", "reason": f"the hunt failed: {why}"}
 
 
+def run_seed(sweep: Sweep, run_seq: int, seed: int | None = None) -> int | None:
+    """The seed of run ``run_seq``'s campaign: ``seed`` (``--seed``) if given; else, where the
+    sweep file sets ``workload.seed``, one derived from it and the run's number (each run its own
+    draw, the sweep's history reproducible); else None: the campaign draws a fresh one. Never
+    the file's seed itself for every run: runs of one draw are one run, however many."""
+    if seed is not None:
+        return seed
+    return derived_seed(sweep.workload.seed, "run", run_seq) if seed_given(sweep.workload) \
+        else None
+
+
 def _start_campaign(store: Store, sweeps: Sweeps, sweep: Sweep, source_text: str,
                     run: SweepRunRecord, baseline: SweepRunRecord | None,
                     facts: dict[str, dict[str, Any]], progress: Progress, accept: bool,
-                    ) -> tuple[str, dict[str, Any]]:
+                    seed: int | None = None) -> tuple[str, dict[str, Any]]:
     """The run's campaign, stored: the baseline's trials in its strategy, and the factor that
     puts the baseline's build back when the source tree's commit moved. A run that may become
     the baseline (``--accept``) measures every variant ``trials.max`` times: its trials are
@@ -183,9 +203,9 @@ def _start_campaign(store: Store, sweeps: Sweeps, sweep: Sweep, source_text: str
                    "changed_variants": changed_variants(before, plan),
                    "changed_settings": changed_settings(then_campaign, sweep_campaign(sweep))}
     campaign = sweep_campaign(sweep, plan, factors)
-    campaign_id = create_campaign(store, campaign, source_text)
+    campaign_id = create_campaign(store, campaign, source_text, seed=run_seed(sweep, run.seq, seed))
     sweeps.set_campaign(run.id, campaign_id)
-    progress(f"campaign {campaign_id}")
+    progress(f"campaign {campaign_id}, seed {campaign_seed(store, campaign_id)}")
     return campaign_id, changes
 
 

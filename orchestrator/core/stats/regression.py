@@ -54,7 +54,8 @@ class Comparison:
     baseline: float  # the baseline's rate (binary) or geometric mean (continuous)
     current: float
     # binary: current rate - baseline rate (0.05 is 5 points); continuous: relative change,
-    # signed so that > 0 is worse (a 30% throughput drop and a 30% p99 rise are both 0.3)
+    # signed so that > 0 is worse (a 30% throughput drop and a 30% p99 rise are both 0.3);
+    # words a person reads sign it as the metric moved (``moved``: "throughput -30%")
     change: float
     interval: tuple[float, float]  # of change, two-sided 1 - 2 alpha (each side errs alpha)
     p_worse: float  # one-sided p that current is worse than baseline
@@ -63,6 +64,22 @@ class Comparison:
     alpha: float
     counts: tuple[tuple[int, int], tuple[int, int]] | None = None  # ((k, n) current, baseline)
     values: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # current, baseline
+
+
+# The per-trial figures whose drop is the worsening (``compare_values(worse="lower")``).
+LOWER_IS_WORSE = frozenset({"throughput"})
+
+
+def moved(metric: str, change: float) -> float:
+    """A comparison's ``change`` as the metric itself moved, for words a person reads: a
+    throughput drop is negative (``change`` 0.31 is "throughput -31%"), a p99 rise and a
+    rate's rise positive. ``change`` stays signed worse-positive, as the tests decide."""
+    return -change if metric in LOWER_IS_WORSE else change
+
+
+def said_change(metric: str, change: float, digits: int = 0) -> str:
+    """A continuous metric's change as it moved, signed: "throughput -31%", "p99_latency +30%"."""
+    return f"{metric} {moved(metric, change):+.{digits}%}"
 
 
 def worst(answers: Iterable[Difference]) -> Difference:

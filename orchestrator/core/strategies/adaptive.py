@@ -38,6 +38,7 @@ too, or instead where the target is not reproduced (both_failures.py).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +62,7 @@ from orchestrator.core.strategies.base import (
     Unresolvable,
     not_yet_running,
 )
-from orchestrator.core.strategies.both_failures import replay_both
+from orchestrator.core.strategies.both_failures import both_reason, replay_both
 from orchestrator.core.strategies.confirm import confirm
 from orchestrator.core.strategies.sequential import (
     Concluded,
@@ -122,6 +123,9 @@ class Adaptive:
         self.min_trials, self.reproduce_trials = min_trials, reproduce_trials
         self.max_trials_per_variant, self.max_trials = max_trials_per_variant, max_trials
         self.failing = failing  # what counts as failing: named in the reason given
+        # variants that cannot be judged (`meeting`), by key: like `git bisect skip`, a test of
+        # one has no answer, and the search goes on with the others
+        self.skipped: dict[str, Unresolvable] = {}
 
     def pass_alpha(self, good: VariantCounts) -> float:
         """The level a PASS needs against known-bad. A PASS accuses a level, and the scan gives
@@ -187,15 +191,29 @@ class Adaptive:
         except Concluded as stop:
             return Replay((), stop.outcome, tuple(culprits), tuple(run.trail), stop.reason)
         names = "; ".join(" AND ".join(f"{f}={v}" for f, v in c.items()) for c in culprits)
+        skipped = {variant_key(s.levels) for s in run.trail if s.answer == "skipped"}
+        said = f" (found past {len(skipped)} skipped variant(s), as `git bisect skip`)" \
+            if skipped else ""
         return Replay((), Status.CULPRIT, tuple(culprits), tuple(run.trail),
-                      f"{target_of(self.failing)} follows {names}")
+                      f"{target_of(self.failing)} follows {names}{said}")
 
     def conclude(self, done: Sequence[TrialEvidence],
                  unresolvable: Sequence[Unresolvable]) -> Conclusion:
-        return conclude_replay(self.replay(done), done, self.factors, unresolvable, self.good)
+        return conclude_replay(self.replay(done), done, self.factors, unresolvable, self.good,
+                               self.bad)
 
     def meeting(self, unresolvable: Sequence[Unresolvable]) -> Adaptive:
-        return self  # a variant it needs that cannot be deployed stops it in its conclusion
+        """The same strategy, told which variants cannot be judged (deploys that failed, or
+        the user's probe exiting 125): as `git bisect skip`, a test of one answers nothing and
+        the search goes on with other variants (a flip skipped is not found needed, delta
+        debugging takes a skipped subset as not failing, a neighbour skipped keeps its level).
+        Only known-good, known-bad and the culprit alone cannot be done without: the
+        conclusion then says which one and why."""
+        if not unresolvable:
+            return self
+        told = copy.copy(self)
+        told.skipped = {variant_key(u.levels): u for u in unresolvable}
+        return told
 
     def _each_alone(self, run: Tests, culprits: list[dict[str, str]]
                     ) -> list[dict[str, str]]:
@@ -215,7 +233,8 @@ class Adaptive:
                 if other is not culprit:
                     alone = self._break(alone, other, [f for f in other if f not in culprit])
             whole = all(alone[f] == level for f, level in culprit.items())
-            if not whole or run.test(alone, "confirm: alone in known-bad") is Answer.FAIL:
+            if not whole or run.test(alone, "confirm: alone in known-bad") is Answer.FAIL \
+                    or run.skipped(alone):  # no answer: nothing against it
                 kept.append(culprit)
         return kept or minimal
 
@@ -389,6 +408,7 @@ def conclude_replay(
     factors: Mapping[str, Sequence[str]],
     unresolvable: Sequence[Unresolvable] = (),
     good: Levels | None = None,
+    bad: Levels | None = None,
 ) -> Conclusion:
     """The adaptive strategy's conclusion, with each culprit measured on every explored cell
     and, where ``good`` is given, on its own (the culprit alone against its neighbours)."""
@@ -396,26 +416,37 @@ def conclude_replay(
         {"phase": s.phase, "levels": dict(s.levels), "answer": s.answer,
          "corrupted": s.failures, "sessions": s.judged, "unfinished": s.unfinished,
          "trials": s.trials, "p_fail": s.p_fail, "p_pass": s.p_pass,
-         "fail_at": s.fail_at, "pass_at": s.pass_at}
+         "fail_at": s.fail_at, "pass_at": s.pass_at,
+         **({"reason": s.reason} if s.reason else {})}  # a skipped variant's: why
         for s in (*replay.trail, *(replay.also.trail if replay.also else ()))
     )
     blocked = {variant_key(u.levels): u for u in unresolvable}
     asking = replay.asking
     stuck = [blocked[variant_key(v)] for v in asking.needed if variant_key(v) in blocked]
-    if stuck:
-        levels = ",".join(f"{f}={lvl}" for f, lvl in stuck[0].levels.items())
-        status = Status.INCONCLUSIVE
-        reason = f"cannot go on: {levels} could not be deployed: {stuck[0].error.splitlines()[0]}"
+    if stuck:  # known-good or known-bad: no test goes on without them
+        status, reason = Status.INCONCLUSIVE, cannot_go_on(stuck[0], good, bad)
     elif replay.outcome is None or asking.outcome is None:
         status, reason = Status.INCONCLUSIVE, UNFINISHED
     else:
         status, reason = replay.outcome, replay.reason
-    also = None
+    also, own = None, None
     if replay.also is not None and replay.also.outcome is not None:
         also = conclude_replay(replay.also, evidence, factors, (), good)
-        reason = f"{reason}; {target_of(also.failing or CORRUPTING)}: {also.reason}"
+        own, reason = reason, both_reason(status, reason, also)
     culprits = _measured(replay, evidence, factors, good) if status is Status.CULPRIT else ()
-    return Conclusion(status, reason, culprits, log, failing=replay.failing, also=also)
+    return Conclusion(status, reason, culprits, log, failing=replay.failing, also=also,
+                      target_reason=own)
+
+
+def cannot_go_on(skipped: Unresolvable, good: Levels | None = None,
+                 bad: Levels | None = None) -> str:
+    """Why the search stopped at a variant it cannot do without: "cannot go on: known-bad
+    hicache=on is unresolvable: the probe skipped it (exit 125)"."""
+    levels = ",".join(f"{f}={lvl}" for f, lvl in skipped.levels.items())
+    key = variant_key(skipped.levels)
+    role = next((f"{name} " for name, known in (("known-good", good), ("known-bad", bad))
+                 if known is not None and variant_key(known) == key), "")
+    return f"cannot go on: {role}{levels} is unresolvable: {skipped.why()}"
 
 
 def _measured(replay: Replay, evidence: Sequence[TrialEvidence],

@@ -36,13 +36,31 @@ class Status(StrEnum):
 UNFINISHED = "unfinished: `bisect resume` continues it"
 
 
+# How the error of a trial the user's probe skipped begins (exit 125, `git bisect skip`).
+PROBE_SKIPPED = "the probe exited 125"
+
+
 @dataclass(frozen=True)
 class Unresolvable:
-    """A variant that could not be deployed (like `git bisect skip`), with the last reason."""
+    """A variant that cannot be judged, skipped like `git bisect skip`: it could not be
+    deployed (or proven loaded), or the user's probe skipped it (exit 125); with the last
+    reason."""
 
     levels: Mapping[str, str]
     attempts: int
     error: str
+
+    @property
+    def by_probe(self) -> bool:
+        """The user's probe skipped it (exit 125): it was deployed, and not judged."""
+        return self.error.startswith(PROBE_SKIPPED)
+
+    def why(self) -> str:
+        """Why it cannot be judged, in words a reason line uses."""
+        if self.by_probe:
+            return "the probe skipped it (exit 125)"
+        first = self.error.splitlines()[0] if self.error.strip() else "unknown error"
+        return f"could not be deployed: {first}"
 
 
 @dataclass(frozen=True)
@@ -56,13 +74,17 @@ class Conclusion:
     log: tuple[dict[str, Any], ...] = ()  # the decision trail, where the strategy keeps one
     design: Design | None = None  # a factorial campaign's design: what its runs can tell apart
     commits: Mapping[str, Any] | None = None  # a commit search: first bad commit(s), skips
-    # what the culprits explain, where not the campaign's target: a corruption campaign whose
-    # known-bad only wedged bisected the wedging (the verdict's `target` says so)
+    # what the culprits explain, where not the campaign's target (an `also`'s: the other
+    # failure; a strategy's own conclusion is its target's, whatever known-bad showed)
     failing: Failing | None = None
-    # the other failure known-bad showed, concluded beside the target (its own `failing`)
+    # the other failure known-bad showed, concluded beside the target (its own `failing`); also
+    # where known-bad did not reproduce the target: the target is `not_reproduced` then, and
+    # the other failure's culprits are this one's, never the target's
     also: Conclusion | None = None
     sweep: Mapping[str, Any] | None = None  # a sweep run: each variant against its baseline
     optimize: Mapping[str, Any] | None = None  # a search: the ranked safe configurations
+    # the target's own reason, where ``reason`` also says what ``also`` concluded
+    target_reason: str | None = None
 
 
 class Strategy(Protocol):

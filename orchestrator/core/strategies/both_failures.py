@@ -2,7 +2,9 @@
 
 The campaign's target is bisected first. Where known-bad does not reproduce it but clearly
 shows the other failure, the other is bisected instead (or the reason says exactly why not,
-with the counts of timeouts, errors and wedge log lines); where the target was bisected and
+with the counts of timeouts, errors and wedge log lines): the target stays `not_reproduced`
+and the other's culprits are the other's ("corruption not reproduced; wedging follows ...",
+never corruption culprits); where the target was bisected and
 known-bad's stored trials show the other failure too, the other is bisected beside it. Each is
 its own replay, on the same trials judged against its own failing set, so evidence is shared:
 the other failure adds only the trials its own tests still need. The commit search does the
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING
 from experiments.outcomes import WEDGE_LOG_KINDS
 from orchestrator.core.evidence import CORRUPTING, WEDGING, TrialEvidence, target_of, variant_key
 from orchestrator.core.stats.compare import Answer, reproduced
-from orchestrator.core.strategies.base import Status
+from orchestrator.core.strategies.base import Conclusion, Status
 from orchestrator.core.strategies.sequential import Step, cells_of
 
 if TYPE_CHECKING:
@@ -65,13 +67,31 @@ def _instead(target: Adaptive, other: Adaptive, evidence: Sequence[TrialEvidence
     if not _any_of(other, seen):
         return dataclasses.replace(replay, reason=f"{replay.reason}; {counts}")
     bisected = _named(other.replay_target(seen), other)
-    trail: tuple[Step, ...] = (*replay.trail, *bisected.trail)
     if bisected.outcome is Status.NOT_REPRODUCED:
+        trail: tuple[Step, ...] = (*replay.trail, *bisected.trail)
         return dataclasses.replace(replay, trail=trail, reason=(
             f"{replay.reason}; {counts}, not worse than known-good's: {bisected.reason}"))
-    reason = bisected.reason and (f"{replay.reason}; {counts}: bisected the "
-                                  f"{target_of(other.failing)}: {bisected.reason}")
-    return dataclasses.replace(bisected, trail=trail, reason=reason)
+    # The target stays not reproduced; the other failure is concluded beside it, its culprits
+    # its own (conclude_replay: "corruption not reproduced; wedging follows ...").
+    return dataclasses.replace(replay, reason=f"{replay.reason}; {counts}", also=bisected)
+
+
+def both_reason(status: Status, reason: str, also: Conclusion) -> str:
+    """The reason of a target concluded with the other failure beside it (``reason``: the
+    target's own). A target known-bad did not reproduce says so first, then what the other
+    failure follows: "corruption not reproduced; wedging follows f2=b (known-bad: 0 corrupt,
+    31 timeouts, ...)"; a commit search's: "... wedging follows the first bad commit: ..."."""
+    other = target_of(also.failing or CORRUPTING)
+    if status is not Status.NOT_REPRODUCED:
+        return f"{reason}; {other}: {also.reason}"
+    if also.reason.startswith(other):
+        said = also.reason
+    elif also.status is Status.CULPRIT and also.reason.startswith("first bad commit"):
+        said = f"{other} follows the {also.reason}"
+    else:
+        said = f"{other}: {also.reason}"
+    target = target_of(CORRUPTING if also.failing == WEDGING else WEDGING)
+    return f"{target} not reproduced; {said} ({reason})"
 
 
 def _any_of(strategy: Adaptive, seen: Sequence[TrialEvidence]) -> bool:
@@ -97,7 +117,8 @@ def _shown(name: str, bad: Sequence[TrialEvidence]) -> str:
 def commit_replay_both(strategy: Commits, evidence: Sequence[TrialEvidence]) -> CommitReplay:
     """The commit search for the target, and for the other failure as the adaptive strategy
     does: instead, where the bad commit does not reproduce the target but shows the other
-    (or the reason says what it showed), beside, where its stored trials reproduce both."""
+    (the target stays not reproduced, the other's search beside it; or the reason says what
+    it showed), beside, where its stored trials reproduce both."""
     first = strategy.search(evidence)
     other = WEDGING if strategy.failing == CORRUPTING else CORRUPTING
     seen = [t.judged_as(other) for t in evidence]
@@ -110,9 +131,9 @@ def commit_replay_both(strategy: Commits, evidence: Sequence[TrialEvidence]) -> 
             return dataclasses.replace(first, reason=(
                 f"{first.reason}; {_ends(strategy, evidence)}, not worse than the good "
                 f"commit's: {second.reason}"))
-        return dataclasses.replace(second, failing=other, reason=second.reason and (
-            f"{first.reason}; {_ends(strategy, evidence)}: searched the {target_of(other)}: "
-            f"{second.reason}"))
+        # the target stays not reproduced, the other's search beside it (both_reason)
+        return dataclasses.replace(first, reason=f"{first.reason}; {_ends(strategy, evidence)}",
+                                   also=dataclasses.replace(second, failing=other))
     if not first.finished:
         return first
     bad, good = (strategy.trials_at(seen, end) for end in (last, 0))

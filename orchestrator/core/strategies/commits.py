@@ -45,7 +45,7 @@ from orchestrator.core.strategies.base import (
     Unresolvable,
     not_yet_running,
 )
-from orchestrator.core.strategies.both_failures import commit_replay_both
+from orchestrator.core.strategies.both_failures import both_reason, commit_replay_both
 from orchestrator.core.verdict import judged_trials
 
 FACTOR = "commit"
@@ -226,14 +226,15 @@ class Commits:
             return dataclasses.replace(main, failing=replay.failing)
         other = also.failing or CORRUPTING
         beside = dataclasses.replace(conclude_commit_replay(
-            also, self.commits, _judged(done, other), (), self.described), failing=other)
+            also, self.commits, _judged(done, other), unresolvable, self.described),
+            failing=other)
         name = target_of(other)
         log = (*main.log, *({**step, "phase": f"{name}: {step['phase']}"} for step in beside.log))
         if not also.finished:
             return dataclasses.replace(main, status=Status.INCONCLUSIVE, reason=UNFINISHED,
                                        log=log)
-        return dataclasses.replace(main, reason=f"{main.reason}; {name}: {beside.reason}",
-                                   log=log, also=beside)
+        return dataclasses.replace(main, reason=both_reason(main.status, main.reason, beside),
+                                   log=log, also=beside, target_reason=main.reason)
 
     def variant(self, index: int) -> dict[str, str]:
         return {**self.background, FACTOR: self.commits[index]}

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING
 from orchestrator.core.evidence import variant_key
 from orchestrator.core.stats.compare import WEAKER_SHARE, Answer
 from orchestrator.core.stats.exact import binomial_at_most
-from orchestrator.core.strategies.sequential import NEVER_STOP, Step, Tests
+from orchestrator.core.strategies.base import Status
+from orchestrator.core.strategies.sequential import NEVER_STOP, Concluded, Step, Tests
 
 if TYPE_CHECKING:
     from orchestrator.core.strategies.adaptive import Adaptive
@@ -51,6 +52,10 @@ def confirm(strategy: Adaptive, run: Tests, culprit: Mapping[str, str],
     for _ in range(2 * len(strategy.factors)):  # each round drops or adds a level
         candidate = {**good, **found}
         alone = run.test(candidate, "confirm: culprit alone")
+        if run.skipped(candidate):  # no culprit is named unconfirmed (and nothing completes it)
+            names = " AND ".join(f"{f}={lvl}" for f, lvl in found.items())
+            raise Concluded(Status.INCONCLUSIVE, f"cannot confirm {names}: known-good with it "
+                            f"alone is unresolvable: {run.trail[-1].reason}")
         if not (alone is Answer.FAIL or _fails_at_budget(strategy, run, alone)) or (
                 run.noisy() and _short_of(strategy, run, candidate, strategy.bad,
                                           WEAKER_SHARE if several else 1.0, "known-bad",

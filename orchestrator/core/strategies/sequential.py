@@ -57,6 +57,7 @@ class Step:
     unfinished: int = 0  # sessions that trials stopped early never finished (not in judged)
     fail_at: float | None = None  # the p_fail a FAIL needed (None: no such test was made)
     pass_at: float | None = None  # the p_pass a PASS needed
+    reason: str = ""  # a test that had no answer: why (a variant skipped, `git bisect skip`)
 
 
 class NeedTrials(Exception):
@@ -133,6 +134,8 @@ class Tests:
              pass_at: float | None = None) -> Answer:
         """FAIL or PASS; once the variant's trial budget is spent, PASS on the evidence at hand
         when it is clearly better than known-bad and not worse than known-good, else UNKNOWN.
+        A variant that cannot be judged (unresolvable: `git bisect skip`) is UNKNOWN at once,
+        with no trial asked ("skipped" in the trail, with why).
 
         ``look``: the variant's first trial may stop as soon as it looks failing, and a variant
         whose first trial does is let go as UNKNOWN ("looks failing") for the caller to prove,
@@ -162,6 +165,11 @@ class Tests:
             self.trail.append(Step(phase, levels, f"{answer.value} (known)", cell.failures,
                                    cell.judged, cell.trials, None, None))
             return answer
+        skip = s.skipped.get(variant_key(levels))
+        if skip is not None:  # `git bisect skip`: no answer, the caller goes on without one
+            self.trail.append(Step(phase, levels, "skipped", cell.failures, cell.judged,
+                                   cell.trials, None, None, reason=skip.why()))
+            return Answer.UNKNOWN
         stops = {} if stop_at is None else {variant_key(levels): stop_at}
         if cell.trials < s.min_trials:
             self.need(levels, stop_at={variant_key(levels): LOOKS_FAILING}
@@ -198,6 +206,10 @@ class Tests:
                                j.p_fail, j.p_pass, cell.unfinished, fail_alpha,
                                LOOKS_PASSING if said == "looks passing" else pass_alpha))
         return answer
+
+    def skipped(self, levels: Mapping[str, str]) -> bool:
+        """Whether ``levels`` cannot be judged (the strategy met it unresolvable)."""
+        return variant_key(levels) in self.strategy.skipped
 
     def noisy(self) -> bool:
         """Whether clean variants fail too: known-good has, or a variant judged to pass had."""

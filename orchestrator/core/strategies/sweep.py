@@ -27,6 +27,7 @@ from orchestrator.core.stats.regression import (
     Difference,
     compare_counts,
     compare_values,
+    said_change,
 )
 from orchestrator.core.strategies.base import (
     UNFINISHED,
@@ -281,7 +282,7 @@ def _said(c: Comparison) -> str:
     if c.metric in BINARY:
         return (f"{c.metric} {c.baseline:.1%} -> {c.current:.1%} "
                 f"({c.change * 100:+.1f} points)")
-    return f"{c.metric} {c.change:+.0%}"
+    return said_change(c.metric, c.change)  # a drop negative: "throughput -31%"
 
 
 def _regression_words(j: Judged) -> str:
