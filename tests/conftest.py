@@ -28,6 +28,10 @@ network.install()  # from here on, a connect that would leave the machine is ref
 stops.install()  # SIGTERM and SIGINT end the run with every fixture torn down
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    stops.watch(session)  # a signal stops the session after the test in hand
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish() -> None:
     stops.finishing()  # before pytest's own hook tears down the session's fixtures

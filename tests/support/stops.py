@@ -2,10 +2,13 @@
 
 Python's default for SIGTERM ends the process at once and runs no finalizer: a lab (network
 namespaces, sshd daemons, a systemd container), the run's PostgreSQL server and its twins ran
-on. pytest runs every finalizer after a KeyboardInterrupt, as after a Ctrl-C: the first SIGTERM
-or SIGINT raises one. Later ones, and any that comes once the run's own teardown has begun, are
-ignored, so that the teardown they would cut short (a lab's takes seconds) finishes. SIGKILL
-still ends a run at once: then tests/support/reaper.py stops its twins and tears its labs down.
+on. So a signal does two things: it tells pytest to stop after the test in hand
+(``session.shouldstop``, which nothing in a test can swallow), and it raises KeyboardInterrupt
+there, to cut a long test short (code under test may catch that one: a CLI that reports
+"interrupted", click's ``CliRunner``; the run stops all the same). pytest then runs every
+finalizer. A signal that comes once the run's own teardown has begun is ignored, so that the
+teardown it would cut short (a lab's takes seconds) finishes. SIGKILL still ends a run at once:
+then tests/support/reaper.py stops its twins and tears its labs down.
 """
 
 from __future__ import annotations
@@ -14,23 +17,21 @@ import signal
 import sys
 from types import FrameType
 
-_state = {"stopping": False}
+import pytest
 
-
-def _ignore(signum: int, frame: FrameType | None) -> None:
-    print(f"\n{signal.Signals(signum).name}: already stopping, the teardown finishes first",
-          file=sys.stderr, flush=True)
+_state: dict[str, object] = {"finishing": False, "session": None}
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
-    if _state["stopping"]:
-        _ignore(signum, frame)
+    name = signal.Signals(signum).name
+    if _state["finishing"]:
+        print(f"\n{name}: already stopping, the teardown finishes first", file=sys.stderr,
+              flush=True)
         return
-    _state["stopping"] = True
-    # a handler, not SIG_IGN: what the teardown starts gets the default dispositions back
-    for each in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(each, _ignore)
-    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+    session = _state["session"]
+    if isinstance(session, pytest.Session):
+        session.shouldstop = f"stopped by {name}"
+    raise KeyboardInterrupt(f"stopped by {name}")
 
 
 def install() -> None:
@@ -39,6 +40,11 @@ def install() -> None:
         signal.signal(each, _stop)
 
 
+def watch(session: pytest.Session) -> None:
+    """The session a signal stops."""
+    _state["session"] = session
+
+
 def finishing() -> None:
     """The run's own teardown has begun: a signal now would only cut it short."""
-    _state["stopping"] = True
+    _state["finishing"] = True
