@@ -46,11 +46,12 @@ ours() {
   [ -f "$2" ] || return 1
   read -r p st tok _ < "$2" || [ -n "$p" ] || return 1
   case $p$st in ''|*[!0-9]*) return 1 ;; esac
-  [ -n "$tok" ] && [ "$p" -gt 1 ] && live "$p" || return 1
-  if _stat "$p" && [ "$_state" != Z ]; then
+  [ -n "$tok" ] && [ "$p" -gt 1 ] || return 1
+  if _stat "$p" && [ "$_state" != Z ]; then  # the leader: no scan of /proc needed
     [ "$_start" = "$st" ] && _token_in "$p" && lead=1; [ $lead = 1 ]; return
   fi
   [ -z "$_start" ] || [ "$_start" = "$st" ] || return 1  # a zombie of another process
+  live "$p" || return 1
   for f in /proc/[0-9]*/stat; do read -r l 2>/dev/null < "$f" || continue  # the leader gone
     set -- ${l##*) }; [ "$3" = "$p" ] && [ "$1" != Z ] || continue
     q=${f#/proc/}; _token_in "${q%/stat}" && return 0; done; return 1
