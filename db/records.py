@@ -9,8 +9,9 @@ from typing import Any
 CAMPAIGN_STATUSES = frozenset({"running", "done", "failed", "interrupted", "refused"})
 TRIAL_STATUSES = frozenset({"running", "done", "failed", "discarded"})
 # Why a trial failed. infrastructure: the way to the node or a load generator (retried, never
-# judged); variant: the variant could not be deployed, proven or kept healthy (evidence).
-FAILURE_CLASSES = frozenset({"infrastructure", "variant"})
+# judged); variant: the variant could not be deployed, proven or kept healthy (evidence); setup:
+# the node's own setup (a unit not installed or that cannot start): the run stops, bad input.
+FAILURE_CLASSES = frozenset({"infrastructure", "variant", "setup"})
 STEP_OUTCOMES = frozenset({"ok", "failed", "skipped"})
 
 

@@ -249,3 +249,91 @@ def test_every_format_through_the_cli(optimize_campaigns: OptimizeCampaigns,
         assert done.exit_code == 0, done.output
         check((tmp_path / name).read_text(encoding="utf-8"))
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o600
+
+
+# -- the answer against production in every format, pure: a conclusion on planted trials ---
+
+def planted_report(values: dict[str, list[float]]) -> tuple[Report, dict[str, Any]]:
+    """The report of the optimize strategy's conclusion on planted per-trial throughputs
+    (tests/test_optimize_search.py's), built as build_report builds it, with no store; and
+    the verdict's optimize section."""
+    from bench.knob_space import knob_campaign
+    from orchestrator.reports.model import CampaignFacts, Cost, Provenance
+    from orchestrator.reports.optimize_build import search_headline, search_section
+    from tests.test_optimize_search import concluded
+
+    conclusion, _ = concluded(values)
+    section = dict(conclusion.optimize or {})
+    campaign = knob_campaign({})
+    search = search_section({"optimize": section}, campaign)
+    assert search is not None
+    facts = CampaignFacts(id="planted", name="planted", status="done", target="corruption",
+                          strategy="optimize", created_at=None, finished_at=None,
+                          factors=campaign.level_names(), known_good=dict(campaign.known_good
+                                                                          or {}),
+                          known_bad={}, alpha=0.05)
+    report = Report(
+        campaign=facts, headline=search_headline(search, conclusion.status.value,
+                                                 conclusion.reason),
+        culprits=[], cost=Cost(trials=search.trials.total, restarts=0, sessions=0,
+                               stopped_early=0, gpu_s_equivalent=0.0, wall_s=0.0),
+        variants=[], interaction=None, trail=[], evidence=[], series=[],
+        provenance=Provenance(campaign_file="", tool_version="test", started_at=None,
+                              finished_at=None, nodes=[], trials=[]),
+        optimize=search)
+    return report, section
+
+
+NOISE = {"production": [2400, 3156], "else": [2755, 2865]}  # issue 27's: within noise
+CLEAR = {"production": [2000, 2020, 1990], "else": [3000, 3030, 2985]}
+
+
+def test_every_format_says_no_better_than_production_when_not_shown_better() -> None:
+    from orchestrator.cli.common import out
+    from orchestrator.cli.optimize_view import print_search
+
+    report, section = planted_report(NOISE)
+    search = report.optimize
+    assert search is not None and search.versus_production is not None
+    assert not search.versus_production.shown_better
+    assert report.headline.status == "optimum"
+    sentence = report.headline.sentence
+    assert sentence.startswith("No better than production (max_running=48, ")
+    assert "one-sided Welch p = 0.47" in sentence and "Best safe configuration" not in sentence
+    # Markdown: the verdict line and the comparison's own line
+    markdown = render_markdown(report)
+    assert markdown.startswith("**Optimum:** No better than production")
+    assert "Against production (no better): " in markdown
+    # JUnit: the answer's case says it, and the properties hold the test
+    [suite] = ET.fromstring(render_junit(report).encode("utf-8")).findall("testsuite")
+    properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert properties["optimize.versus_production.shown_better"] == "false"
+    assert properties["optimize.versus_production.p_value"].startswith("0.47")
+    assert "No better than production" in (suite.findtext("testcase/system-out") or "")
+    # HTML: the headline and the search's facts
+    page = render_html(report)
+    assert_inert_html(page, shown_braces=False)
+    assert 'id="versus-production" class="no-better"' in page
+    assert "No better than production" in page
+    # JSON: the report's reads back equal; the verdict's section keeps its keys and adds one
+    assert Report.from_json(json.loads(json.dumps(report.to_json(), allow_nan=False))) == report
+    assert report.to_json()["optimize"]["versus_production"]["shown_better"] is False
+    assert section["versus_production"]["shown_better"] is False and section["best"]
+    # `bisect verdict`'s text
+    with out.capture() as captured:
+        print_search(section)
+    assert "against production (no better): max_running=48" in captured.get()
+
+
+def test_every_format_says_shown_better_and_production_itself() -> None:
+    report, _ = planted_report(CLEAR)
+    assert report.headline.sentence.startswith("Best safe configuration: ")
+    assert "shown better than production: output_throughput +1,002 tok/s" in (
+        report.headline.sentence)
+    assert "Against production (shown better): " in render_markdown(report)
+    assert 'class="shown-better"' in render_html(report)
+    itself, _ = planted_report({"production": [3000, 3020], "else": [2000, 2010]})
+    assert itself.headline.sentence.startswith("Production is the best safe configuration: ")
+    [suite] = ET.fromstring(render_junit(itself).encode("utf-8")).findall("testsuite")
+    properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert properties["optimize.versus_production.is_production"] == "true"

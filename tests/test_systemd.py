@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from deploy.errors import SetupError
 from deploy.health import wait_healthy
 from deploy.lab import Lab, lab_status, load_lab
 from deploy.lab.net import default_prefix, owned
@@ -29,7 +30,6 @@ from deploy.services.systemd import (
     render_env_file,
     unit_quote,
 )
-from deploy.transports.base import TransportError
 from deploy.transports.ssh import SSHTransport
 from orchestrator.cli import app
 
@@ -168,7 +168,7 @@ def test_removing_the_dropin_restores_the_unit_exactly(
     started = manager.start(ServiceConfig.of("twin", ["sleep", "600"], {"X": "1"}))
     argv, _ = manager.process(started.pid)
     assert argv[0].startswith("/") and argv[0].endswith("/sleep") and argv[1:] == ["600"]
-    with pytest.raises(TransportError, match="not a command"):
+    with pytest.raises(SetupError, match="not a command"):
         manager.start(ServiceConfig.of("twin", ["no-such-command"], {}))
     assert "zz-bisect.conf" in manager.describe("twin")
     # One an earlier bisect left under /etc (it wrote its drop-ins there) goes too.
@@ -214,7 +214,7 @@ def test_a_missing_unit_or_an_overriding_environment_is_refused(
     systemd_lab: Lab, systemd_node: SSHTransport, twin_unit: str
 ) -> None:
     manager = SystemdServiceManager(systemd_node)
-    with pytest.raises(TransportError, match="not installed"):
+    with pytest.raises(SetupError, match="not installed"):
         manager.start(ServiceConfig.of("ghost", SLEEPER, {}))
     assert systemd_node.run(["test", "-e", f"{UNIT_DIR}/ghost.service.d"]).returncode == 1
     # The operator's own EnvironmentFile= is read before the variant's: the variant wins.

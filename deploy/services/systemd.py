@@ -26,6 +26,7 @@ import base64
 import shlex
 from collections.abc import Mapping
 
+from deploy.errors import SetupError
 from deploy.safe_words import SYSTEMD_UNIT, env_name_error
 from deploy.services.base import ServiceConfig, Started
 from deploy.transports.base import Transport, TransportError
@@ -35,6 +36,7 @@ LEGACY_DIR = "/etc/systemd/system"  # where bisect wrote drop-ins before
 DROPIN = "zz-bisect.conf"  # sorts after `systemctl edit`'s override.conf: the variant wins
 ENV_FILE = "zz-bisect.env"  # beside it; not *.conf, so systemd reads it only as named
 _SHIFT = 32  # low bits of log_offset: bytes of this start's journal text already read
+NOT_INSTALLED_RC, SETUP_RC, EXITED_RC = 90, 91, 92  # _START's own exit statuses
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "%": "%%", "\n": "\\n", "\t": "\\t"}
 
 
@@ -43,6 +45,22 @@ class VariantNotApplied(RuntimeError):
     sorting after bisect's with an EnvironmentFile= of its own, overrides it): nothing measured
     would be valid. A failure of the variant on this unit, not of the way to the node: retrying
     cannot help (so never a TransportError)."""
+
+
+class StartFailed(RuntimeError):
+    """``systemctl start`` failed after the variant's command ran (a ``Type=notify`` server that
+    exits before it is ready): the service's own failure with this variant, like one that
+    never becomes healthy; never retried as the way to the node."""
+
+
+def _why(journal: str) -> str:
+    """The line of a failed start's output that says why: systemd's own words first."""
+    lines = [line.strip() for line in journal.splitlines() if line.strip()]
+    for needle in ("Failed to locate executable", "Failed at step", "status=", "Job for"):
+        found = [line for line in lines if needle in line]
+        if found:
+            return found[0].rstrip(".")
+    return lines[-1].rstrip(".") if lines else "no journal lines"
 
 
 def unit_quote(word: str, *, expand_dollar: bool) -> str:
@@ -105,12 +123,15 @@ def render_env_file(config: ServiceConfig) -> str:
 
 
 # $1 unit  $2 drop-in dir  $3 drop-in text  $4 environment file text.
-# Prints "<epoch ns at start> <MainPID>".
+# Prints "<epoch ns at start> <MainPID>". Exits NOT_INSTALLED_RC (no unit file), SETUP_RC (the
+# unit could not start before the variant's command ran, or systemd could not execute it:
+# status 200-243 are systemd's own, 203/EXEC a missing executable) or EXITED_RC (`systemctl
+# start` failed after the command ran: the service's own failure), the journal on stderr.
 _START = f"""set -e
 u=$1 d=$2 f=$2/{DROPIN} e=$2/{ENV_FILE}
 [ -n "$(systemctl show -p FragmentPath --value -- "$u")" ] || {{
-  echo "unit $u is not installed on this node (no unit file): bisect only adds drop-ins" >&2
-  exit 3; }}
+  echo "$u is not installed there (LoadState=$(systemctl show -p LoadState --value -- "$u"))" >&2
+  exit {NOT_INSTALLED_RC}; }}
 umask 077  # root's alone: the environment may hold secrets
 mkdir -p "$d"
 t=$(mktemp "$d/.bisect.XXXXXX") v=$(mktemp "$d/.bisect.XXXXXX")  # not *.conf: ignored
@@ -120,14 +141,23 @@ printf '%s' "$3" > "$t"
 if ! cmp -s "$t" "$f" || [ "$(systemctl show -p NeedDaemonReload --value -- "$u")" = yes ]
 then mv -f "$t" "$f"; systemctl daemon-reload; fi
 systemctl stop -- "$u"
+systemctl reset-failed -- "$u" 2>/dev/null || true  # bisect's restarts never hit a start limit
 journalctl --sync 2>/dev/null || true  # the old instance's last lines are stamped before $s
+main() {{ systemctl show -p "$1" --value -- "$u"; }}
+m=$(main ExecMainStartTimestampMonotonic)
 s=$(date +%s%N)
-if ! systemctl start -- "$u"; then
-  journalctl -q --no-pager -o cat -n 30 -u "$u" >&2 || true; exit 1; fi
+why() {{  # the journal of this start, and whether the variant's command ran (it is the main one)
+  journalctl -q --no-pager -o cat -n 30 -u "$u" --since "@$((s / 1000000000))" >&2 || true
+  [ "$(main ExecMainStartTimestampMonotonic)" != "$m" ] || exit {SETUP_RC}  # never ran
+  c=$(main ExecMainCode) x=$(main ExecMainStatus)
+  if [ "$c" = 1 ] && [ "${{x:-0}}" -ge 200 ] && [ "$x" -le 243 ]; then exit {SETUP_RC}; fi
+  exit "$1"; }}
+systemctl start -- "$u" || why {EXITED_RC}
 # Type=simple returns after fork: wait for the exec, else /proc shows systemd's own argv and env.
 p=$(systemctl show -p MainPID --value -- "$u"); init=$(readlink /proc/1/exe); i=0
 while [ "$p" -gt 0 ] && [ "$(readlink "/proc/$p/exe" || true)" = "$init" ] && [ $i -lt 200 ]
 do sleep 0.05; i=$((i+1)); p=$(systemctl show -p MainPID --value -- "$u"); done
+[ "$p" -gt 0 ] || (why 0) || [ $? -ne {SETUP_RC} ] || exit {SETUP_RC}  # exited at once: why?
 echo "$s $p"
 """
 
@@ -186,9 +216,10 @@ class SystemdServiceManager:
         script = ('[ -z "$2" ] || PATH=$2; p=$(command -v -- "$1") || exit 1; '
                   'case $p in /*) echo "$p";; *) exit 1;; esac')
         found = self.transport.run(["sh", "-c", script, "sh", config.argv[0], path or ""])
-        if not found.ok:
-            raise TransportError(f"{self.transport.node}: {config.name}: {config.argv[0]!r} "
-                                 f"is not a command on this node; give an absolute path")
+        if not found.ok:  # a retry cannot help: the node's setup
+            node = self.transport.node
+            raise SetupError(f"{node}: {config.name}: {config.argv[0]!r} is not a command on "
+                             "this node; give an absolute path", node, self.unit(config.name))
         return ServiceConfig(config.name, (found.stdout.strip(), *config.argv[1:]), config.env)
 
     def start(self, config: ServiceConfig) -> Started:
@@ -197,9 +228,24 @@ class SystemdServiceManager:
         config = self._resolve(config)
         unit = self.unit(config.name)
         directory = f"{UNIT_DIR}/{unit}.d"
-        out = self._sh(_START, unit, directory,
-                       render_dropin(config, f"{directory}/{ENV_FILE}"),
-                       render_env_file(config), timeout_s=self.start_timeout_s + 120).split()
+        argv = ["sh", "-c", _START, "sh", unit, directory,
+                render_dropin(config, f"{directory}/{ENV_FILE}"), render_env_file(config)]
+        argv = ["sudo", "-n", *argv] if self.sudo else argv
+        result = self.transport.run(argv, timeout_s=self.start_timeout_s + 120)
+        node = self.transport.node
+        if result.returncode == NOT_INSTALLED_RC:
+            raise SetupError(f"{node}: {unit} is not installed there (systemd: "
+                             "LoadState=not-found): install it on the node, or name the "
+                             "installed unit in the service's `unit:`", node, unit)
+        if result.returncode == SETUP_RC:
+            raise SetupError(f"{node}: {unit} cannot start whatever the variant "
+                             f"({_why(result.stderr)}): fix the unit on the node (`systemctl "
+                             f"status {unit}` there says more)\n{result.stderr.strip()}",
+                             node, unit)
+        if result.returncode == EXITED_RC:
+            raise StartFailed(f"{node}: {config.name}: `systemctl start {unit}` failed: "
+                              f"{_why(result.stderr)}\n{result.stderr.strip()}")
+        out = result.check().stdout.split()
         if len(out) != 2 or not all(word.isdigit() for word in out):
             raise TransportError(f"{self.transport.node}: could not start {unit}: {out}")
         started = Started(pid=int(out[1]), log_offset=(int(out[0]) // 1000) << _SHIFT)
@@ -247,7 +293,8 @@ class SystemdServiceManager:
 
     def stop(self, name: str) -> None:
         """Stop the unit (its whole cgroup, as the unit's KillMode says). The drop-in stays."""
-        self._sh('systemctl stop -- "$1"', self.unit(name), timeout_s=self.start_timeout_s + 60)
+        self._sh('systemctl stop -- "$1" || [ "$(systemctl show -p LoadState --value -- "$1")" '
+                 '= not-found ]', self.unit(name), timeout_s=self.start_timeout_s + 60)  # none
 
     def read_log(self, name: str, offset: int = 0) -> str:
         """This start's journal lines (the unit's processes and systemd's lines about it), from

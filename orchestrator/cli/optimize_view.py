@@ -65,6 +65,17 @@ def print_search(document: dict[str, Any]) -> None:
     for row in rejected[:SHOWN]:
         out.print(f"    {row['key']}: {_objectives(row)}; {'; '.join(row['why'])}",
                   highlight=False, markup=False)
+    versus = document.get("versus_production")
+    if versus is not None:  # the answer against production measured in the same run
+        from orchestrator.reports.optimize_model import versus_from_json
+        from orchestrator.reports.optimize_text import labelled, versus_text
+
+        compared = versus_from_json(versus)
+        assert compared is not None
+        standing = "shown better" if compared.shown_better else "no better"
+        out.print(f"  against production ({standing}): {labelled(compared.production or {})}: "
+                  f"{versus_text(compared, document['limits']['alpha'])}",
+                  highlight=False, markup=False)
     trials = document["trials"]
     out.print(f"  search: {trials['search']} trials, confirmation {trials['confirmation']}, "
               f"{trials['stopped_early']} stopped early ({document['sampler']})",

@@ -15,7 +15,7 @@ from db.records import LogRow, MetricRow, SessionRow, StepRow, TrialTiming
 from orchestrator.core.evidence import CORRUPTING, Failing
 from orchestrator.core.stats.compare import StopRule
 
-Failure = Literal["infrastructure", "variant"]  # a failed trial's class, decided by type
+Failure = Literal["infrastructure", "variant", "setup"]  # a failed trial's class, by type
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 
 from db.store import Store
+from deploy.errors import SetupError
 from deploy.locks import NodeLocked
 from deploy.transports.base import TransportError
 from deploy.transports.factory import Transports
@@ -261,6 +262,9 @@ def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
                                  steps=report.steps)
                 running.pop(pool, None)  # half-deployed: assume nothing of it runs
                 progress(f"  FAILED on {pool}: {report.error.splitlines()[0]}")
+                if failure == "setup":  # every variant would fail so: stop, never retried
+                    raise SetupError(f"{report.error.splitlines()[0]} (the campaign stopped: "
+                                     "no variant can run there until that is fixed)")
                 if failure == "infrastructure":
                     key = variant_key(report_levels)
                     infra_failures[key] = infra_failures.get(key, 0) + 1

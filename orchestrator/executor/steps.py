@@ -8,10 +8,11 @@ stops at the first failure and the steps after it are recorded as skipped. ``fac
 per node of the pool (its ``service`` is the node's name) and never fails: what it cannot read
 is None (deploy.facts).
 
-A failure has one of two classes, decided by the exception's TYPE: ``infrastructure`` (the way to
-the node, a load generator: retried, never judged) or ``variant`` (the variant could not be
+A failure has one of three classes, decided by the exception's TYPE: ``infrastructure`` (the way
+to the node, a load generator: retried, never judged), ``variant`` (the variant could not be
 deployed, never became healthy or could not be proven loaded: evidence, unresolvable after
-``runner.MAX_FAILED_ATTEMPTS``).
+``runner.MAX_FAILED_ATTEMPTS``) or ``setup`` (the node's own setup, whatever the variant: a unit
+not installed or that cannot start; the run stops at once, as bad input).
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ from urllib.parse import urlsplit
 
 from db.records import LogRow, StepRow
 from deploy.changes.base import ChangeError
+from deploy.errors import SetupError
 from deploy.facts import node_facts
 from deploy.health import HealthTimeout, wait_healthy
 from deploy.proof import node_clock, prove_loaded
 from deploy.render import LevelSettings, render_service
 from deploy.services.base import ServiceConfig, Started
-from deploy.services.systemd import VariantNotApplied
+from deploy.services.systemd import StartFailed, VariantNotApplied
 from deploy.transports.base import TransportError
 from experiments.campaign import Service
 from experiments.collect import Sample
@@ -73,11 +75,15 @@ class ProbeSkipped(DeployFailed):
 INFRASTRUCTURE_FAILURES: tuple[type[Exception], ...] = (TransportError, GeneratorFailed,
                                                          ProbeBroken)
 VARIANT_FAILURES: tuple[type[Exception], ...] = (DeployFailed, HealthTimeout, ChangeError,
-                                                  VariantNotApplied)
-TRIAL_FAILURES = INFRASTRUCTURE_FAILURES + VARIANT_FAILURES  # anything else crashes the pool
+                                                  VariantNotApplied, StartFailed)
+SETUP_FAILURES: tuple[type[Exception], ...] = (SetupError,)
+# anything else crashes the pool
+TRIAL_FAILURES = INFRASTRUCTURE_FAILURES + VARIANT_FAILURES + SETUP_FAILURES
 
 
 def failure_of(exc: Exception) -> Failure:
+    if isinstance(exc, SETUP_FAILURES):
+        return "setup"
     return "infrastructure" if isinstance(exc, INFRASTRUCTURE_FAILURES) else "variant"
 
 

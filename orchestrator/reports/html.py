@@ -115,6 +115,7 @@ def _environment() -> Environment:
         figure=optimize_text.number, objective=optimize_text.value,
         interval=optimize_text.interval, counts=optimize_text.counts,
         confidence=optimize_text.confidence, marks=optimize_text.marks,
+        versus=optimize_text.versus_text,
         direction=lambda metric: "higher is better" if metric in MAXIMIZED
         else "lower is better")
     return environment

@@ -98,6 +98,11 @@ def _best(search: Search) -> str:
     if best is None:
         return "no safe configuration named"
     shown = "; ".join(f"{o.metric} {number(o.mean)}" for o in best.objectives)
+    versus = search.versus_production
+    if versus is not None and versus.is_production:
+        return f"best: {labelled(best.levels)} ({shown}), production itself"
+    if versus is not None and versus.measured and not versus.shown_better:
+        return f"best: {labelled(best.levels)} ({shown}), no better than production"
     return f"best: {labelled(best.levels)} ({shown})"
 
 

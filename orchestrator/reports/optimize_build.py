@@ -14,10 +14,13 @@ from orchestrator.reports.optimize_model import Configuration, Search, search_fr
 from orchestrator.reports.optimize_text import (
     bound_text,
     confidence,
+    differences_text,
     labelled,
     number,
     objectives_text,
     slo_text,
+    trials_text,
+    versus_text,
 )
 
 ROWS = ("ranked", "pareto", "rejected", "unproven")
@@ -52,8 +55,11 @@ def search_section(document: Mapping[str, Any], campaign: Campaign) -> Search | 
     for c in plain["ranked"]:
         c["pareto"] = c.get("pareto", False) or c["key"] in front
     plain["pareto"] = [ranked.get(c["key"], {**c, "pareto": True}) for c in plain["pareto"]]
+    versus = section.get("versus_production")
+    if versus is not None and versus.get("production"):
+        versus = {**versus, "production": _ordered(versus["production"], order)}
     return search_from_json({
-        **section, **plain,
+        **section, **plain, "versus_production": versus,
         "best": _ordered(best, order) if best else None,
         "production": _ordered(production, order) if production else None,
         "undeployable": [{**u, "levels": _ordered(u["levels"], order)}
@@ -62,8 +68,11 @@ def search_section(document: Mapping[str, Any], campaign: Campaign) -> Search | 
 
 
 def _against_production(best: Configuration, search: Search) -> str:
-    """The answer's first objective against production's, where both were measured."""
-    production = search.named(search.production)
+    """The answer's first objective against production's, where both were measured, and the
+    test of the difference (``versus_text``)."""
+    versus = search.versus_production
+    levels = versus.production if versus is not None else search.production
+    production = search.named(levels)
     if production is None or production.key == best.key or not best.objectives:
         return ""
     mine, theirs = best.objectives[0], production.objectives[0]
@@ -73,8 +82,32 @@ def _against_production(best: Configuration, search: Search) -> str:
     standing = "" if production.safe else (
         f"; production itself is not proven safe: {production.why[0]}" if production.why
         else "")
+    tested = f", {versus_text(versus, search.limits.alpha)}" if versus is not None else ""
     return (f"; {change:+.1%} {mine.metric} against production ({labelled(production.levels)}: "
-            f"{number(theirs.mean)} {theirs.unit}){standing}")
+            f"{number(theirs.mean)} {theirs.unit}){tested}{standing}")
+
+
+def _no_better(best: Configuration, search: Search) -> str | None:
+    """The headline when the answer is not shown better than production (measured in the same
+    run), or is production itself; None when it is shown better or nothing was compared."""
+    versus = search.versus_production
+    if versus is None or not versus.measured or versus.shown_better:
+        return None
+    alpha = search.limits.alpha
+    if versus.is_production:
+        return (f"Production is the best safe configuration: {labelled(best.levels)}: "
+                f"{objectives_text(best, alpha)}; no other configuration measured was proven "
+                "safe and faster")
+    production = search.named(versus.production)
+    theirs = (f": {objectives_text(production, alpha)}, {trials_text(production.trials)}"
+              if production is not None else "")
+    why = (versus.why if versus.why.startswith("not shown better")
+           else f"not shown better, {versus.why}")
+    standing = ("; production itself is not proven safe"
+                if production is not None and not production.safe else "")
+    return (f"No better than production ({labelled(versus.production or {})}{theirs}): the best "
+            f"safe configuration, {labelled(best.levels)}: {objectives_text(best, alpha)}, "
+            f"{trials_text(best.trials)}, is {why}: {differences_text(versus, alpha)}{standing}")
 
 
 def search_headline(search: Search, status: str, reason: str) -> Headline:
@@ -85,8 +118,9 @@ def search_headline(search: Search, status: str, reason: str) -> Headline:
         front = (f" (one of {len(search.pareto)} on the Pareto front, ranked by "
                  f"{search.objectives[0]})" if len(search.objectives) > 1 and search.pareto
                  else "")
-        sentence = (f"Best safe configuration{front}: {labelled(best.levels)}: "
-                    f"{objectives_text(best, alpha)}{_against_production(best, search)}")
+        sentence = _no_better(best, search) or (
+            f"Best safe configuration{front}: {labelled(best.levels)}: "
+            f"{objectives_text(best, alpha)}{_against_production(best, search)}")
         proofs = [f"corruption {bound_text(best.corruption)}",
                   f"wedging {bound_text(best.wedging)}", *(slo_text(s) for s in best.slo)]
         slo = "; the SLOs on the mean of each trial's p99" if best.slo else ""

@@ -23,6 +23,7 @@ from orchestrator.reports.optimize_text import (
     marks,
     number,
     objectives_text,
+    versus_text,
 )
 
 BEST_CASE = "best safe configuration"
@@ -46,6 +47,18 @@ def _search_properties(search: Search) -> list[tuple[str, str]]:
         pairs += [(f"optimize.best.{o.metric}", number(o.mean)) for o in best.objectives]
     if search.production:
         pairs.append(("optimize.production", labelled(search.production)))
+    versus = search.versus_production
+    if versus is not None:
+        first = versus.first
+        pairs += [("optimize.versus_production.shown_better", str(versus.shown_better).lower()),
+                  ("optimize.versus_production.is_production",
+                   str(versus.is_production).lower()),
+                  ("optimize.versus_production.with", labelled(versus.production or {})),
+                  ("optimize.versus_production.p_value",
+                   "" if first is None or first.p_value is None else f"{first.p_value:.4g}"),
+                  ("optimize.versus_production.difference",
+                   "" if first is None else number(first.difference)),
+                  ("optimize.versus_production.said", versus_text(versus, search.limits.alpha))]
     return pairs
 
 

@@ -19,6 +19,7 @@ from orchestrator.reports.optimize_text import (
     percent,
     slo_text,
     value,
+    versus_text,
 )
 
 SHOWN = 5  # rows above the fold, of the safe and of the rejected
@@ -79,6 +80,12 @@ def render_optimize_markdown(report: Report) -> str:
         f"{len(search.undeployable)} undeployable configurations.")
     if search.production:
         lines += ["", f"Production: {levels_text(search.production)}."]
+    versus = search.versus_production
+    if versus is not None:
+        compared = f"{levels_text(versus.production)}: " if versus.production else ""
+        said = text(versus_text(versus, search.limits.alpha), 2000)
+        standing = "shown better" if versus.shown_better else "no better"
+        lines += ["", f"Against production ({standing}): {compared}{said}."]
     lines += _section("Safe configurations, best first", search, search.ranked, False, SHOWN)
     top = [c.key for c in search.ranked[:SHOWN]]
     if len(search.objectives) > 1 and [c.key for c in search.pareto] != top[:len(search.pareto)]:

@@ -92,6 +92,55 @@ class SearchTrials:
 
 
 @dataclass(frozen=True)
+class Difference:
+    """One objective of the answer against production's: the difference of the means (the
+    answer's less production's), its two-sided (1 - alpha) Welch interval, and the one-sided
+    Welch p-value that the answer is better (None: fewer than 2 trials on a side)."""
+
+    metric: str
+    direction: str
+    unit: str
+    difference: float | None
+    ci: Interval | None
+    p_value: float | None
+    trials: list[int]  # the answer's, production's
+    shown_better: bool
+    shown_worse: bool
+
+
+@dataclass(frozen=True)
+class VersusProduction:
+    """The answer against production measured in the same run (optimize_rank.py's
+    ``VersusProduction``): ``shown_better`` False means "no better than production"."""
+
+    production: dict[str, str] | None  # what it was compared with (production or known-good)
+    measured: bool
+    trials: int | None  # production's
+    is_production: bool  # production itself is the answer
+    shown_better: bool
+    why: str  # why it is not shown better; "" when it is
+    objectives: list[Difference]
+
+    @property
+    def first(self) -> Difference | None:
+        return self.objectives[0] if self.objectives else None
+
+
+def versus_from_json(data: dict[str, Any] | None) -> VersusProduction | None:
+    if data is None:
+        return None
+    return VersusProduction(
+        production=None if data["production"] is None else dict(data["production"]),
+        measured=data["measured"], trials=data["trials"], is_production=data["is_production"],
+        shown_better=data["shown_better"], why=data["why"],
+        objectives=[Difference(metric=d["metric"], direction=d["direction"], unit=d["unit"],
+                               difference=d["difference"], ci=_interval(d["ci"]),
+                               p_value=d["p_value"], trials=list(d["trials"]),
+                               shown_better=d["shown_better"], shown_worse=d["shown_worse"])
+                    for d in data["objectives"]])
+
+
+@dataclass(frozen=True)
 class Search:
     """A search's answer: the safe configurations best first, the Pareto front, the unsafe
     ones that looked fast (fastest first) with why, those measured too little to tell, and
@@ -109,6 +158,7 @@ class Search:
     undeployable: list[Undeployable]
     trials: SearchTrials
     factors: list[str] = field(default_factory=list)  # the campaign's, in its order
+    versus_production: VersusProduction | None = None  # the answer against production
 
     @property
     def winner(self) -> Configuration | None:
@@ -154,4 +204,4 @@ def search_from_json(data: dict[str, Any] | None) -> Search | None:
         undeployable=[Undeployable(levels=dict(u["levels"]), attempts=u["attempts"],
                                    error=u["error"]) for u in data["undeployable"]],
         trials=SearchTrials(**data["trials"]), factors=list(data.get("factors") or []),
-        **rows)
+        versus_production=versus_from_json(data.get("versus_production")), **rows)

@@ -14,7 +14,9 @@ Three phases, each decided from the stored trials alone:
 Each trial is one measurement of one configuration; a configuration's corruption that is
 already certain above the limit stops its trial early (``StopAboveLimit``). The conclusion
 ranks the configurations proven safe (optimize_rank.py) and lists the unsafe ones that looked
-fast, with why they were rejected.
+fast, with why they were rejected. The answer is compared with production (known-good where
+none is declared) measured in the same run, a one-sided Welch test on per-trial objective
+values: not shown better, it is named "no better than production".
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ from orchestrator.core.strategies.base import (
 )
 from orchestrator.core.strategies.optimize_rank import (
     Candidate,
+    VersusProduction,
     candidates,
     figure,
     pareto,
     ranked,
+    versus_production,
 )
 
 # Confirmation re-runs may promote the next candidate when one falls; this many rounds of the
@@ -214,25 +218,65 @@ class Optimize:
         prior = (sum(t.failures for t in mine), sum(t.judged for t in mine))
         return StopAboveLimit(prior, self.plan.max_corruption, self.plan.alpha)
 
+    def production(self) -> Levels | None:
+        """What the answer is compared with: the campaign's production configuration, else
+        its known-good one (each measured first in this run)."""
+        return self.plan.production or self.known_good or None
+
+    def versus(self, best: Candidate, every: Sequence[Candidate]) -> VersusProduction | None:
+        """The answer against production. ``every`` is of this run's trials only (the
+        conclusion's ``done``: this campaign's), so production was measured in the same window
+        as the answer, not taken from another day."""
+        levels = self.production()
+        if not levels:
+            return None
+        key = variant_key(levels)
+        return versus_production(best, next((c for c in every if c.key == key), None),
+                                 self.plan.alpha)
+
     def conclude(self, done: Sequence[TrialEvidence],
                  unresolvable: Sequence[Unresolvable]) -> Conclusion:
         every = candidates(done, self.plan)
         safe = ranked([c for c in every if c.safe])
         named = [c for c in safe if c.trials >= self.plan.confirm_trials]
         log = tuple(self.trail(done))
-        payload = self._payload(every, safe, named, done, unresolvable, log)
+        against = self.versus(named[0], every) if named else None
+        payload = self._payload(every, safe, named, done, unresolvable, log, against)
         if named:
-            best = named[0]
-            shown = ", ".join(f"{e.metric} {e.mean:.4g}" for e in best.objectives
-                              if e.mean is not None)
-            return Conclusion(Status.OPTIMUM, f"best safe configuration: {best.key} ({shown}; "
-                                              f"{best.trials} trials)", optimize=payload,
-                              log=log)
+            return Conclusion(Status.OPTIMUM, self._answer(named[0], against),
+                              optimize=payload, log=log)
         if not done:
             return Conclusion(Status.INCONCLUSIVE, UNFINISHED, optimize=payload)
         why = (f"{len(safe)} safe configuration(s), none with {self.plan.confirm_trials} trials"
                if safe else f"none of {len(every)} configuration(s) was proven safe")
         return Conclusion(Status.INCONCLUSIVE, why, optimize=payload, log=log)
+
+    @staticmethod
+    def _answer(best: Candidate, against: VersusProduction | None) -> str:
+        """The conclusion's reason: the best safe configuration, or, when it is not shown
+        better than production, that it is no better than production."""
+        shown = ", ".join(f"{e.metric} {e.mean:.4g}" for e in best.objectives
+                          if e.mean is not None)
+        def trials(n: int) -> str:
+            return f"{n} trial{'s' * (n != 1)}"
+
+        named = f"{best.key} ({shown}; {trials(best.trials)})"
+        if against is None or against.production is None:
+            return f"best safe configuration: {named}"
+        if against.is_production:
+            return f"production is the best safe configuration: {named}"
+        first = against.objectives[0]
+        test = ("fewer than 2 trials on a side" if first.p_value is None
+                else f"one-sided Welch p={first.p_value:.2g}")
+        change = "" if first.difference is None else f"{first.difference:+.4g} {first.metric}, "
+        production = f"{against.production.key}, {trials(against.production.trials)}"
+        if not against.production.safe:
+            production += ", itself not proven safe"
+        if against.shown_better:
+            return (f"best safe configuration: {named}; better than production "
+                    f"({production}): {change}{test}")
+        return (f"no better than production ({production}: {change}{test}): the best safe "
+                f"configuration {named} is not shown better")
 
     def trail(self, done: Sequence[TrialEvidence]) -> list[dict[str, Any]]:
         """`bisect log`'s lines: each trial in order, what it measured, and where its
@@ -261,7 +305,8 @@ class Optimize:
     def _payload(self, every: Sequence[Candidate], safe: Sequence[Candidate],
                  named: Sequence[Candidate], done: Sequence[TrialEvidence],
                  unresolvable: Sequence[Unresolvable],
-                 trail: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+                 trail: Sequence[Mapping[str, Any]],
+                 against: VersusProduction | None = None) -> dict[str, Any]:
         plan = self.plan
         front = {c.key for c in pareto(named)} if len(plan.objectives) > 1 else set()
         fastest = sorted(every, key=lambda c: c.score(), reverse=True)
@@ -292,4 +337,7 @@ class Optimize:
                        "confirmation": sum(1 for step in trail if step["phase"] == "re-run"),
                        "stopped_early": sum(t.stopped_early for t in done)},
             "production": dict(plan.production) if plan.production else None,
+            # the answer against production (or known-good) measured in this run: a one-sided
+            # Welch test on per-trial objective values; None: nothing named, or no production
+            "versus_production": None if against is None else against.to_json(),
         }

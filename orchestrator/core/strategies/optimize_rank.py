@@ -224,3 +224,125 @@ def ranked(safe: Sequence[Candidate]) -> list[Candidate]:
         layers.append(sorted(front, key=lambda c: c.score(), reverse=True))
         rest = [c for c in rest if c not in front]
     return [c for layer in layers for c in layer]
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One objective of a configuration against production's: the difference of the means
+    (the configuration's less production's, in the objective's unit), its two-sided
+    (1 - alpha) Welch interval, and the one-sided Welch p-value that the configuration is better
+    (higher throughput, lower latency). Fewer than 2 trials on either side: no test (p None)."""
+
+    metric: str
+    difference: float | None
+    low: float | None
+    high: float | None
+    p_value: float | None
+    trials: tuple[int, int]  # (the configuration's, production's) with a value
+    alpha: float
+
+    @property
+    def shown_better(self) -> bool:
+        return self.p_value is not None and self.p_value < self.alpha
+
+    @property
+    def shown_worse(self) -> bool:
+        """The same test the other way: production shown better on this objective."""
+        if self.p_value is None:
+            return False
+        return 1.0 - self.p_value < self.alpha
+
+    def to_json(self) -> dict[str, Any]:
+        return {"metric": self.metric, "direction": direction(self.metric),
+                "unit": UNITS.get(self.metric, "ms"), "difference": self.difference,
+                "ci": None if self.low is None else [self.low, self.high],
+                "p_value": self.p_value, "trials": list(self.trials),
+                "shown_better": self.shown_better, "shown_worse": self.shown_worse}
+
+
+def welch(mine: Estimate, theirs: Estimate, alpha: float) -> Difference:
+    """Welch's t-test of one objective, one-sided in its direction, on per-trial values."""
+    a, b = mine.values, theirs.values
+    counts = (len(a), len(b))
+    difference = (None if mine.mean is None or theirs.mean is None
+                  else mine.mean - theirs.mean)
+    if difference is None or min(counts) < 2:
+        return Difference(mine.metric, difference, None, None, None, counts, alpha)
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    se = math.sqrt(va + vb)
+    gain = difference if direction(mine.metric) == "maximize" else -difference
+    if se == 0.0:  # no spread on either side: the means differ, or they do not
+        p = 0.0 if gain > 0 else 1.0 if gain < 0 else 0.5
+        return Difference(mine.metric, difference, difference, difference, p, counts, alpha)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = float(t.ppf(1 - alpha / 2, df)) * se
+    p = float(t.sf(gain / se, df))
+    return Difference(mine.metric, difference, difference - half, difference + half, p, counts,
+                      alpha)
+
+
+@dataclass(frozen=True)
+class VersusProduction:
+    """The answer against production, measured in the same run: shown better only when it is
+    shown better on some objective (a one-sided Welch test at alpha) and worse on none."""
+
+    best: Candidate
+    production: Candidate | None  # None: production was never measured (not deployable)
+    objectives: tuple[Difference, ...]
+
+    @property
+    def is_production(self) -> bool:
+        return self.production is not None and self.production.key == self.best.key
+
+    @property
+    def shown_better(self) -> bool:
+        if self.production is None or self.is_production:
+            return False
+        return (any(d.shown_better for d in self.objectives)
+                and not any(d.shown_worse for d in self.objectives))
+
+    def why_not(self) -> str:
+        """Why it is not shown better, in words ("" when it is)."""
+        if self.production is None:
+            return "production was not measured"
+        if self.is_production:
+            return "production itself is the best safe configuration"
+        if self.shown_better:
+            return ""
+        first = self.objectives[0]
+        if first.p_value is None:
+            mine, theirs = first.trials
+            return (f"not tested: fewer than 2 trials on a side ({mine} of the answer, {theirs} "
+                    "of production)")
+        worse = [d.metric for d in self.objectives if d.shown_worse]
+        if worse:
+            return f"worse than production on {', '.join(worse)}"
+        return (f"not shown better on {' or '.join(d.metric for d in self.objectives)} "
+                f"(one-sided Welch test at alpha {first.alpha:g})")
+
+    def to_json(self) -> dict[str, Any]:
+        first = self.objectives[0] if self.objectives else None
+        return {
+            "production": None if self.production is None else dict(self.production.levels),
+            "measured": self.production is not None,
+            "trials": None if self.production is None else self.production.trials,
+            "is_production": self.is_production, "shown_better": self.shown_better,
+            "why": self.why_not(), "test": "one-sided Welch t-test on per-trial values",
+            # the first objective's (the one the answer is ranked by), then every objective's
+            "metric": None if first is None else first.metric,
+            "p_value": None if first is None else first.p_value,
+            "difference": None if first is None else first.difference,
+            "ci": None if first is None or first.low is None else [first.low, first.high],
+            "objectives": [d.to_json() for d in self.objectives]}
+
+
+def versus_production(best: Candidate, production: Candidate | None,
+                      alpha: float) -> VersusProduction:
+    """``best`` against ``production`` on each objective. Both are candidates of the same
+    run's trials (``candidates`` of one campaign's evidence): production's trials were
+    measured in the same window as the answer's, never taken from an earlier campaign."""
+    if production is None or production.key == best.key:
+        return VersusProduction(best, production, ())
+    return VersusProduction(best, production, tuple(
+        welch(mine, theirs, alpha)
+        for mine, theirs in zip(best.objectives, production.objectives, strict=True)))
