@@ -31,7 +31,8 @@ ABSENT_RC = 5  # bisect_dir DIR check: there is no such directory (so nothing of
 WORKDIR_SH = rf"""
 _bw_no() {{ echo "unsafe workdir: $1" >&2; return {UNSAFE_RC}; }}
 bisect_dir() {{
-  case $1 in /*) _bw_path=$1 ;; *) _bw_path="$PWD/$1" ;; esac
+  # relative: to the physical current directory (the logical $PWD may run through a link)
+  case $1 in /*) _bw_path=$1 ;; *) _bw_path="$(pwd -P)/$1" ;; esac
   _bw_me=$(id -u) || return {UNSAFE_RC}
   _bw_at=""; _bw_left=${{_bw_path#/}}
   while [ -n "$_bw_left" ]; do

@@ -242,3 +242,22 @@ def test_bisect_run_on_a_planted_workdir_is_refused_with_exit_2(tmp_path: Path) 
         with Store.open(str(db)) as store:
             assert [c.status for c in store.list_campaigns()] == ["refused"]
         assert_untouched(scene)
+
+
+def test_a_relative_workdir_is_taken_from_the_physical_current_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user whose shell's current directory runs through a link (its logical $PWD) still gets
+    a relative workdir: resolved from the physical directory, which has no link on its path."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    monkeypatch.chdir(tmp_path / "link")
+    monkeypatch.setenv("PWD", str(tmp_path / "link"))  # as a shell leaves it
+    manager = ProcessServiceManager(LocalTransport("here"), "bisect-demo/services")
+    started = manager.start(SERVICE)
+    try:
+        assert (real / "bisect-demo" / "services" / "svc.pid").is_file()
+        assert manager.pid("svc") == started.pid
+    finally:
+        manager.stop("svc")
+    assert procs.wait_gone(started.pid, 5)
