@@ -21,6 +21,8 @@ so what bisect then opens there is what it checked. The functions are POSIX ``sh
 
 from __future__ import annotations
 
+from deploy.errors import SetupError
+
 UNSAFE_RC = 4  # the exit status of a script that refused the workdir (the reason on stderr)
 ABSENT_RC = 5  # bisect_dir DIR check: there is no such directory (so nothing of bisect's in it)
 
@@ -78,10 +80,9 @@ bisect_file() {{
 """
 
 
-class UnsafeWorkdir(RuntimeError):
+class UnsafeWorkdir(SetupError):
     """A node's workdir (or a file in it) could be another user's: nothing was written there.
-    Bad input, not a fault to retry: the message names the node and the path."""
+    The node's setup, not a fault to retry: the message names the node and the path."""
 
     def __init__(self, node: str, reason: str) -> None:
-        super().__init__(f"{node}: {reason.strip() or 'unsafe workdir'}")
-        self.node = node
+        super().__init__(f"{node}: {reason.strip() or 'unsafe workdir'}", node)

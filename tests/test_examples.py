@@ -117,18 +117,11 @@ def run_header_command(name: str, tmp_path: Path,
     return done.returncode, json.loads(done.stdout)
 
 
-def test_the_factorial_example_names_the_interaction(tmp_path: Path,
-                                                    environment: dict[str, str]) -> None:
-    code, verdict = run_header_command("factorial.yaml", tmp_path, environment)
+@pytest.mark.parametrize("name", ["factorial.yaml", "probe.yaml"])
+def test_the_example_names_the_interaction(name: str, tmp_path: Path,
+                                           environment: dict[str, str]) -> None:
+    code, verdict = run_header_command(name, tmp_path, environment)
     assert code == 0, verdict
     assert verdict["status"] == "culprit"
     assert [c["factors"] for c in verdict["culprits"]] == [{"index_k": "bf16", "hicache": "on"}]
     assert (tmp_path / "bisect-examples" / "bisect.db").is_file()
-
-
-def test_the_probe_example_names_the_interaction(tmp_path: Path,
-                                                environment: dict[str, str]) -> None:
-    code, verdict = run_header_command("probe.yaml", tmp_path, environment)
-    assert code == 0, verdict
-    assert verdict["status"] == "culprit"
-    assert [c["factors"] for c in verdict["culprits"]] == [{"index_k": "bf16", "hicache": "on"}]

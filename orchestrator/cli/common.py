@@ -74,7 +74,7 @@ def _options(version: Annotated[bool, typer.Option(
 # is a StoreError: it is matched first.
 _BAD_INPUT = (("experiments.campaign", "CampaignError"), ("experiments.secrets", "SecretMissing"),
               ("orchestrator.executor.nodes", "PreflightFailed"), ("db.errors", "NotFound"),
-              ("experiments.sweep", "SweepError"), ("deploy.workdir", "UnsafeWorkdir"),
+              ("experiments.sweep", "SweepError"),
               ("deploy.errors", "SetupError"))
 _RUN_FAILED = (("db.errors", "StoreError"), ("orchestrator.executor.driver", "RunFailed"))
 

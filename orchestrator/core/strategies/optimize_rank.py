@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scipy.stats import beta, t
+from scipy.stats import beta, t, ttest_ind
 
 from experiments.optimize_config import UNITS, OptimizeConfig, direction
 from orchestrator.core.evidence import CORRUPTING, WEDGING, Levels, TrialEvidence, variant_key
@@ -268,17 +268,14 @@ def welch(mine: Estimate, theirs: Estimate, alpha: float) -> Difference:
                   else mine.mean - theirs.mean)
     if difference is None or min(counts) < 2:
         return Difference(mine.metric, difference, None, None, None, counts, alpha)
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    se = math.sqrt(va + vb)
-    gain = difference if direction(mine.metric) == "maximize" else -difference
-    if se == 0.0:  # no spread on either side: the means differ, or they do not
+    if statistics.variance(a) == statistics.variance(b) == 0.0:  # scipy's p would be nan
+        gain = difference if direction(mine.metric) == "maximize" else -difference
         p = 0.0 if gain > 0 else 1.0 if gain < 0 else 0.5
         return Difference(mine.metric, difference, difference, difference, p, counts, alpha)
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    half = float(t.ppf(1 - alpha / 2, df)) * se
-    p = float(t.sf(gain / se, df))
-    return Difference(mine.metric, difference, difference - half, difference + half, p, counts,
-                      alpha)
+    better = "greater" if direction(mine.metric) == "maximize" else "less"
+    p = float(ttest_ind(a, b, equal_var=False, alternative=better).pvalue)
+    ci = ttest_ind(a, b, equal_var=False).confidence_interval(1 - alpha)
+    return Difference(mine.metric, difference, float(ci.low), float(ci.high), p, counts, alpha)
 
 
 @dataclass(frozen=True)
