@@ -43,7 +43,9 @@ def test_the_seed_investigation_finds_the_background_interaction() -> None:
     evidence, replay = campaign(Adaptive(FOUR, GOOD4, BAD4), rate)
     assert replay.outcome is Status.CULPRIT
     assert replay.culprits == ({"index_k": "bf16", "hicache": "on"},)
-    assert len(evidence) <= 10  # a full factorial with 2 repeats costs 32
+    # a full factorial with 2 repeats costs 32; the clustered tests (stats/clustered.py) may
+    # spend a trial more than pooled sessions would, where the spread between trials is unsure
+    assert len(evidence) <= 12
     phases = [step.phase for step in replay.trail]
     assert phases[0] == "reproduce" and "flip hicache" in phases
 

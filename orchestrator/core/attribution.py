@@ -5,7 +5,12 @@ factor level with the most significant excess of corruption (one-sided Fisher, B
 the candidates of the step); keep splitting inside the matching group while a further level still
 matters. The conjunction found is one culprit (one level: a single factor; several: an
 interaction). Its variants are set aside and the search repeats on the rest, so independent
-culprits are found too. A culprit must also hold trial by trial, not only in pooled sessions.
+culprits are found too.
+
+Sessions of one trial share a server: every test counts each variant's sessions at its design
+effect, from the spread between its trials (stats/clustered.py), so the p-value that names a
+culprit is the trials' evidence, not the pooled sessions' (their p is kept as a description).
+A culprit must also hold trial by trial: whole trials as units, a one-sided Mann-Whitney test.
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.core.evidence import Cell, pooled
+from orchestrator.core.evidence import Cell, pooled, spread_of
 from orchestrator.core.own_effect import OwnEffect
+from orchestrator.core.stats.clustered import Dispersion
 from orchestrator.core.stats.exact import fisher_greater, trials_greater
 from orchestrator.core.stats.proportions import newcombe_difference
 
@@ -29,12 +35,15 @@ class Culprit:
     judged_in: int
     corrupted_out: int
     judged_out: int
-    ci95: tuple[float, float]  # of the rate difference inside - outside
-    p_value: float  # sessions, one-sided Fisher
+    ci95: tuple[float, float]  # of the rate difference inside - outside, clustered
+    p_value: float  # one-sided Fisher on the sessions counted at their design effects
     trial_p_value: float  # trials as units, one-sided Mann-Whitney
     trials_in: int
     trials_out: int
     own: OwnEffect | None = None  # measured on the culprit alone, where a strategy ran it
+    session_p_value: float | None = None  # the pooled sessions' Fisher p: a description only
+    effective_in: tuple[int, int] | None = None  # (failing, judged) as independent sessions
+    effective_out: tuple[int, int] | None = None
 
     @property
     def rate_in(self) -> float:
@@ -56,7 +65,8 @@ def _split(group: Sequence[Cell], factor: str, level: str) -> tuple[list[Cell], 
 
 
 def _refine(
-    group: Sequence[Cell], factors: Mapping[str, Sequence[str]], alpha: float
+    group: Sequence[Cell], factors: Mapping[str, Sequence[str]], alpha: float,
+    spread: Dispersion,
 ) -> dict[str, str]:
     condition: dict[str, str] = {}
     subset = list(group)
@@ -71,7 +81,7 @@ def _refine(
                 if not inside or not outside:
                     continue
                 tests += 1
-                p = fisher_greater(*pooled(inside), *pooled(outside))
+                p = fisher_greater(*pooled(inside, spread), *pooled(outside, spread))
                 if best is None or p < best[0]:
                     best = (p, factor, level, inside)
         if best is None or best[0] * tests > alpha:
@@ -80,41 +90,50 @@ def _refine(
         condition[factor] = level
 
 
-def measure(condition: Mapping[str, str], group: Sequence[Cell]) -> Culprit:
+def measure(condition: Mapping[str, str], group: Sequence[Cell],
+            spread: Dispersion | None = None) -> Culprit:
+    """The culprit's effect over ``group``; ``spread``: between trials (default: the group's
+    own)."""
+    spread = spread_of(group) if spread is None else spread
     inside = [c for c in group if c.matches(condition)]
     outside = [c for c in group if not c.matches(condition)]
     k_in, n_in = pooled(inside)
     k_out, n_out = pooled(outside)
+    eff_in, eff_out = pooled(inside, spread), pooled(outside, spread)
     rates_in = [t.rate for c in inside for t in c.trials if t.judged]
     rates_out = [t.rate for c in outside for t in c.trials if t.judged]
     return Culprit(
         factors=dict(condition),
         corrupted_in=k_in, judged_in=n_in, corrupted_out=k_out, judged_out=n_out,
-        ci95=newcombe_difference(k_in, n_in, k_out, n_out),
-        p_value=fisher_greater(k_in, n_in, k_out, n_out),
+        ci95=newcombe_difference(*eff_in, *eff_out),
+        p_value=fisher_greater(*eff_in, *eff_out),
         trial_p_value=trials_greater(rates_in, rates_out),
         trials_in=len(rates_in), trials_out=len(rates_out),
+        session_p_value=fisher_greater(k_in, n_in, k_out, n_out),
+        effective_in=eff_in, effective_out=eff_out,
     )
 
 
 def find_culprits(
     group: Sequence[Cell], factors: Mapping[str, Sequence[str]], alpha: float
 ) -> list[Culprit]:
+    spread = spread_of(group)
     remaining = list(group)
     culprits: list[Culprit] = []
     while remaining and len(culprits) < MAX_CULPRITS:
-        condition = _refine(remaining, factors, alpha)
+        condition = _refine(remaining, factors, alpha, spread)
         if not condition:
             break
-        culprit = measure(condition, remaining)
+        culprit = measure(condition, remaining, spread)
         if culprit.p_value > alpha or culprit.trial_p_value > TRIAL_ALPHA:
             break
         culprits.append(culprit)
         remaining = [c for c in remaining if not c.matches(condition)]
-    return _absorb(culprits, group)
+    return _absorb(culprits, group, spread)
 
 
-def _absorb(culprits: list[Culprit], group: Sequence[Cell]) -> list[Culprit]:
+def _absorb(culprits: list[Culprit], group: Sequence[Cell],
+            spread: Dispersion) -> list[Culprit]:
     """Drop a culprit that narrows a later, wider one (``a=1 AND b=0`` beside ``a=1``): a level
     that does not matter split the culprit by chance, and the wider one explains both. The rest
     are measured again as the search measured them, each on the cells earlier ones leave."""
@@ -127,5 +146,5 @@ def _absorb(culprits: list[Culprit], group: Sequence[Cell]) -> list[Culprit]:
     measured: list[Culprit] = []
     for culprit in kept:
         rest = [c for c in group if not any(c.matches(m.factors) for m in measured)]
-        measured.append(measure(culprit.factors, rest))
+        measured.append(measure(culprit.factors, rest, spread))
     return measured

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from experiments.outcomes import CORRUPTION, INFRA
+from orchestrator.core.stats.clustered import Counts, Dispersion, dispersion
 
 Levels = Mapping[str, str]
 Failing = frozenset[str]  # the outcome names (experiments.outcomes) that count as failing
@@ -149,6 +150,15 @@ class Cell:
     def rate(self) -> float:
         return self.failures / self.judged if self.judged else 0.0
 
+    def per_trial(self) -> list[Counts]:
+        """(failures, judged) of each full trial: the spread between them is what a trial's
+        sessions share (a trial stopped at its failures has no rate)."""
+        return [(t.failures, t.judged) for t in self.trials if not t.stopped_early]
+
+    def effective(self, spread: Dispersion) -> Counts:
+        """(failures, judged) as independent sessions, at this variant's design effect."""
+        return spread.effective((self.failures, self.judged), len(self.trials))
+
     def events(self, kinds: Iterable[str]) -> dict[str, int]:
         """The trials' log events of these kinds, summed; kinds never seen are left out."""
         totals = {kind: sum(t.events.get(kind, 0) for t in self.trials) for kind in kinds}
@@ -165,6 +175,15 @@ def cells(evidence: Iterable[TrialEvidence]) -> list[Cell]:
     return [Cell(dict(trials[0].levels), tuple(trials)) for trials in grouped.values()]
 
 
-def pooled(group: Sequence[Cell]) -> tuple[int, int]:
-    """(failures, judged) over a group of cells."""
-    return sum(c.failures for c in group), sum(c.judged for c in group)
+def pooled(group: Sequence[Cell], spread: Dispersion | None = None) -> tuple[int, int]:
+    """(failures, judged) over a group of cells: sessions, or with ``spread`` each variant's
+    sessions as independent ones at its own design effect (Rao and Scott)."""
+    if spread is None:
+        return sum(c.failures for c in group), sum(c.judged for c in group)
+    counts = [c.effective(spread) for c in group]
+    return sum(k for k, _ in counts), sum(n for _, n in counts)
+
+
+def spread_of(group: Iterable[Cell]) -> Dispersion:
+    """The spread of failure rates between trials of one variant, over these cells."""
+    return dispersion(c.per_trial() for c in group)

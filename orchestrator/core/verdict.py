@@ -20,9 +20,11 @@ from orchestrator.core.evidence import (
     Failing,
     TrialEvidence,
     cells,
+    spread_of,
     target_of,
     variant_key,
 )
+from orchestrator.core.stats.clustered import Dispersion
 from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.strategies.base import Conclusion, Status, Unresolvable
 from orchestrator.core.strategies.design import Design
@@ -90,6 +92,7 @@ class Verdict:
         sweep = {"sweep": dict(self.sweep)} if self.sweep is not None else {}
         optimize = {"optimize": dict(self.optimize)} if self.optimize is not None else {}
         failures = self.failures()
+        spread = spread_of(self.cells)
         return {
             **design,
             **commits,
@@ -107,7 +110,9 @@ class Verdict:
             "corruption_culprits": failures.get("corruption", {}).get("culprits", []),
             "wedge_culprits": failures.get("wedging", {}).get("culprits", []),
             "failures": failures,
-            "variants": [_cell_json(c) for c in self.cells],
+            # the spread of corruption rates between trials of one variant (stats/clustered.py)
+            "dispersion": spread.to_json(),
+            "variants": [_cell_json(c, spread) for c in self.cells],
             "cost": self.cost_json(),
             "log": list(self.log),
         }
@@ -147,8 +152,12 @@ def _culprit_json(culprit: Culprit) -> dict[str, Any]:
         "kind": "interaction" if len(culprit.factors) > 1 else "factor",
         "effect": _round(culprit.effect),
         "ci95": [_round(culprit.ci95[0]), _round(culprit.ci95[1])],
-        "p_value": culprit.p_value,
+        "p_value": culprit.p_value,  # sessions counted at their design effects
         "trial_p_value": culprit.trial_p_value,
+        "session_p_value": culprit.session_p_value,  # pooled sessions: a description only
+        **({"effective": {"with": list(culprit.effective_in),
+                          "without": list(culprit.effective_out or (0, 0))}}
+           if culprit.effective_in is not None else {}),
         "rate_with": _round(culprit.rate_in),
         "rate_without": _round(culprit.rate_out),
         "corrupted_with": culprit.corrupted_in,
@@ -161,8 +170,10 @@ def _culprit_json(culprit: Culprit) -> dict[str, Any]:
     }
 
 
-def _cell_json(cell: Cell) -> dict[str, Any]:
-    low, high = wilson(cell.failures, cell.judged)
+def _cell_json(cell: Cell, spread: Dispersion) -> dict[str, Any]:
+    # the interval of its trials' evidence: sessions at the variant's design effect
+    effective = cell.effective(spread)
+    low, high = wilson(*effective)
     return {
         "key": variant_key(cell.levels),
         "levels": dict(cell.levels),
@@ -172,6 +183,7 @@ def _cell_json(cell: Cell) -> dict[str, Any]:
         "infra": cell.infra,
         "rate": _round(cell.rate),
         "ci95": [_round(low), _round(high)],
+        "effective": list(effective),  # (corrupted, judged) as independent sessions
         "trials": len(cell.trials),
         "stopped_early": sum(t.stopped_early for t in cell.trials),
         "log_events": cell.events(WEDGE_LOG_KINDS),  # wedge signs in the services' logs

@@ -14,12 +14,14 @@ from typing import Any
 from db.store import Store
 from experiments.campaign import Campaign
 from experiments.outcomes import WEDGE_LOG_KINDS, Outcome, is_corrupt
+from orchestrator.core.attribution import TRIAL_ALPHA
 from orchestrator.core.evidence import (
     CORRUPTING,
     WEDGING,
     Failing,
     TrialEvidence,
     cells,
+    spread_of,
     variant_key,
 )
 from orchestrator.core.stats.proportions import wilson
@@ -104,6 +106,7 @@ def culprit_rows(document: dict[str, Any], evidence: Sequence[TrialEvidence],
                 sessions_without=c["sessions_without"], rate_without=c["rate_without"],
                 effect=c["effect"], ci95=(c["ci95"][0], c["ci95"][1]), p_value=c["p_value"],
                 trial_p_value=c["trial_p_value"], own=c.get("own"),
+                session_p_value=c.get("session_p_value"),
                 outcomes=_comes_with(c["factors"], FAILURES.get(failure, CORRUPTING), evidence)))
     return rows
 
@@ -170,8 +173,8 @@ def headline(document: dict[str, Any], culprits: Sequence[CulpritRow],
     failing = target.capitalize()
     if status == "culprit" and own:
         sentence = f"{failing} follows " + "; and ".join(_clause(c, commits) for c in own)
-        best = min((c.p_value for c in own if c.p_value is not None), default=None)
-        confidence = _confidence(best, own[0].trial_p_value, alpha, document)
+        weakest = max(own, key=lambda c: -1.0 if c.p_value is None else c.p_value)
+        confidence = _confidence(weakest, alpha, document)
     elif status == "not_reproduced":
         # the target's own reason: what the other failure follows is said below, from its rows
         said = document.get("failures", {}).get(target, {}).get("reason") or reason
@@ -191,19 +194,31 @@ def headline(document: dict[str, Any], culprits: Sequence[CulpritRow],
                     reason=reason)
 
 
-def _confidence(p: float | None, trial_p: float | None, alpha: float,
-                document: dict[str, Any]) -> str:
+def _confidence(culprit: CulpritRow, alpha: float, document: dict[str, Any]) -> str:
+    """How sure, in words earned by the trials' evidence: the p of the sessions counted at
+    their design effects (the spread between trials), and whole trials as units. Strong needs
+    both: a p far below alpha, and the trials alone significant at TRIAL_ALPHA. The pooled
+    sessions' p is said last, as a description."""
     if "commits" in document:
         mass = document["commits"].get("posterior")
         return (f"the first bad commit holds {percent(mass)} of the posterior probability"
                 if mass is not None else "a commit search's posterior")
+    p, trial_p = culprit.p_value, culprit.trial_p_value
     if p is None:
         return "no test was made"
-    strength = "strong" if p < alpha / 100 else "clear" if p < alpha else "weak"
-    trials = "" if trial_p is None else f"; taking whole trials as the units, p = {p_text(trial_p)}"
+    by_trials = trial_p is not None and trial_p <= TRIAL_ALPHA
+    strength = ("strong" if p < alpha / 100 and by_trials else
+                "clear" if p <= alpha and by_trials else "weak")
+    trials = "" if trial_p is None else (
+        f"; taking whole trials as the units, p = {p_text(trial_p)} "
+        f"({'within' if by_trials else 'not within'} {TRIAL_ALPHA:g})")
+    sessions = "" if culprit.session_p_value is None else (
+        f"; the pooled sessions alone would say p = {p_text(culprit.session_p_value)}, which "
+        "takes every session as independent")
     return (f"{strength}: a difference this large would arise by chance with probability "
-            f"{p_text(p)} (sessions, one-sided Fisher's exact test){trials}; the campaign's "
-            f"threshold is alpha = {alpha:g}")
+            f"{p_text(p)} (one-sided Fisher's exact test, each variant's sessions counted at "
+            f"its design effect from the spread between its trials){trials}; the campaign's "
+            f"threshold is alpha = {alpha:g}{sessions}")
 
 
 # --- variants, the interaction, the trail ----------------------------------------------------
@@ -223,8 +238,10 @@ def variant_rows(verdict: Verdict, campaign: Campaign,
     """A row per variant tried: its sessions, outcomes, errors and wedge events over all its
     done trials; its rate and interval on its judgeable trials that ran to their end (a trial
     stopped early ends with its failing sessions, which finish first: 9 of 9 is no 100%), or,
-    where every one stopped, a lower bound that counts the sessions never run as clean."""
+    where every one stopped, a lower bound that counts the sessions never run as clean. The
+    interval counts the sessions at the variant's design effect (the spread between trials)."""
     judged = {id(t) for t in judged_trials(verdict.trials)}
+    spread = spread_of(verdict.cells)
     everything = cells(t for t in verdict.trials if t.sessions)
     order = campaign.level_names()
     everything.sort(key=lambda c: [_level_rank(order[f], c.levels.get(f)) for f in order])
@@ -237,7 +254,7 @@ def variant_rows(verdict: Verdict, campaign: Campaign,
         full = [t for t in counted if not t.stopped_early]
         failed = sum(t.failures for t in full or counted)
         judged_n = sum(t.judged + (0 if full else t.unfinished) for t in full or counted)
-        low, high = wilson(failed, judged_n)
+        low, high = wilson(*spread.effective((failed, judged_n), len(full or counted)))
         outcomes: dict[str, int] = {}
         for trial in cell.trials:
             for outcome, n in trial.counts.items():
@@ -295,6 +312,7 @@ def interaction(culprits: Sequence[CulpritRow], verdict: Verdict,
     # full trials only: one stopped early ends with its failing sessions, no rate
     trials = [t.judged_as(failing) for t in (judged_trials(verdict.trials)
               if failing == CORRUPTING else verdict.trials) if not t.stopped_early]
+    spread = spread_of(cells(trials))  # of the culprit's failure, between a variant's trials
     points = []
     for line_level in factors[line_factor]:
         for row_level in factors[row_factor]:
@@ -303,7 +321,7 @@ def interaction(culprits: Sequence[CulpritRow], verdict: Verdict,
             failed, judged = sum(t.failures for t in inside), sum(t.judged for t in inside)
             if not judged:
                 continue  # never tried: no point rather than a made-up 0%
-            low, high = wilson(failed, judged)
+            low, high = wilson(*spread.effective((failed, judged), len(inside)))
             points.append(InteractionPoint(
                 row_level=row_level, line_level=line_level, rate=round(failed / judged, 6),
                 ci95=(round(low, 6), round(high, 6)), sessions=judged))

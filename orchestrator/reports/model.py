@@ -54,10 +54,11 @@ class CulpritRow:
     rate_without: float
     effect: float
     ci95: Interval
-    p_value: float | None
+    p_value: float | None  # sessions counted at their design effects (the trials' evidence)
     trial_p_value: float | None
     own: dict[str, Any] | None  # the culprit's own effect, as the verdict JSON gives it
     outcomes: dict[str, int]  # outcome classes and wedge log events it comes with, counted
+    session_p_value: float | None = None  # the pooled sessions' p: a description only
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,12 @@ and is UNKNOWN otherwise — which means "add trials", up to a budget.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from orchestrator.core.stats.clustered import INDEPENDENT, Dispersion
 from orchestrator.core.stats.exact import binomial_at_most, fisher_greater
 
 Counts = tuple[int, int]  # (corrupted, judged)
@@ -40,7 +42,8 @@ class Judgement:
 
 def judge(variant: Counts, good: Counts, bad: Counts, alpha: float,
           pass_alpha: float | None = None, curtailed: Counts | None = None,
-          seen: Counts | None = None, weaker_share: float = WEAKER_SHARE) -> Judgement:
+          seen: Counts | None = None, weaker_share: float = WEAKER_SHARE,
+          at_most: Callable[[float], float] | None = None) -> Judgement:
     """``pass_alpha`` (default ``alpha``) is the stricter level a PASS may need: a PASS names a
     level as necessary to the failure, so a scan of many variants shares one error budget.
 
@@ -52,7 +55,13 @@ def judge(variant: Counts, good: Counts, bad: Counts, alpha: float,
     The failures a stopped trial saw are evidence against passing, and leaving that trial out
     would keep only the trials that happened to run clean.
     ``weaker_share``: of ``bad``'s rate, the weaker failure a PASS must rule out (none at 0:
-    where ``bad`` is the culprit alone, a variant fails as it does or not at all)."""
+    where ``bad`` is the culprit alone, a variant fails as it does or not at all).
+    ``at_most``: how likely the variant's few failures are at a given true rate, trial by
+    trial (sessions clustered by trial: stats/clustered.py); default: its judged sessions as
+    independent ones, exact binomial.
+
+    Counts are sessions as independent ones: clustered by trial, a caller gives each side's
+    at its design effect (stats/clustered.py)."""
     p_fail = fisher_greater(*(curtailed or variant), *good)
     level = alpha if pass_alpha is None else pass_alpha
     # the weaker failure's rate: half of known-bad's, above known-good's own
@@ -61,7 +70,8 @@ def judge(variant: Counts, good: Counts, bad: Counts, alpha: float,
     judged = variant if seen is None else seen
     p_pass = fisher_greater(*bad, *judged)
     if weaker_share:
-        p_pass = max(p_pass, binomial_at_most(*judged, weaker))
+        p_pass = max(p_pass, binomial_at_most(*judged, weaker) if at_most is None
+                     else at_most(weaker))
     suspicion = fisher_greater(*judged, *good) if curtailed else p_fail
     if p_fail <= alpha:
         answer = Answer.FAIL
@@ -100,11 +110,14 @@ class StopWhenFailing:
     rates are evidence of their own.
     """
 
-    prior: Counts  # the variant's earlier trials
-    good: Counts
+    prior: Counts  # the variant's earlier trials' sessions, unfinished ones counted clean
+    good: Counts  # known-good's, as independent sessions (at its design effect)
     alpha: float
     failing: frozenset[str] | None = None  # the outcomes it counts, where not the target's
+    prior_trials: int = 0  # how many trials ``prior`` counts
+    spread: Dispersion = INDEPENDENT  # between trials: this trial's sessions are clustered too
 
     def decided(self, corrupted: int, planned: int) -> bool:
         k0, n0 = self.prior
-        return fisher_greater(k0 + corrupted, n0 + planned, *self.good) <= self.alpha
+        counts = self.spread.effective((k0 + corrupted, n0 + planned), self.prior_trials + 1)
+        return fisher_greater(*counts, *self.good) <= self.alpha

@@ -53,6 +53,7 @@ from orchestrator.core.evidence import (
     variant_key,
 )
 from orchestrator.core.own_effect import own_effect
+from orchestrator.core.stats.clustered import INDEPENDENT
 from orchestrator.core.stats.compare import Answer, StopWhenFailing, reproduced
 from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.strategies.base import (
@@ -149,10 +150,12 @@ class Adaptive:
         asking = self.replay(done).asking
         failing = asking.failing or self.failing  # the failure whose test needs the trial
         cells = cells_of([t.judged_as(failing) for t in done])
-        prior = cells.get(variant_key(levels), VariantCounts())
-        good = cells.get(variant_key(self.good), VariantCounts())
+        spread = next((cell.spread for cell in cells.values()), INDEPENDENT)
+        prior = cells.get(variant_key(levels), VariantCounts(spread=spread))
+        good = cells.get(variant_key(self.good), VariantCounts(spread=spread))
         level = asking.stop_at.get(variant_key(levels), asking.fail_level or self.alpha)
-        return StopWhenFailing(prior.curtailed, good.pair, level, failing)
+        return StopWhenFailing((prior.failures, prior.judged + prior.unfinished), good.pair,
+                               level, failing, prior.trials, spread)
 
     def replay(self, evidence: Sequence[TrialEvidence]) -> Replay:
         """The whole procedure, for both failures (both_failures.py)."""

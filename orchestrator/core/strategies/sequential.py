@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from orchestrator.core.evidence import TrialEvidence, variant_key
+from orchestrator.core.stats.clustered import INDEPENDENT, Dispersion, dispersion
 from orchestrator.core.stats.compare import (
     SUSPICION,
     WEAKER_SHARE,
@@ -74,6 +75,11 @@ class Concluded(Exception):
 
 @dataclass
 class VariantCounts:
+    """A variant's trials, summed. The counts the tests take (``pair``, ``curtailed``,
+    ``seen``, ``at``) are sessions counted at the variant's design effect: the spread between
+    trials (``spread``, stats/clustered.py) makes a trial's sessions worth fewer independent
+    ones. ``failures`` and ``judged`` are the sessions themselves, for the reader."""
+
     failures: int = 0
     judged: int = 0
     trials: int = 0
@@ -82,12 +88,20 @@ class VariantCounts:
     stopped_trials: int = 0
     first: tuple[int, int, int] = (0, 0, 0)  # the first trial alone (what a look saw):
     # failures, judged, unfinished
+    full: list[Counts] = field(default_factory=list)  # each full trial's (failures, judged)
+    sizes: list[int] = field(default_factory=list)  # each trial's judged sessions
+    spread: Dispersion = INDEPENDENT  # between trials of one variant, over the evidence
+
+    @property
+    def sessions_pair(self) -> Counts:
+        """Full trials' sessions: a trial stopped early ended with its failing sessions, which
+        finish first, so its share of failures is no rate."""
+        return (self.failures - self.stopped[0], self.judged - self.stopped[1])
 
     @property
     def pair(self) -> Counts:
-        """Full trials only: a trial stopped early ended with its failing sessions, which
-        finish first, so its share of failures is no rate."""
-        return (self.failures - self.stopped[0], self.judged - self.stopped[1])
+        """Full trials, as independent sessions."""
+        return self.spread.effective(self.sessions_pair, self.full_trials)
 
     @property
     def full_trials(self) -> int:
@@ -96,7 +110,25 @@ class VariantCounts:
     @property
     def curtailed(self) -> Counts:
         """Every trial, each unfinished session counted clean: what a FAIL may rest on."""
-        return (self.failures, self.judged + self.unfinished)
+        return self.spread.effective((self.failures, self.judged + self.unfinished),
+                                     self.trials)
+
+    @property
+    def seen(self) -> Counts:
+        """Every trial's judged sessions, the unfinished left out."""
+        return self.spread.effective((self.failures, self.judged), self.trials)
+
+    def at_most(self, rate: float) -> float:
+        """How likely so few failures are, trial by trial, at a true rate of ``rate``: what a
+        PASS is judged on (every trial where one stopped, else the full ones)."""
+        if self.unfinished:
+            return self.spread.at_most(self.failures, self.sizes, rate)
+        return self.spread.at_most(self.sessions_pair[0], [n for _, n in self.full], rate)
+
+    def first_look(self) -> Counts:
+        """The first trial alone, its unfinished sessions counted clean."""
+        failures, judged, unfinished = self.first
+        return self.spread.effective((failures, judged + unfinished), 1)
 
 
 def cells_of(evidence: Sequence[TrialEvidence]) -> dict[str, VariantCounts]:
@@ -108,10 +140,16 @@ def cells_of(evidence: Sequence[TrialEvidence]) -> dict[str, VariantCounts]:
         cell.failures += trial.failures
         cell.judged += trial.judged
         cell.trials += 1
+        cell.sizes.append(trial.judged)
         if trial.stopped_early:
             cell.unfinished += trial.unfinished
             cell.stopped = (cell.stopped[0] + trial.failures, cell.stopped[1] + trial.judged)
             cell.stopped_trials += 1
+        else:
+            cell.full.append((trial.failures, trial.judged))
+    spread = dispersion(cell.full for cell in cells.values())
+    for cell in cells.values():
+        cell.spread = spread
     return cells
 
 
@@ -184,12 +222,12 @@ class Tests:
         pass_alpha = s.pass_alpha(good) if pass_at is None else min(pass_at, s.pass_alpha(good))
         j = judge(cell.pair, good.pair, bad.pair, fail_alpha, pass_alpha,
                   cell.curtailed if cell.unfinished else None,
-                  (cell.failures, cell.judged) if cell.unfinished else None,
-                  WEAKER_SHARE if against is None else 0.0)
+                  cell.seen if cell.unfinished else None,
+                  WEAKER_SHARE if against is None else 0.0, at_most=cell.at_most)
         answer, said = j.answer, j.answer.value
         if answer is Answer.UNKNOWN and provisional and cell.full_trials == 1 and judge(
                 cell.pair, good.pair, bad.pair, fail_alpha, LOOKS_PASSING, None,
-                None).answer is Answer.PASS:
+                None, at_most=cell.at_most).answer is Answer.PASS:
             answer, said = Answer.PASS, "looks passing"
         if answer is Answer.FAIL and j.p_fail > self.fail_level():
             said = "fail (narrowing)"
@@ -228,7 +266,7 @@ class Tests:
         """What the first trial alone says: FAIL if it proves it, UNKNOWN ("looks failing") if
         it looks failing, None if the variant may pass (it is then tested as any other)."""
         failures, judged, unfinished = cell.first
-        p = fisher_greater(failures, judged + unfinished, *good.pair)
+        p = fisher_greater(*cell.first_look(), *good.pair)
         if p > LOOKS_FAILING:
             return None
         answer = Answer.FAIL if p <= self.fail_level() else Answer.UNKNOWN
