@@ -26,28 +26,32 @@ from orchestrator.core.stats.regression import (
 
 def _values_of_tuples(metric: str, current: tuple[float, ...], baseline: tuple[float, ...],
                       min_relative: float, alpha: float, worse: Literal["lower", "higher"],
-                      noise_floor: float) -> Comparison:
+                      noise_floor: float, detect: float | None, paired: bool) -> Comparison:
     return compare_values(metric, current, baseline, min_relative=min_relative, alpha=alpha,
-                          worse=worse, noise_floor=noise_floor)
+                          worse=worse, noise_floor=noise_floor, detect=detect, paired=paired)
 
 
 # One memo per process, kept from one run to the next: the counts of a run repeat another's.
 _COUNTS = functools.lru_cache(maxsize=None)(compare_counts)
 _VALUES = functools.lru_cache(maxsize=1 << 16)(_values_of_tuples)
 _STATISTIC = functools.lru_cache(maxsize=512)(noninferiority._statistic.__wrapped__)
+Pair = tuple[tuple[int, int], tuple[int, int]]
 
 
 def memo_counts(metric: str, current: tuple[int, int], baseline: tuple[int, int], *,
-                min_effect: float, alpha: float, detect: float | None = None) -> Comparison:
+                min_effect: float, alpha: float, detect: float | None = None,
+                effective: Pair | None = None) -> Comparison:
     return _COUNTS(metric, tuple(current), tuple(baseline), min_effect=min_effect, alpha=alpha,
-                   detect=detect)
+                   detect=detect, effective=None if effective is None else (
+                       (effective[0][0], effective[0][1]), (effective[1][0], effective[1][1])))
 
 
 def memo_values(metric: str, current: Sequence[float], baseline: Sequence[float], *,
                 min_relative: float, alpha: float, worse: Literal["lower", "higher"],
-                noise_floor: float = NOISE_FLOOR) -> Comparison:
+                noise_floor: float = NOISE_FLOOR, detect: float | None = None,
+                paired: bool = False) -> Comparison:
     return _VALUES(metric, tuple(current), tuple(baseline), min_relative, alpha, worse,
-                   noise_floor)
+                   noise_floor, detect, paired)
 
 
 @contextmanager

@@ -7,18 +7,19 @@ its sessions (1% corruption, 1% wedging: errors and timeouts) and two per-trial 
 lognormal noise (output throughput, p99 e2e latency; sd of the log 4%). With ``--trial-noise
 real`` (the default; ``iid``: as before issue 27) each trial also draws the noise between trials
 (bench/noise.py): a restart's multiplier of both rates and of the speed (throughput times it,
-p99 divided by it), its pool's offsets (the pool: its place among the proposals of its round, a
-pool per proposal) and a drift over simulated time, each trial 575 s on its pool's clock and
+p99 divided by it), the pool's offsets (a sweep watches one deployment: one pool, drawn
+once per run) and a drift over simulated time, each trial 575 s on the pool's clock and
 ``RUN_GAP_S`` (a day) between the baseline run and the current one. The baseline run is
 simulated too: the first run of the sweep (no baseline, so ``min_trials`` trials per variant),
 whose trials become ``BaselineTrial`` entries as orchestrator/sweeps/baseline.py copies them.
-Then ``SweepStrategy`` is replayed on the current run: propose, simulate those trials, until it
-proposes nothing; ``conclude`` gives the exit code (0 clean, 1 regression, 3 inconclusive).
+Then ``SweepStrategy`` is replayed on the current run: propose, simulate those trials on the
+sweep's one pool in the order proposed, until it proposes nothing; ``conclude`` gives the exit
+code (0 clean, 1 regression, 3 inconclusive).
 
-Each run is replayed twice: the source tree's commit *not moved* (a suspect confirmed against the
-baseline run's trials) and *moved* (``confirm_build``: against fresh trials of the baseline's
-build, which run at the clean rates). Where no variant became a suspect, the two replays draw the
-same trials and end the same (tests/test_bench_sweeps.py checks it), so the second is not run.
+Each run is replayed twice: the source tree's commit *not moved* (nothing can be put back:
+session counts are compared with the baseline run's trials, performance is shown, uncontrolled)
+and *moved* (``confirm_build``: every trial beside a fresh trial of the baseline's build, which
+runs at the clean rates, alternated).
 
 The naive sweep is what one writes by hand: the first 2 trials of each variant of the same run
 against the first 2 of the same baseline run, a one-sided Fisher test at 0.05 per binary metric
@@ -70,6 +71,7 @@ NAIVE_TRIALS = 2
 EXIT = {Status.NO_CULPRIT: "clean", Status.CULPRIT: "regression",
         Status.INCONCLUSIVE: "inconclusive"}
 RUN_GAP_S = 86_400.0  # simulated time between the baseline run and the current one
+POOL = "pool-1"  # a sweep watches one deployment
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ SCENARIOS = (
     Scenario("clean"),
     Scenario("corruption 1% -> 6%", "risky-1", "corruption", {"corruption": 0.06}),
     Scenario("throughput -30%", "risky-1", "throughput", {"throughput": 0.7}),
+    Scenario("throughput -10%", "risky-1", "throughput", {"throughput": 0.9}),
 )
 
 
@@ -181,12 +184,12 @@ class Machine:
 
 def replay(strategy: SweepStrategy, machine: Machine, limit: int = 10_000
            ) -> list[TrialEvidence]:
-    """The strategy's trials as a run with a pool per proposal runs them: every proposal of a
-    round at once (a variant's needs depend on its own trials only), until it proposes none."""
+    """The strategy's trials as a sweep of one deployment runs them: on its one pool, in the
+    order proposed (a control beside its trial), a round's proposals all before the next round
+    is asked for (a variant's needs depend on its own trials only), until it proposes none."""
     done: list[TrialEvidence] = []
     while proposals := strategy.propose(done, []):
-        done += [machine.trial(levels, f"pool-{index}")
-                 for index, levels in enumerate(proposals, 1)]
+        done += [machine.trial(levels, POOL) for levels in proposals]
         if len(done) > limit:
             raise RuntimeError(f"the sweep strategy proposed over {limit} trials")
     return done
@@ -280,17 +283,11 @@ class Job:
 
 
 def run_job(job: Job) -> list[RunResult]:
-    """Both cases of each run of ``job``; the moved one replayed only where it can differ."""
+    """Both cases of each run of ``job`` (with the build moved, every trial has a control)."""
     with fast_comparisons():
-        results = []
-        for index in job.indices:
-            still = run_case(job.plan, job.clean, job.scenario, job.seed, index, False,
-                             job.baseline_trials)
-            moved = (run_case(job.plan, job.clean, job.scenario, job.seed, index, True,
-                              job.baseline_trials) if still.suspected
-                     else replace(still, moved=True))
-            results += [still, moved]
-        return results
+        return [run_case(job.plan, job.clean, job.scenario, job.seed, index, moved,
+                         job.baseline_trials)
+                for index in job.indices for moved in (False, True)]
 
 
 def sweep_runs(plan: SweepConfig, clean: Rates, runs: int, seed: int, workers: int = 1,

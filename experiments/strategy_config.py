@@ -234,6 +234,11 @@ class SweepConfig(StrategyConfig):
     # True: the campaign has a factor `build` (current | baseline: the baseline's commit checked
     # out), and a suspect is confirmed against fresh trials of the baseline's build
     confirm_build: bool = False
+    # What changed since the baseline that the run cannot put back beside its trials (a node
+    # fact, a setting of the sweep file, a variant's levels), as the run's words say it: a
+    # performance change is then compared with the baseline run's trials, with no control.
+    # Empty, with the build not moved: nothing changed, and such a change is the machine's drift
+    unrestorable: list[str] = []
     # The sweep's `source:` tree, so that every trial's node facts carry its commit
     source_tree: str | None = None
     source_services: list[str] | None = None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.stats import ttest_ind
+from scipy.stats import ttest_ind, ttest_rel
 
 import orchestrator.core.strategies.sweep as sweep
 from bench.sweep_fast import fast_comparisons
@@ -25,6 +25,7 @@ from bench.sweeps import (
     main,
     naive,
     plan_of,
+    replay,
     run_case,
     share,
     targets,
@@ -34,7 +35,7 @@ from experiments.strategy_config import BaselineTrial
 from orchestrator.core.evidence import Latency, Performance, TrialEvidence
 from orchestrator.core.stats.regression import Difference
 
-CLEAN, CORRUPTION, THROUGHPUT = SCENARIOS
+CLEAN, CORRUPTION, THROUGHPUT, THROUGHPUT_10 = SCENARIOS
 
 
 def test_only_the_current_build_of_the_risky_variant_regresses() -> None:
@@ -93,6 +94,24 @@ def test_the_naive_welch_and_the_sweeps_student_p_values_are_scipys() -> None:
             np.log(now), np.log(then), equal_var=True, alternative="less").pvalue)
 
 
+def test_the_paired_comparison_is_scipys_paired_t_on_log_ratios() -> None:
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        now, then = rng.normal(100, 5, 4).tolist(), rng.normal(103, 5, 4).tolist()
+        found = sweep.compare_values("throughput", now, then, min_relative=0.15, alpha=0.01,
+                                     worse="lower", paired=True)
+        assert found.p_worse == pytest.approx(ttest_rel(
+            np.log(now), np.log(then), alternative="less").pvalue)
+    # a drift the pairs share leaves the comparison: each pair 1% apart, the day's level
+    # wandering 30% across the run, is a certain 1% drop (far under the threshold: SAME)
+    level = [1000.0, 1300.0, 800.0, 1100.0, 900.0]
+    paired = sweep.compare_values("throughput", [v * 0.99 for v in level], level,
+                                  min_relative=0.15, alpha=0.01, worse="lower", paired=True)
+    unpaired = sweep.compare_values("throughput", [v * 0.99 for v in level], level,
+                                    min_relative=0.15, alpha=0.01, worse="lower")
+    assert paired.answer == Difference.SAME and unpaired.answer == Difference.UNKNOWN
+
+
 def test_a_suspect_is_let_go_only_when_its_fresh_trials_rule_out_the_detected_rise() -> None:
     plan = plan_of()
     # 12/240 against 2/240: 4.2 points, below the 5-point threshold, yet a suspect (DETECT)
@@ -136,31 +155,42 @@ def test_targets_are_met_only_by_the_whole_interval() -> None:
                        "target <= 0.5%): met")
 
 
-def test_memoised_comparisons_and_the_skipped_replay_change_no_answer() -> None:
+def test_memoised_comparisons_change_no_answer() -> None:
     plan, seen = plan_of(), []
     for scenario, index in ((CLEAN, 0), (THROUGHPUT, 0)):
-        plain = run_case(plan, Rates(), scenario, 7, index, True)
-        with fast_comparisons():
-            assert run_case(plan, Rates(), scenario, 7, index, True) == plain
-            still = run_case(plan, Rates(), scenario, 7, index, False)
-        seen.append(still.suspected)
-        if not still.suspected:  # then bench.sweeps does not replay the moved case
-            assert replace(still, moved=True) == plain
-    assert seen == [False, True]  # both paths: a -30% throughput is suspected at once
+        for moved in (False, True):
+            plain = run_case(plan, Rates(), scenario, 7, index, moved)
+            with fast_comparisons():
+                assert run_case(plan, Rates(), scenario, 7, index, moved) == plain
+            seen.append(plain.suspected)
+    # both paths: a -30% throughput is suspected at once where controls run beside it, and
+    # is no suspect where none can (the build did not move: shown as uncontrolled)
+    assert seen == [False, False, False, True]
+
+
+def test_with_the_build_moved_each_trial_runs_beside_its_control_on_one_pool() -> None:
+    plan = plan_of()
+    machine = Machine(np.random.default_rng(5), Rates(), CLEAN)
+    strategy = sweep.SweepStrategy(plan.model_copy(update={
+        "baseline": baseline_run(plan, machine), "baseline_run": 1, "confirm_build": True}))
+    done = replay(strategy, machine)
+    builds = [t.levels["build"] for t in done]
+    assert builds == ["current", "baseline"] * (len(done) // 2)
+    assert all(a.levels["config"] == b.levels["config"] for a, b in zip(done[::2], done[1::2]))
 
 
 def test_the_command_writes_its_table_and_json(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "sweeps.json"
-    main(["--runs", "2", "--workers", "1", "--json", str(out)])
+    main(["--runs", "1", "--workers", "1", "--trial-noise", "iid", "--json", str(out)])
     printed = capsys.readouterr().out
-    assert "| sweep strategy, build not moved | clean | 2 |" in printed
-    assert "| naive | throughput -30% | 2 |" in printed
+    assert "| sweep strategy, build not moved | clean | 1 |" in printed
+    assert "| naive | throughput -30% | 1 |" in printed
     assert "clean, build moved: false alerts " in printed
     document = json.loads(out.read_text())
     assert len(document["rows"]) == 3 * len(SCENARIOS)
-    assert len(document["runs"]) == 2 * 2 * len(SCENARIOS)  # each run in both cases
+    assert len(document["runs"]) == 2 * len(SCENARIOS)  # each run in both cases
     for row in document["rows"]:
-        assert row["runs"] == 2
+        assert row["runs"] == 1
         assert math.isclose(row["clean"]["rate"] + row["inconclusive"]["rate"]
                             + row["alert"]["rate"], 1.0)

@@ -274,3 +274,22 @@ def test_a_clean_range_says_what_the_bad_commit_showed() -> None:
     replay = strategy.replay(evidence)
     assert replay.status == "not_reproduced" and replay.also is None
     assert "the bad commit: 0 corrupt, 0 timeouts, 0 errors" in replay.reason
+
+
+def test_a_commit_s_failures_from_one_bad_restart_weigh_as_one_trial() -> None:
+    # issue 27, item 2: sessions of a trial share a server. 24 leaks of 160 at the bad end
+    # reproduce at once as independent sessions; all 24 in one trial of two (the other
+    # clean) is a restart that landed badly, until more trials agree
+    commits = [f"c{i}" for i in range(8)]
+    strategy = Commits(commits, sessions=80)
+
+    def trials(commit: str, *leaks: int) -> list[TrialEvidence]:
+        return [TrialEvidence({"commit": commit}, {"ok": 80 - k, "leak": k}) for k in leaks]
+
+    good = trials("c0", 0, 0)
+    one_bad_restart = good + trials("c7", 0, 24)
+    replay = strategy.search(one_bad_restart)
+    assert replay.status is None and {"commit": "c7"} in replay.needed  # not reproduced yet
+    spread_evenly = good + trials("c7", 12, 12)
+    replay = strategy.search(spread_evenly)
+    assert replay.needed and replay.needed[0]["commit"] not in ("c0", "c7")  # bisecting

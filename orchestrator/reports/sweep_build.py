@@ -177,11 +177,15 @@ def answer(status: str, reason: str, variants: Sequence[VariantResult],
                    "makes a run the baseline)"
     elif status == "clean":
         odd = [v.name for v in variants if v.state == "unconfirmed"]
+        drifted = [v.name for v in variants if v.state == "uncontrolled"]
         sentence = f"{title}: every variant is the same as {against or 'the baseline'}" + (
             f" ({', '.join(odd)}: a difference the fresh trials did not show again)"
-            if odd else "")
+            if odd else "") + (
+            f" ({', '.join(drifted)}: performance differs from the baseline's trials of "
+            "another day, with no control beside it: not an alert)" if drifted else "")
     elif status == "inconclusive":
-        open_ = [v.name for v in variants if v.state not in ("clean", "unconfirmed", "new")]
+        open_ = [v.name for v in variants
+                 if v.state not in ("clean", "unconfirmed", "uncontrolled", "new")]
         sentence = f"{title}: " + (f"{', '.join(open_)} undecided against "
                                    f"{against or 'the baseline'}" if open_ else reason)
     else:

@@ -83,3 +83,15 @@ def changed_settings(before: Campaign, now: Campaign) -> list[dict[str, Any]]:
         changes += [{kind: name, "baseline": old.get(name), "now": new.get(name)}
                     for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
     return changes
+
+
+def unrestorable(changes: Mapping[str, Any]) -> list[str]:
+    """What changed since the baseline (``changed_*`` of a run) that the run cannot put back
+    beside its trials, a line each: every changed node fact but the commit (a moved tree's
+    build is put back), every changed setting and variant."""
+    said = [f"{c['fact']} of {c['node']}: {c['baseline']} -> {c['now']}"
+            for c in changes.get("changed_facts", []) if c["fact"] != "commit"]
+    said += [f"{kind} {c[kind]}" for c in changes.get("changed_settings", [])
+             for kind in ("service", "level") if kind in c]
+    said += [f"variant {c['variant']}" for c in changes.get("changed_variants", [])]
+    return said

@@ -36,6 +36,7 @@ from orchestrator.sweeps.baseline import (
     changed_settings,
     changed_variants,
     one_commit,
+    unrestorable,
 )
 
 Progress = Callable[[str], None]
@@ -190,18 +191,19 @@ def _start_campaign(store: Store, sweeps: Sweeps, sweep: Sweep, source_text: str
         then, now = one_commit(baseline.facts or {}), one_commit(facts)
         moved = sweep.source is not None and then is not None and now is not None \
             and then != now
-        plan = plan.model_copy(update={
-            "baseline": baseline_trials(store, baseline.campaign_id),
-            "baseline_run": baseline.id, "confirm_build": moved})
-        if moved:
-            assert then is not None
-            factors.append(build_factor(sweep, then))
-            progress(f"source tree moved {then[:12]} -> {now and now[:12]}: a suspect is "
-                     "confirmed against the baseline's commit")
         changes = {"commits": {"baseline": then, "now": now},
                    "changed_facts": changed_facts(baseline.facts or {}, facts),
                    "changed_variants": changed_variants(before, plan),
                    "changed_settings": changed_settings(then_campaign, sweep_campaign(sweep))}
+        plan = plan.model_copy(update={
+            "baseline": baseline_trials(store, baseline.campaign_id),
+            "baseline_run": baseline.id, "confirm_build": moved,
+            "unrestorable": unrestorable(changes)})
+        if moved:
+            assert then is not None
+            factors.append(build_factor(sweep, then))
+            progress(f"source tree moved {then[:12]} -> {now and now[:12]}: every trial runs "
+                     "beside a trial of the baseline's commit")
     campaign = sweep_campaign(sweep, plan, factors)
     campaign_id = create_campaign(store, campaign, source_text, seed=run_seed(sweep, run.seq, seed))
     sweeps.set_campaign(run.id, campaign_id)

@@ -63,6 +63,9 @@ class Comparison:
     min_effect: float  # in the units of change
     alpha: float
     counts: tuple[tuple[int, int], tuple[int, int]] | None = None  # ((k, n) current, baseline)
+    # the counts the tests took: sessions as independent ones, at each side's design effect
+    # (stats/clustered.py); None where they are the sessions themselves
+    effective: tuple[tuple[int, int], tuple[int, int]] | None = None
     values: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # current, baseline
 
 
@@ -106,7 +109,9 @@ def _check_counts(metric: str, side: str, counts: tuple[int, int]) -> tuple[int,
 
 
 def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, int], *,
-                   min_effect: float, alpha: float, detect: float | None = None) -> Comparison:
+                   min_effect: float, alpha: float, detect: float | None = None,
+                   effective: tuple[tuple[int, int], tuple[int, int]] | None = None,
+                   ) -> Comparison:
     """Compare failing sessions of judged sessions, ``(k, n)``, current against baseline.
 
     DIFFERENT: one-sided Fisher p <= alpha and a rise of at least ``detect`` (a rate
@@ -116,8 +121,12 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
     or more at level alpha (``noninferiority_p``; its size is at most alpha, where asymptotic
     bounds are not when the current side has many more sessions than the baseline).
     ``interval`` is Newcombe's, descriptive only: at its edge it may disagree with the exact
-    tests that decide. Pooled sessions only: whether the effect holds trial by trial is the
-    caller's (``exact.trials_greater``).
+    tests that decide.
+
+    ``effective``: the (current, baseline) counts the tests and the interval take, where
+    sessions are clustered by trial (each side's counts at its design effect,
+    stats/clustered.py: a trial's sessions share a server); the rates and the change stay
+    those of the sessions themselves.
     """
     _check_alpha(metric, alpha)
     if not 0.0 < min_effect < 1.0:
@@ -127,9 +136,13 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
     rate1 = k1 / n1 if n1 else 0.0
     rate2 = k2 / n2 if n2 else 0.0
     change = rate1 - rate2
-    interval = newcombe_difference(k1, n1, k2, n2, confidence=1.0 - 2.0 * alpha)
-    p_worse = fisher_greater(k1, n1, k2, n2)
-    p_same = noninferiority_p(k1, n1, k2, n2, float(min_effect))
+    tested = ((k1, n1), (k2, n2)) if effective is None else (
+        _check_counts(metric, "current effective", effective[0]),
+        _check_counts(metric, "baseline effective", effective[1]))
+    (e1, m1), (e2, m2) = tested
+    interval = newcombe_difference(e1, m1, e2, m2, confidence=1.0 - 2.0 * alpha)
+    p_worse = fisher_greater(e1, m1, e2, m2)
+    p_same = noninferiority_p(e1, m1, e2, m2, float(min_effect))
     if n1 == 0 or n2 == 0:
         answer = Difference.UNKNOWN
     elif p_worse <= alpha and change >= (min_effect if detect is None else detect) - SLACK:
@@ -139,7 +152,8 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
     else:
         answer = Difference.UNKNOWN
     return Comparison(metric, answer, rate2, rate1, change, interval, p_worse, p_same,
-                      min_effect, alpha, counts=((k1, n1), (k2, n2)))
+                      min_effect, alpha, counts=((k1, n1), (k2, n2)),
+                      effective=None if tested == ((k1, n1), (k2, n2)) else tested)
 
 
 def _logs(metric: str, side: str, values: Sequence[float]) -> np.ndarray:
@@ -155,16 +169,25 @@ def _logs(metric: str, side: str, values: Sequence[float]) -> np.ndarray:
 
 def compare_values(metric: str, current: Sequence[float], baseline: Sequence[float], *,
                    min_relative: float, alpha: float, worse: Literal["lower", "higher"],
-                   noise_floor: float = NOISE_FLOOR) -> Comparison:
+                   noise_floor: float = NOISE_FLOOR, detect: float | None = None,
+                   paired: bool = False) -> Comparison:
     """Compare one value per trial, current against baseline, on the log scale (a ratio of
     geometric means: a 10% drop means the same at 100 and at 10,000 tokens/s).
+
+    ``paired``: ``baseline[i]`` is the control run beside ``current[i]`` (Pinpoint's
+    alternated A/B): the test is Student's one-sample t on the pairs' log ratios, so the
+    machine's drift over the hours of a run, which a pair shares, leaves the comparison (the
+    two sides unpaired would count it as spread). The pairs' differences' standard deviation is
+    at least ``noise_floor`` times the square root of 2 (two trials' floors).
 
     ``worse``: "lower" for throughput, "higher" for latency. Student's t with the two sides'
     spread pooled, one-sided towards worse: a sweep's baseline has a few trials, and Welch's
     degrees of freedom fall towards its own (two, for three trials), where no bound is ever
     tight enough to say SAME (bench/sweeps.py measured 46% of clean runs left undecided).
-    DIFFERENT: p_worse <= alpha and a relative worsening of at least ``min_relative``;
-    SAME: the one-sided 1 - alpha upper bound of the worsening is below ``min_relative``.
+    DIFFERENT: p_worse <= alpha and a relative worsening of at least ``detect`` (default
+    ``min_relative``: a true worsening of exactly it is seen below it half the time, so a
+    caller that must catch it asks less); SAME: the one-sided 1 - alpha upper bound of the
+    worsening is below ``min_relative``.
     The pooled standard deviation of log values is at least ``noise_floor`` (NOISE_FLOOR).
     Fewer than two values on a side: UNKNOWN, and its interval is infinite.
     """
@@ -196,10 +219,18 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
         return Comparison(metric, Difference.UNKNOWN, baseline_mean, current_mean, change,
                           (-math.inf, math.inf), 1.0, 1.0, min_relative, alpha, values=values)
     worsening = sign * (mean1 - mean2)
-    df = log1.size + log2.size - 2
-    pooled = ((log1.size - 1) * float(log1.var(ddof=1))
-              + (log2.size - 1) * float(log2.var(ddof=1))) / df
-    se = max(math.sqrt(pooled), noise_floor) * math.sqrt(1 / log1.size + 1 / log2.size)
+    if paired:
+        if log1.size != log2.size:
+            raise ValueError(f"{metric}: paired values need as many on each side, got "
+                             f"{log1.size} and {log2.size}")
+        df = log1.size - 1
+        spread = float((log1 - log2).std(ddof=1))
+        se = max(spread, noise_floor * math.sqrt(2.0)) / math.sqrt(log1.size)
+    else:
+        df = log1.size + log2.size - 2
+        pooled = ((log1.size - 1) * float(log1.var(ddof=1))
+                  + (log2.size - 1) * float(log2.var(ddof=1))) / df
+        se = max(math.sqrt(pooled), noise_floor) * math.sqrt(1 / log1.size + 1 / log2.size)
     margin = -math.log1p(-min_relative) if worse == "lower" else math.log1p(min_relative)
     # Student's t distribution function and its inverse (scipy.stats.t without its overhead)
     p_worse = float(stdtr(df, -worsening / se))
@@ -207,7 +238,7 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
     half = float(stdtrit(df, 1.0 - alpha)) * se
     low, high = relative(worsening - half), relative(worsening + half)
     change = relative(worsening)
-    if p_worse <= alpha and change >= min_relative - SLACK:
+    if p_worse <= alpha and change >= (min_relative if detect is None else detect) - SLACK:
         answer = Difference.DIFFERENT
     elif high < min_relative:
         answer = Difference.SAME

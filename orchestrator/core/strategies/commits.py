@@ -6,7 +6,10 @@ another; with Beta priors on both rates the likelihood of the stored counts has 
 (beta-binomial), so the posterior over j is exact. The next commit to test is the one whose trial
 minimises the expected entropy of that posterior; the search stops when one commit holds
 ``confidence`` of the mass, and otherwise reports a credible range when the budget is spent.
-Like the adaptive strategy it is a replay of the evidence: no state of its own.
+Like the adaptive strategy it is a replay of the evidence: no state of its own. Sessions of one
+trial share a server, so each commit's counts enter the posterior (and the reproduction test) at
+their design effect (stats/clustered.py), the spread between trials pooled over the commits run
+more than once: a commit whose failures all came from one bad restart weighs as one trial would.
 
 Commits that cannot be deployed (their build or checkout fails, their server never comes up) are
 *skipped*, as ``git bisect skip`` does: they stay possible locations of the change, with their
@@ -37,6 +40,7 @@ from orchestrator.core.evidence import (
     cells,
     target_of,
 )
+from orchestrator.core.stats.clustered import Counts, dispersion
 from orchestrator.core.stats.compare import Answer, StopWhenFailing, reproduced
 from orchestrator.core.strategies.base import (
     UNFINISHED,
@@ -259,16 +263,20 @@ class Commits:
     def search(self, evidence: Sequence[TrialEvidence]) -> CommitReplay:
         """The search for the failure ``evidence`` was judged against."""
         index = {sha: i for i, sha in enumerate(self.commits)}
-        k = [0] * len(self.commits)
-        n = [0] * len(self.commits)
-        trials = [0] * len(self.commits)
+        per_trial: list[list[Counts]] = [[] for _ in self.commits]
         for trial in evidence:
             i = index.get(trial.levels.get(FACTOR, ""))
             if i is not None:
-                k[i] += trial.failures
-                n[i] += trial.judged
-                trials[i] += 1
-        post = posterior(k, n)
+                per_trial[i].append((trial.failures, trial.judged))
+        k = [sum(f for f, _ in seen) for seen in per_trial]
+        n = [sum(j for _, j in seen) for seen in per_trial]
+        trials = [len(seen) for seen in per_trial]
+        # sessions of a trial share a server: each commit's counts at their design effect
+        # (stats/clustered.py), the spread between trials pooled over the commits run twice
+        spread = dispersion(per_trial)
+        effective = [spread.effective((k[i], n[i]), trials[i]) for i in range(len(k))]
+        k_eff, n_eff = [e for e, _ in effective], [m for _, m in effective]
+        post = posterior(k_eff, n_eff)
         low, high = credible_range(post)
         credible = tuple(self.commits[low:high + 1])
         skipped = {i for i, sha in enumerate(self.commits) if sha in self.skipped}
@@ -299,7 +307,7 @@ class Commits:
         short = tuple(self.variant(i) for i in (last, first) if trials[i] < self.reproduce_trials)
         if short:
             return result(short, None)
-        answer, _ = reproduced((k[last], n[last]), (k[first], n[first]), self.alpha)
+        answer, _ = reproduced(effective[last], effective[first], self.alpha)
         if answer is not Answer.FAIL:
             if trials[last] >= 3 * self.reproduce_trials:
                 return result((), Status.NOT_REPRODUCED,
@@ -327,8 +335,8 @@ class Commits:
             return result((), Status.INCONCLUSIVE,
                           f"trial budget spent; 90% credible range {said(low)} .. {said(high)}")
         candidates = [i for i in range(1, last) if i not in skipped]
-        scores = dict(zip(candidates, expected_entropies(k, n, candidates, self.sessions),
-                          strict=True))
+        scores = dict(zip(candidates, expected_entropies(k_eff, n_eff, candidates,
+                                                         self.sessions), strict=True))
         return result((self.variant(min(scores, key=lambda i: (scores[i], i))),), None)
 
 

@@ -4,9 +4,24 @@ Each variant runs ``min_trials`` trials, then is compared with the baseline on e
 metric (corruption and wedging on session counts, throughput and p99 latency on per-trial
 values), three-way (orchestrator/core/stats/regression.py). UNKNOWN adds a trial, up to
 ``max_trials``. A variant found DIFFERENT is a *suspect*, not yet a regression: it is run again on
-fresh trials (beside fresh trials of the baseline's build, where the run can put it back), and
-only a difference those fresh trials show again, on the same metric, is a regression. One
-unlucky trial on a noisy machine is how alert storms start; the fresh trials are how they stop.
+fresh trials, and only a difference those fresh trials show again, on the same metric, is a
+regression. One unlucky trial on a noisy machine is how alert storms start; the fresh trials
+are how they stop.
+
+Controls, as Pinpoint runs them. Where the run can put the baseline's build back (the source
+tree moved: ``confirm_build``), every trial of a variant runs beside one of the baseline's build,
+alternated (current, baseline, current, baseline), and performance is compared with those fresh
+controls only, measured in the same hours on the same machine: a machine runs faster or slower
+from one day to the next, and another day's trials would mix that drift with the build. The
+suspect's confirmation runs fresh pairs too. Where the build did not move and nothing else
+changed since the baseline, a performance change against the baseline's trials of another day
+can only be the machine's drift: it is shown (``uncontrolled``), never an alert. Where something
+changed that the run cannot put back (a node's driver, a setting of the sweep file:
+``unrestorable``), performance is compared with the baseline run's trials and confirmed on fresh
+ones as session counts are, and an alert says it had no control and what changed.
+Session counts are compared with the baseline's trials and the fresh controls together,
+clustered by trial (sessions of a trial share a server: stats/clustered.py, the spread between
+trials pooled over the run's variants).
 
 The replay is pure: the same stored trials give the same answer, at every resume and in every
 report.
@@ -21,6 +36,7 @@ from typing import Any
 
 from experiments.strategy_config import BaselineTrial, NamedVariant, SweepConfig
 from orchestrator.core.evidence import CORRUPTING, WEDGING, TrialEvidence, variant_key
+from orchestrator.core.stats.clustered import INDEPENDENT, Counts, Dispersion, dispersion
 from orchestrator.core.stats.compare import StopWhenFailing
 from orchestrator.core.stats.regression import (
     Comparison,
@@ -51,6 +67,8 @@ DETECT = 0.4
 STATES: Mapping[str, str] = {
     "clean": "same as the baseline", "regression": "REGRESSION (confirmed)",
     "unconfirmed": "a difference the fresh trials did not show again",
+    "uncontrolled": "performance differs from the baseline's trials of another day, with no "
+                    "control beside it (the build did not move): not an alert",
     "inconclusive": "undecided within the budget", "new": "no baseline to compare with",
     "undeployable": "could not be deployed", "measuring": "unfinished",
     "confirming": "unfinished (confirming)"}
@@ -76,55 +94,83 @@ def of_baseline(trial: BaselineTrial) -> Sample:
     return Sample(trial.counts, trial.output_throughput, trial.p99_e2e_ms)
 
 
-def _counts(samples: Sequence[Sample], metric: str) -> tuple[int, int]:
-    """(failing, judged) sessions: corruption among sessions that reached a verdict of their
-    own; wedging (errors and timeouts) among all sessions."""
+def _trial_counts(samples: Sequence[Sample], metric: str) -> list[Counts]:
+    """Each trial's (failing, judged) sessions: corruption among sessions that reached a
+    verdict of their own; wedging (errors and timeouts) among all sessions."""
     failing = CORRUPTING if metric == "corruption" else WEDGING
     judged = [TrialEvidence({}, s.counts, failing=failing) for s in samples]
-    return sum(t.failures for t in judged), sum(t.judged for t in judged)
+    return [(t.failures, t.judged) for t in judged]
+
+
+def _counts(samples: Sequence[Sample], metric: str, spread: Dispersion) -> tuple[Counts, Counts]:
+    """The sessions summed, and as independent sessions at the design effect of ``spread``."""
+    trials = _trial_counts(samples, metric)
+    summed = (sum(k for k, _ in trials), sum(n for _, n in trials))
+    return summed, spread.effective(summed, len(trials))
+
+
+def _values_each(samples: Sequence[Sample], metric: str) -> list[float | None]:
+    """Each trial's figure of ``metric``, None where it measured none."""
+    raw = [s.output_throughput if metric == "throughput" else s.p99_e2e_ms for s in samples]
+    return [v if v is not None and v > 0 else None for v in raw]
 
 
 def _values(samples: Sequence[Sample], metric: str) -> list[float]:
-    raw = [s.output_throughput if metric == "throughput" else s.p99_e2e_ms for s in samples]
-    return [v for v in raw if v is not None and v > 0]
+    return [v for v in _values_each(samples, metric) if v is not None]
 
 
 def compare(metric: str, current: Sequence[Sample], reference: Sequence[Sample],
-            plan: SweepConfig, confirming: bool = False) -> Comparison | None:
+            plan: SweepConfig, confirming: bool = False,
+            spread: Dispersion = INDEPENDENT, paired: bool = False) -> Comparison | None:
     """One metric of ``current`` against ``reference``; None where it is not watched or not
     measured on both sides (a probe has no throughput). ``confirming``: a suspect's fresh
     trials, let go only when they rule out the rise that made it one (DETECT of the
-    threshold), not merely the whole threshold."""
+    threshold), not merely the whole threshold. ``spread``: between trials, of this metric's
+    rate (session counts are tested at their design effect). ``paired``: ``reference[i]`` is
+    the control run beside ``current[i]`` (performance is then compared pair by pair)."""
     threshold = getattr(plan.thresholds, metric)
     if threshold is None:
         return None
     if metric in BINARY:
         detect = DETECT * threshold
-        return compare_counts(metric, _counts(current, metric), _counts(reference, metric),
+        (now, now_eff), (then, then_eff) = (_counts(current, metric, spread),
+                                            _counts(reference, metric, spread))
+        effective = None if (now_eff, then_eff) == (now, then) else (now_eff, then_eff)
+        return compare_counts(metric, now, then,
                               min_effect=detect if confirming else threshold,
-                              alpha=plan.alpha, detect=detect)
-    now, then = _values(current, metric), _values(reference, metric)
-    if not now and not then:
+                              alpha=plan.alpha, detect=detect, effective=effective)
+    if paired:  # pairs where both trials measured it
+        both = [(a, b) for a, b in zip(_values_each(current, metric),
+                                       _values_each(reference, metric), strict=True)
+                if a is not None and b is not None]
+        values, baseline = [a for a, _ in both], [b for _, b in both]
+    else:
+        values, baseline = _values(current, metric), _values(reference, metric)
+    if not values and not baseline:
         return None
-    return compare_values(metric, now, then, min_relative=threshold, alpha=plan.alpha,
-                          worse="lower" if metric == "throughput" else "higher")
+    return compare_values(metric, values, baseline, min_relative=threshold, alpha=plan.alpha,
+                          worse="lower" if metric == "throughput" else "higher",
+                          paired=paired)
 
 
 @dataclass(frozen=True)
 class Judged:
     """Where one variant stands. ``state``: measuring (more trials needed), clean,
-    inconclusive (UNKNOWN at the budget), confirming (a suspect's fresh trials running),
-    regression (confirmed), unconfirmed (the fresh trials did not show it again), new (no
-    baseline to compare with)."""
+    uncontrolled (settled, but performance differs from another day's trials with no control
+    beside it), inconclusive (UNKNOWN at the budget), confirming (a suspect's fresh trials
+    running), regression (confirmed), unconfirmed (the fresh trials did not show it again),
+    new (no baseline to compare with)."""
 
     variant: NamedVariant
     state: str
-    trials: int  # the trials the detection used
+    trials: int  # the trials the detection used (and as many controls, where they run)
     comparisons: tuple[Comparison, ...]
     suspected: tuple[str, ...] = ()  # metrics found DIFFERENT, to confirm
     confirmation: tuple[Comparison, ...] = ()
-    confirm_trials: int = 0  # fresh trials of the suspect (and of the baseline's build)
+    confirm_trials: int = 0  # fresh trials of the suspect (and as many controls)
     needed: tuple[dict[str, str], ...] = ()  # the trials it still needs
+    controls: int = 0  # fresh trials of the baseline's build beside the detection's
+    uncontrolled: tuple[str, ...] = ()  # performance metrics DIFFERENT with no control
 
     @property
     def regressed(self) -> tuple[str, ...]:
@@ -133,6 +179,25 @@ class Judged:
 
 def _answers(comparisons: Sequence[Comparison]) -> set[Difference]:
     return {c.answer for c in comparisons}
+
+
+@dataclass(frozen=True)
+class _Sides:
+    """A variant's trials as one judgement reads them, in the order they ran."""
+
+    mine: list[Sample]  # the current build's
+    controls: list[Sample]  # the baseline's build's, fresh (empty where it cannot run)
+    reference: list[Sample]  # the baseline run's stored trials
+
+    def detection(self, seen: int, metric: str) -> tuple[list[Sample], list[Sample]]:
+        """What the first ``seen`` trials are compared with: performance with the controls
+        beside them only (another day's trials mix the machine's drift in), session counts
+        with the stored trials and the controls together."""
+        if not self.controls:
+            return self.mine[:seen], self.reference
+        if metric in CONTINUOUS:
+            return self.mine[:seen], self.controls[:seen]
+        return self.mine[:seen], [*self.reference, *self.controls[:seen]]
 
 
 class SweepStrategy:
@@ -145,62 +210,101 @@ class SweepStrategy:
     def levels(self, variant: NamedVariant, build: str = "current") -> dict[str, str]:
         return {**variant.levels, **({BUILD: build} if self.plan.confirm_build else {})}
 
-    def judge(self, variant: NamedVariant, done: Sequence[TrialEvidence]) -> Judged:
-        plan = self.plan
+    def spread(self, done: Sequence[TrialEvidence]) -> dict[str, Dispersion]:
+        """The spread between trials of each session metric, pooled over every variant's
+        trials of each build and the baseline run's (stats/clustered.py)."""
+        groups: dict[str, list[Sample]] = {}
+        for trial in done:
+            groups.setdefault(variant_key(trial.levels), []).append(of_trial(trial))
+        for name, samples in self.baseline.items():
+            groups[f"baseline run: {name}"] = samples
+        return {metric: dispersion(_trial_counts(samples, metric)
+                                   for samples in groups.values()) for metric in BINARY}
+
+    def judge(self, variant: NamedVariant, done: Sequence[TrialEvidence],
+              spread: Mapping[str, Dispersion] | None = None) -> Judged:
+        plan, controlled = self.plan, self.plan.confirm_build
+        spread = self.spread(done) if spread is None else spread
         key, base_key = variant_key(self.levels(variant)), variant_key(
             self.levels(variant, "baseline"))
-        mine = [of_trial(t) for t in done if variant_key(t.levels) == key]
-        more = dict(self.levels(variant))
-        if len(mine) < plan.min_trials:
-            return Judged(variant, "measuring", len(mine), (),
-                          needed=(more,) * (plan.min_trials - len(mine)))
-        reference = self.baseline.get(variant.name)
+        reference = self.baseline.get(variant.name, [])
+        sides = _Sides([of_trial(t) for t in done if variant_key(t.levels) == key],
+                       [of_trial(t) for t in done if variant_key(t.levels) == base_key]
+                       if controlled and reference else [], reference)
+        mine, controls = sides.mine, sides.controls
+        wanted_controls = plan.min_trials if controlled and reference else 0
+        if len(mine) < plan.min_trials or len(controls) < wanted_controls:
+            return Judged(variant, "measuring", len(mine), (), needed=tuple(self._pairs(
+                variant, plan.min_trials - len(mine), wanted_controls - len(controls))))
         if not reference:
             return Judged(variant, "new", len(mine), ())
-        for seen in range(plan.min_trials, len(mine) + 1):
-            found = tuple(c for metric in METRICS
-                          if (c := compare(metric, mine[:seen], reference, plan)) is not None)
-            answers = _answers(found)
-            if Difference.DIFFERENT in answers:
-                suspected = tuple(c.metric for c in found if c.answer == Difference.DIFFERENT)
-                return self._confirm(variant, seen, found, suspected, mine[seen:],
-                                     [of_trial(t) for t in done
-                                      if variant_key(t.levels) == base_key], reference)
-            if answers <= {Difference.SAME}:
-                return Judged(variant, "clean", seen, found)
+        paired = min(len(mine), len(controls)) if controlled else len(mine)
+        found: tuple[Comparison, ...] = ()
+        for seen in range(plan.min_trials, paired + 1):
+            found = tuple(c for metric in METRICS if (c := compare(
+                metric, *sides.detection(seen, metric), plan,
+                spread=spread.get(metric, INDEPENDENT),
+                paired=controlled and metric in CONTINUOUS)) is not None)
+            # with no control beside it and nothing changed, a performance change is the
+            # machine's drift: shown, deciding nothing (more trials would not tell it apart)
+            deciding = [c for c in found
+                        if controlled or plan.unrestorable or c.metric in BINARY]
+            drifted = tuple(c.metric for c in found if c not in deciding
+                            and c.answer == Difference.DIFFERENT)
+            suspected = tuple(c.metric for c in deciding if c.answer == Difference.DIFFERENT)
+            if suspected:
+                return self._confirm(variant, seen, found, suspected, sides, spread)
+            if _answers(deciding) <= {Difference.SAME}:
+                return Judged(variant, "uncontrolled" if drifted else "clean", seen, found,
+                              controls=seen if controlled else 0, uncontrolled=drifted)
             if seen >= plan.max_trials:
-                return Judged(variant, "inconclusive", seen, found)
-        return Judged(variant, "measuring", len(mine), found, needed=(more,))
+                return Judged(variant, "inconclusive", seen, found,
+                              controls=seen if controlled else 0)
+        return Judged(variant, "measuring", len(mine), found,
+                      needed=tuple(self._pairs(variant, 1, 1 if controlled else 0)),
+                      controls=paired if controlled else 0)
+
+    def _pairs(self, variant: NamedVariant, current: int, baseline: int) -> list[dict[str, str]]:
+        """``current`` trials of the variant and ``baseline`` of the baseline's build, each
+        control beside its trial."""
+        return _interleaved([self.levels(variant)] * max(0, current)
+                            + [self.levels(variant, "baseline")] * max(0, baseline))
 
     def _confirm(self, variant: NamedVariant, seen: int, found: tuple[Comparison, ...],
-                 suspected: tuple[str, ...], fresh: list[Sample], rebuilt: list[Sample],
-                 reference: list[Sample]) -> Judged:
+                 suspected: tuple[str, ...], sides: _Sides,
+                 spread: Mapping[str, Dispersion]) -> Judged:
         """The suspect again, on fresh trials only; against fresh trials of the baseline's
-        build where the run has it, else against the baseline run's trials."""
-        plan, build = self.plan, self.plan.confirm_build
-        pairs = min(len(fresh), len(rebuilt)) if build else len(fresh)
+        build run beside them where the run can put it back, else against the baseline run's
+        trials."""
+        plan, controlled = self.plan, bool(sides.controls)
+        fresh = sides.mine[seen:]
+        fresh_controls = sides.controls[seen:]
+        pairs = min(len(fresh), len(fresh_controls)) if controlled else len(fresh)
         partial: tuple[Comparison, ...] = ()
         if pairs >= plan.confirm_trials:
-            against = rebuilt[:pairs] if build else reference
+            against = fresh_controls[:pairs] if controlled else sides.reference
             judged = tuple(c for metric in suspected
-                           if (c := compare(metric, fresh[:pairs], against, plan, True))
-                           is not None)
+                           if (c := compare(metric, fresh[:pairs], against, plan, True,
+                                            spread.get(metric, INDEPENDENT),
+                                            controlled and metric in CONTINUOUS)) is not None)
             answers = _answers(judged)
             state = ("regression" if Difference.DIFFERENT in answers else
                      "unconfirmed" if answers <= {Difference.SAME} else
                      "inconclusive" if pairs >= plan.max_trials else "confirming")
             if state != "confirming":
-                return Judged(variant, state, seen, found, suspected, judged, pairs)
+                return Judged(variant, state, seen, found, suspected, judged, pairs,
+                              controls=seen if controlled else 0)
             partial = judged
         wanted = max(plan.confirm_trials, pairs + 1)
-        needed = [self.levels(variant)] * (wanted - len(fresh))
-        if build:
-            needed += [self.levels(variant, "baseline")] * (wanted - len(rebuilt))
         return Judged(variant, "confirming", seen, found, suspected, partial, pairs,
-                      needed=tuple(_interleaved(needed)))
+                      needed=tuple(self._pairs(variant, wanted - len(fresh),
+                                               wanted - len(fresh_controls) if controlled
+                                               else 0)),
+                      controls=seen if controlled else 0)
 
     def judged(self, done: Sequence[TrialEvidence]) -> list[Judged]:
-        return [self.judge(variant, done) for variant in self.plan.variants]
+        spread = self.spread(done)
+        return [self.judge(variant, done, spread) for variant in self.plan.variants]
 
     # -- the Strategy protocol -----------------------------------------------------------
 
@@ -222,7 +326,9 @@ class SweepStrategy:
         states = {j.variant.name: ("undeployable" if variant_key(self.levels(j.variant))
                                    in broken else j.state) for j in judged}
         summary = {"baseline_run": self.plan.baseline_run,
-                   "variants": [_judged_json(j, states[j.variant.name]) for j in judged]}
+                   "variants": [_judged_json(j, states[j.variant.name]) for j in judged],
+                   "dispersion": {metric: spread.to_json()
+                                  for metric, spread in self.spread(done).items()}}
         log = tuple(row for j in judged for row in _trail(j))
         regressions = [name for name, state in states.items() if state == "regression"]
         waiting = [name for name, state in states.items()
@@ -230,7 +336,12 @@ class SweepStrategy:
         if regressions:
             words = "; ".join(_regression_words(j) for j in judged if j.variant.name
                               in regressions)
-            status, reason = Status.CULPRIT, f"regression: {words}"
+            uncontrolled = not self.plan.confirm_build and any(
+                metric in CONTINUOUS for j in judged for metric in j.regressed)
+            status, reason = Status.CULPRIT, f"regression: {words}" + (
+                " (against the baseline's trials of another day, with no control beside "
+                f"them; changed since: {'; '.join(self.plan.unrestorable)})"
+                if uncontrolled else "")
         elif waiting:
             status, reason = Status.INCONCLUSIVE, UNFINISHED
         elif bad := [n for n, s in states.items() if s in ("inconclusive", "undeployable")]:
@@ -243,9 +354,12 @@ class SweepStrategy:
         else:
             unconfirmed = [n for n, s in states.items() if s == "unconfirmed"]
             new = [n for n, s in states.items() if s == "new"]
+            drifted = "; ".join(_drift_words(j) for j in judged if j.uncontrolled)
             status, reason = Status.NO_CULPRIT, "clean: no variant differs from the baseline" + (
                 f" ({', '.join(unconfirmed)}: a difference the fresh trials did not show "
                 "again)" if unconfirmed else "") + (
+                f"; against the baseline's trials of another day, with no control beside "
+                f"them (the build did not move), not an alert: {drifted}" if drifted else "") + (
                 f"; new since the baseline, measured only: {', '.join(new)}" if new else "")
         return Conclusion(status, reason, log=log, sweep=summary)
 
@@ -267,6 +381,8 @@ def _comparison_json(c: Comparison) -> dict[str, Any]:
             "p_worse": c.p_worse, "p_same": c.p_same, "min_effect": c.min_effect,
             "alpha": c.alpha,
             **({"counts": [list(x) for x in c.counts]} if c.counts is not None else {}),
+            **({"effective": [list(x) for x in c.effective]} if c.effective is not None
+               else {}),
             **({"values": [list(x) for x in c.values]} if c.values is not None else {})}
 
 
@@ -275,7 +391,8 @@ def _judged_json(j: Judged, state: str) -> dict[str, Any]:
             "trials": j.trials, "comparisons": [_comparison_json(c) for c in j.comparisons],
             "suspected": list(j.suspected), "confirm_trials": j.confirm_trials,
             "confirmation": [_comparison_json(c) for c in j.confirmation],
-            "regressed": list(j.regressed)}
+            "regressed": list(j.regressed), "controls": j.controls,
+            "uncontrolled": list(j.uncontrolled)}
 
 
 def _said(c: Comparison) -> str:
@@ -283,6 +400,11 @@ def _said(c: Comparison) -> str:
         return (f"{c.metric} {c.baseline:.1%} -> {c.current:.1%} "
                 f"({c.change * 100:+.1f} points)")
     return said_change(c.metric, c.change)  # a drop negative: "throughput -31%"
+
+
+def _drift_words(j: Judged) -> str:
+    said = ", ".join(_said(c) for c in j.comparisons if c.metric in j.uncontrolled)
+    return f"{j.variant.name}: {said}"
 
 
 def _regression_words(j: Judged) -> str:
