@@ -14,7 +14,11 @@ commit is the true one.
 Adaptive: a verdict names culprits after sequential tests at alpha = 0.01 and gives each a
 p-value; it states no probability of its own. Over the strategy benchmark's scenarios
 (bench/scenarios.py, the adaptive contender of bench/contenders.py), how often is a named
-culprit set wrong, against the 1 - alpha such a test promises for each of its answers?
+culprit set wrong, against the 1 - alpha such a test promises for each of its answers? And
+its report states a word for the culprits it names ("strong", "clear" or "weak", from the
+clustered p and the trials taken as units): every verdict naming a culprit set is binned by the
+word its report states (built by the report's own code, orchestrator/reports/build.py), with
+how often a verdict stated so names exactly the planted set.
 
 Trials draw the noise between trials (bench/noise.py) of ``--trial-noise``: ``real`` (the
 default: a restart halves or doubles a rate at one sd, pools apart, a drift) or ``iid`` (every
@@ -49,9 +53,10 @@ from db.store import Store
 from experiments.campaign import Campaign
 from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.strategies.base import Status
-from orchestrator.core.strategies.commits import posterior
+from orchestrator.core.strategies.commits import Commits
 from orchestrator.core.verdict import Verdict
 from orchestrator.executor.driver import drive
+from orchestrator.reports.build import build_report
 from orchestrator.stored import evidence, verdict_of
 
 # Failure rates before and after the first bad commit: a clean baseline, a noisy one, a faint
@@ -60,6 +65,8 @@ NOISE = {"0-10": (0.0, 0.10), "2-8": (0.02, 0.08), "0-3": (0.0, 0.03)}
 SIZES = (16, 64, 256)
 BINS = ((0.95, 0.99), (0.99, 1.0))  # [0.95, 0.99) and [0.99, 1]: the last includes 1
 RELIABILITY = (0.0, 0.5, 0.8, 0.9, 0.95, 0.99, 1.0)  # bins of the largest mass, every step
+WORDS = ("strong", "clear", "weak")  # the report's confidence words, strongest first
+UNSTATED = "none stated"  # a culprit set named, but no word for it (not the target's culprits)
 
 
 @dataclass(frozen=True)
@@ -117,13 +124,12 @@ def commit_run(store: Store, size: int, noise: str, seed: int,
     store.create_campaign(campaign_id, campaign.name, campaign.model_dump(mode="json"), "bench")
     drive(store, campaign_id, campaign, SimulatedPools(pool))
     verdict = verdict_of(store, campaign_id)
-    # The posterior after each trial, in the order they ran: the reliability check.
-    k, n, steps = [0] * size, [0] * size, []
-    for trial in evidence(store.trials(campaign_id), planned=SESSIONS):
-        i = index[trial.levels["commit"]]
-        k[i] += trial.failures
-        n[i] += trial.judged
-        post = posterior(k, n)
+    # The posterior after each trial, in the order they ran, as the strategy computes it (each
+    # commit's counts at their design effect): the reliability check.
+    search, steps = Commits(shas, sessions=SESSIONS).search, []
+    seen = evidence(store.trials(campaign_id), planned=SESSIONS)
+    for ran in range(1, len(seen) + 1):
+        post = np.asarray(search(seen[:ran]).posterior)
         steps.append((float(post.max()), int(post.argmax()) == first_bad))
     assert verdict.commits is not None
     named = tuple(index[sha] for sha in verdict.commits["first_bad"])
@@ -156,11 +162,16 @@ def commit_runs(sizes: Iterable[int], noises: Iterable[str], seeds: int,
     return [run for batch in batches for run in batch]
 
 
+def share(count: int, total: int, name: str = "wrong") -> dict[str, Any]:
+    """``count`` of ``total`` (under ``name``) with its 95% Wilson interval."""
+    low, high = wilson(count, total)
+    return {"n": total, name: count, "rate": count / total if total else None,
+            "wilson95": [low, high]}
+
+
 def rate(wrong: int, total: int) -> dict[str, Any]:
     """A wrong rate with its 95% Wilson interval."""
-    low, high = wilson(wrong, total)
-    return {"n": total, "wrong": wrong, "rate": wrong / total if total else None,
-            "wilson95": [low, high]}
+    return share(wrong, total)
 
 
 def in_bin(p: float, low: float, high: float) -> bool:
@@ -201,37 +212,85 @@ def summary(runs: Sequence[CommitRun]) -> dict[str, Any]:
                          for size, noise in settings]}
 
 
+@dataclass(frozen=True)
+class Stated:
+    """A verdict that names a culprit set: the word its report states, and whether the set is
+    exactly the planted one."""
+
+    seed: int
+    word: str  # one of WORDS, or UNSTATED
+    right: bool
+
+
+def stated_word(store: Store, campaign_id: str) -> str:
+    """The confidence word the campaign's report states for its culprits (the headline's, for
+    the weakest culprit of the target): the report model built by the report's own code and
+    the word its confidence sentence opens with; UNSTATED where it opens with none of WORDS."""
+    word = build_report(store, campaign_id).headline.confidence.split(":", 1)[0]
+    return word if word in WORDS else UNSTATED
+
+
+def by_word(stated: Sequence[Stated]) -> list[dict[str, Any]]:
+    """Per word (every one of WORDS, then UNSTATED if any verdict has it): how many verdicts
+    the report stated so, how many of them are right and how many wrong, with Wilson
+    intervals."""
+    words = [*WORDS, *([UNSTATED] if any(s.word == UNSTATED for s in stated) else [])]
+    rows = []
+    for word in words:
+        inside = [s for s in stated if s.word == word]
+        right = sum(s.right for s in inside)
+        rows.append({"word": word, "verdicts": len(inside),
+                     "right": share(right, len(inside), "right"),
+                     "wrong": share(len(inside) - right, len(inside), "wrong")})
+    return rows
+
+
+def words_overall(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The words over every scenario of ``adaptive_runs``, and the share of the wrong verdicts
+    that were stated "strong"."""
+    stated = [Stated(**s) for row in rows for s in row["stated_words"]]
+    wrong = [s for s in stated if not s.right]
+    return {"words": by_word(stated),
+            "wrong_stated_strong": share(sum(s.word == "strong" for s in wrong), len(wrong),
+                                         "strong")}
+
+
 def adaptive_scenario(store: Store, scenario: Scenario, seeds: int,
                       trial_noise: TrialNoise | None = None) -> dict[str, Any]:
     """How often the adaptive contender's named culprit set is wrong, over ``seeds`` seeds
-    (trials drawn with ``trial_noise``, else the scenario's)."""
+    (trials drawn with ``trial_noise``, else the scenario's), in all and per the word its
+    report states."""
     from bench.contenders import CONTENDERS
     from bench.simulated import run_strategy
 
     truth = sorted(tuple(sorted(c.items())) for c in scenario.culprits)
     named = wrong = cleared = cleared_wrong = 0
     p_values: list[float] = []
+    stated: list[Stated] = []
     for seed in range(seeds):
         pool = scenario.pool(seed, trial_noise)
+        campaign_id = f"{scenario.name} / adaptive / {seed}"
         verdicts: list[Verdict] = []
 
-        def loop(strategy: dict[str, Any], pool: Any = pool, seed: int = seed,
+        def loop(strategy: dict[str, Any], pool: Any = pool, campaign_id: str = campaign_id,
                  verdicts: list[Verdict] = verdicts) -> Verdict:
-            verdicts.append(run_strategy(store, f"{scenario.name} / adaptive / {seed}",
-                                         scenario, strategy, pool, 2))
+            verdicts.append(run_strategy(store, campaign_id, scenario, strategy, pool, 2))
             return verdicts[-1]
 
         found = CONTENDERS["adaptive"](scenario, pool, loop)
         if found:  # a culprit set named
             named += 1
-            wrong += sorted(tuple(sorted(c.items())) for c in found) != truth
+            right = sorted(tuple(sorted(c.items())) for c in found) == truth
+            wrong += not right
             p_values += [c.p_value for c in verdicts[-1].culprits]
+            stated.append(Stated(seed, stated_word(store, campaign_id), right))
         elif found == []:  # "nothing to blame": the bad variant is not reproduced
             cleared += 1
             cleared_wrong += bool(truth)
     return {"scenario": scenario.name, "seeds": seeds, "named": rate(wrong, named),
             "nothing_to_blame": rate(cleared_wrong, cleared), "stated": 1 - ALPHA,
-            "max_p_value": max(p_values) if p_values else None}
+            "max_p_value": max(p_values) if p_values else None,
+            "words": by_word(stated), "stated_words": [asdict(s) for s in stated]}
 
 
 def adaptive_runs(seeds: int, names: Sequence[str] = (),
@@ -247,11 +306,17 @@ def adaptive_runs(seeds: int, names: Sequence[str] = (),
             store.close()
 
 
-def _pct(figure: dict[str, Any]) -> str:
+def _pct(figure: dict[str, Any], name: str = "wrong") -> str:
     if not figure["n"]:
         return "–"
     low, high = figure["wilson95"]
-    return f"{figure['rate']:.1%} ({figure['wrong']}/{figure['n']}; {low:.1%}–{high:.1%})"
+    return f"{figure['rate']:.1%} ({figure[name]}/{figure['n']}; {low:.1%}–{high:.1%})"
+
+
+def _word_rows(scenario: str, words: Sequence[dict[str, Any]], every: bool) -> list[str]:
+    """A table row per word (only those stated, unless ``every``)."""
+    return [f"| {scenario} | {w['word']} | {w['verdicts']} | {_pct(w['right'], 'right')} | "
+            f"{_pct(w['wrong'])} |" for w in words if every or w["verdicts"]]
 
 
 def tables(result: dict[str, Any]) -> str:
@@ -284,6 +349,16 @@ def tables(result: dict[str, Any]) -> str:
             p = "–" if row["max_p_value"] is None else f"{row['max_p_value']:.2g}"
             lines.append(f"| {row['scenario']} | {row['seeds']} | {_pct(row['named'])} | "
                          f"{_pct(row['nothing_to_blame'])} | {p} |")
+    if "adaptive_words" in result:
+        lines += ["", "| scenario | stated word | verdicts | right (names exactly the planted "
+                      "set) | wrong |", "|---|---|---|---|---|"]
+        for row in result["adaptive"]:
+            lines += _word_rows(row["scenario"], row["words"], False) or [
+                f"| {row['scenario']} | – | 0 | – | – |"]
+        overall = result["adaptive_words"]
+        lines += _word_rows("all", overall["words"], True)
+        lines += ["", "Wrong verdicts stated \"strong\": "
+                      f"{_pct(overall['wrong_stated_strong'], 'strong')}"]
     return "\n".join(lines)
 
 
@@ -318,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         result["adaptive"] = adaptive_runs(args.adaptive_seeds,
                                            [s for s in args.scenarios.split(",") if s],
                                            trial_noise)
+        result["adaptive_words"] = words_overall(result["adaptive"])
     result["trial_noise"] = trial_noise.describe()
     print(f"({args.seeds} seeds per commit setting, {args.adaptive_seeds} per adaptive "
           f"scenario, {trial_noise.describe()}, {time.monotonic() - started:.0f} s)\n")

@@ -4,21 +4,35 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
+from bench import calibration
 from bench.calibration import (
     BINS,
+    UNSTATED,
+    WORDS,
     CommitRun,
+    Stated,
+    adaptive_scenario,
     binned,
+    by_word,
     commit_runs,
     in_bin,
     main,
     rate,
+    stated_word,
     summary,
     tables,
+    words_overall,
 )
+from bench.scenarios import scenarios
+from db.store import Store
+from orchestrator.reports.build import build_report
+from orchestrator.reports.model import Report
 
 
 def wilson_by_hand(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -94,3 +108,56 @@ def test_the_command_writes_its_tables_and_json(tmp_path: Path,
     assert document["commits"]["settings"][0]["size"] == 16
     [adaptive] = document["adaptive"]
     assert adaptive["scenario"] == "single factor, 6%" and adaptive["stated"] == 0.99
+    # the words: one verdict at most, binned by the word its report states
+    counted = sum(w["verdicts"] for w in document["adaptive_words"]["words"])
+    assert counted == adaptive["named"]["n"] == len(adaptive["stated_words"])
+    assert "| scenario | stated word | verdicts |" in printed
+
+
+def test_verdicts_binned_by_word_add_up() -> None:
+    stated = ([Stated(s, "strong", True) for s in range(7)] + [Stated(7, "strong", False)]
+              + [Stated(8, "clear", True), Stated(9, "weak", False), Stated(10, UNSTATED, True)])
+    rows = {row["word"]: row for row in by_word(stated)}
+    assert list(rows) == [*WORDS, UNSTATED]
+    assert sum(row["verdicts"] for row in rows.values()) == len(stated)
+    for row in rows.values():
+        assert row["right"]["right"] + row["wrong"]["wrong"] == row["verdicts"]
+        assert row["right"]["n"] == row["wrong"]["n"] == row["verdicts"]
+    strong = rows["strong"]
+    assert (strong["verdicts"], strong["right"]["right"], strong["wrong"]["wrong"]) == (8, 7, 1)
+    assert strong["right"]["wilson95"] == pytest.approx(wilson_by_hand(7, 8))
+    assert strong["wrong"]["wilson95"] == pytest.approx(wilson_by_hand(1, 8))
+    assert UNSTATED not in {row["word"] for row in by_word(stated[:-1])}
+    overall = words_overall([{"stated_words": [asdict(s) for s in stated[:5]]},
+                             {"stated_words": [asdict(s) for s in stated[5:]]}])
+    assert overall["words"] == by_word(stated)
+    # two verdicts wrong, one of them stated strong
+    assert (overall["wrong_stated_strong"]["strong"], overall["wrong_stated_strong"]["n"]) == (1, 2)
+    table = tables({"adaptive": [], "adaptive_words": overall})
+    assert "| all | strong | 8 | 87.5% (7/8; " in table and "| all | clear | 1 |" in table
+
+
+def test_the_word_is_the_one_the_report_states(monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario = next(s for s in scenarios() if s.name == "single factor, 6%")
+    with tempfile.TemporaryDirectory() as folder:
+        store = Store.open(str(Path(folder) / "words.db"))
+        try:
+            row = adaptive_scenario(store, scenario, 2)
+            assert sum(w["verdicts"] for w in row["words"]) == row["named"]["n"] == 2
+            for s in row["stated_words"]:
+                confidence = build_report(
+                    store, f"{scenario.name} / adaptive / {s['seed']}").headline.confidence
+                assert s["word"] in WORDS and confidence.startswith(s["word"] + ":")
+            # the word is read from the report model: another sentence there, another word
+            real = calibration.build_report
+
+            def reworded(store: Store, campaign_id: str) -> Report:
+                report = real(store, campaign_id)
+                said = report.headline.confidence
+                return replace(report, headline=replace(
+                    report.headline, confidence="weak" + said[said.index(":"):]))
+
+            monkeypatch.setattr(calibration, "build_report", reworded)
+            assert stated_word(store, f"{scenario.name} / adaptive / 0") == "weak"
+        finally:
+            store.close()
