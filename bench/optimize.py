@@ -16,6 +16,18 @@ configurations of 1,280. GPU-time to reach: the verdict's ``gpu_s_equivalent`` o
 (restart + workload, a stopped trial's share of it, x 8 GPUs). Every prefix's answer is also
 checked for an unsafe best (it must never be).
 
+*Against production* (issue 27): the final verdict's ``versus_production`` (a one-sided Welch
+test of the answer against production measured in the same run) is one claim of
+``CLAIMS``: ``better`` (shown better), ``no better`` (not shown better: tested, or untested with
+fewer than 2 trials on a side), ``production best`` (production itself is the answer),
+``production not measured`` (a grid that never reached it) or ``nothing named``. Each is held
+against the space's truth, noise-free: a ``better`` answer is *truly faster* when its true
+throughput is above production's, and *truly safe* when it corrupts nothing; a ``no better``
+one is *right* when its true throughput is not above production's. Shares with their 95%
+Clopper-Pearson intervals, per search and over all runs; the target: of the runs that say
+better, at least 95% truly faster. ``--production best`` declares ``BEST`` as production:
+nothing safe is truly faster, so every ``better`` of a safe answer is a false one.
+
 Searches compared, for each seed:
 
 - ``tpe``, ``gp``: ``--trials`` search trials (seeds included), then the confirmation re-runs;
@@ -34,7 +46,7 @@ Searches compared, for each seed:
     .venv/bin/python -m bench.optimize [--seeds 5] [--first-seed 1] [--trials 30]
         [--samplers tpe,gp,random,grid] [--startup-trials 8] [--confirm-top 3]
         [--confirm-trials 3] [--gp-seeds N] [--workers 2] [--json FILE]
-        [--trial-noise real|iid]
+        [--trial-noise real|iid] [--production space|best]
 """
 
 from __future__ import annotations
@@ -54,10 +66,12 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from scipy.stats import binomtest
 
 from bench.knob_space import (
     BEST,
     GPUS,
+    PRODUCTION,
     RESTART_S,
     WORKLOAD_S,
     KnobPools,
@@ -70,6 +84,7 @@ from db.store import Store
 from experiments.campaign import Campaign
 from experiments.optimize_config import OptimizeConfig
 from orchestrator.core.evidence import TrialEvidence, failing_for, variant_key
+from orchestrator.core.strategies.base import Conclusion
 from orchestrator.core.strategies.optimize import Optimize
 from orchestrator.core.strategies.registry import strategy_for
 from orchestrator.core.verdict import CostModel, verdict_from
@@ -84,6 +99,12 @@ GRID = 16 * 8 * 5 * 2  # configurations of the space
 ORACLE_ATTEMPTS = 4  # right configurations in the order tried as budgets, at most
 SAMPLERS = ("tpe", "gp", "random", "grid")
 TRIAL_GPU_S = (RESTART_S + WORKLOAD_S) * GPUS
+BETTER_TARGET = 0.95  # of the answers said better than production, truly faster (issue 27)
+# What the final verdict says of its answer against production (``versus_production``)
+CLAIMS = ("better", "no better", "production best", "production not measured", "nothing named")
+# The production configuration a run declares (``--production``): the space's (885 tok/s, BEST
+# 2,004), or BEST itself (nothing safe is truly faster: a "better" is then always wrong)
+PRODUCTIONS = {"space": PRODUCTION, "best": BEST}
 
 
 @dataclass(frozen=True)
@@ -95,11 +116,13 @@ class Settings:
     confirm_top: int = 3
     confirm_trials: int = 3
     trial_noise: TrialNoise = REAL_WORLD  # of the simulated pools, not of the section
+    production: str = "space"  # of PRODUCTIONS
 
     def strategy(self, sampler: str, seed: int, trials: int | None = None) -> dict[str, Any]:
         return {"sampler": sampler, "seed": seed, "trials": trials or self.trials,
                 "startup_trials": self.startup_trials, "confirm_top": self.confirm_top,
-                "confirm_trials": self.confirm_trials}
+                "confirm_trials": self.confirm_trials,
+                "production": dict(PRODUCTIONS[self.production])}
 
 
 @dataclass(frozen=True)
@@ -120,11 +143,29 @@ class Run:
     unsafe_best: int  # prefixes whose answer was truly unsafe (must be 0)
     attempts: int  # budgets run (oracle-stopped: more than one when the first fell short)
     wall_s: float
+    claim: str  # of CLAIMS: the final answer against production
+    tested: bool  # the Welch test ran (2 trials or more on each side)
+    production_trials: int  # production's trials in the run
+    truly_faster: bool | None  # the final answer's true throughput above production's
+    truly_safe: bool | None  # the final answer truly corrupts nothing
 
 
 def right(levels: dict[str, str] | None) -> bool:
     return levels is not None and corruption(levels) == 0 and \
         throughput(levels) >= (1 - NEAR) * throughput(BEST)
+
+
+def claim(conclusion: Conclusion) -> tuple[str, bool]:
+    """The conclusion's answer against production, one of ``CLAIMS``, and whether the Welch
+    test ran (a p-value: 2 trials or more on each side)."""
+    versus = (conclusion.optimize or {}).get("versus_production")
+    if versus is None:
+        return "nothing named", False
+    if not versus["measured"]:
+        return "production not measured", False
+    if versus["is_production"]:
+        return "production best", False
+    return "better" if versus["shown_better"] else "no better", versus["p_value"] is not None
 
 
 def measure(campaign: Campaign, seed: int, noise: TrialNoise = REAL_WORLD
@@ -175,12 +216,18 @@ def judged(search: str, seed: int, campaign: Campaign, done: Sequence[TrialEvide
     said = answers(campaign, done)
     reached = next((k for k, levels in enumerate(said, 1) if right(levels)), None)
     best = said[-1] if said else None
+    stated, tested = claim(strategy_for(campaign).conclude(done, []))
+    assert isinstance(campaign.strategy, OptimizeConfig) and campaign.strategy.production
+    production = dict(campaign.strategy.production)
     return Run(search, seed, budget, len(done), reached,
                None if reached is None else gpu_s(campaign, done[:reached]),
                gpu_s(campaign, done), gpu_s(campaign, done[:budget]), best,
                None if best is None else throughput(best), right(best),
                sum(1 for levels in said if levels is not None and corruption(levels) > 0),
-               attempts, wall_s)
+               attempts, wall_s, stated, tested,
+               sum(variant_key(t.levels) == variant_key(production) for t in done),
+               None if best is None else throughput(best) > throughput(production),
+               None if best is None else corruption(best) == 0)
 
 
 def hits(campaign: Campaign, count: int) -> list[int]:
@@ -280,6 +327,95 @@ def rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
     return table
 
 
+@dataclass(frozen=True)
+class Share:
+    """``k`` of ``n`` runs, with the share's two-sided 95% Clopper-Pearson interval."""
+
+    k: int
+    n: int
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        if not self.n:
+            return None
+        ci = binomtest(self.k, self.n).proportion_ci(0.95, method="exact")
+        return float(ci.low), float(ci.high)
+
+    def to_json(self) -> dict[str, Any]:
+        interval = self.interval
+        return {"k": self.k, "n": self.n, "share": self.k / self.n if self.n else None,
+                "ci": None if interval is None else list(interval)}
+
+    def __str__(self) -> str:
+        interval = self.interval
+        if interval is None:
+            return "-"
+        return (f"{self.k}/{self.n} ({self.k / self.n:.1%}; "
+                f"{interval[0]:.1%}-{interval[1]:.1%})")
+
+
+def against_production(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """Each search's final answers against production, then all runs': how often each claim
+    was made, and how often it was true (``Share`` as JSON)."""
+    groups = {search: [r for r in runs if r.search == search]
+              for search in dict.fromkeys(r.search for r in runs)}
+    table = []
+    for search, mine in [*groups.items(), ("all", list(runs))]:
+        better = [r for r in mine if r.claim == "better"]
+        worse = [r for r in mine if r.claim == "no better"]
+        table.append({
+            "search": search, "runs": len(mine),
+            "claims": {c: sum(r.claim == c for r in mine) for c in CLAIMS},
+            "better_truly_faster": Share(sum(bool(r.truly_faster) for r in better),
+                                         len(better)).to_json(),
+            "better_truly_safe": Share(sum(bool(r.truly_safe) for r in better),
+                                       len(better)).to_json(),
+            "no_better_untested": sum(not r.tested for r in worse),
+            "no_better_right": Share(sum(not r.truly_faster for r in worse),
+                                     len(worse)).to_json(),
+            "production_trials": statistics.median(r.production_trials for r in mine)})
+    return table
+
+
+def _share(cell: dict[str, Any]) -> Share:
+    return Share(cell["k"], cell["n"])
+
+
+def better_verdict(table: Sequence[dict[str, Any]]) -> str:
+    """All runs' answers said better than production, against the target."""
+    total = _share(table[-1]["better_truly_faster"])
+    interval = total.interval
+    if interval is None:
+        return (f"said better than production: no run (target >= {BETTER_TARGET:.0%} truly "
+                "faster: not measurable)")
+    if interval[0] >= BETTER_TARGET:
+        reading = "met (the interval's lower end above it)"
+    elif interval[1] < BETTER_TARGET:
+        reading = "missed (the interval's upper end below it)"
+    else:
+        side = "at or above" if total.k / total.n >= BETTER_TARGET else "below"
+        reading = f"the share {side} it, the interval across it"
+    return (f"said better than production, truly faster: {total} "
+            f"(target >= {BETTER_TARGET:.0%}): {reading}")
+
+
+def render_against(table: Sequence[dict[str, Any]]) -> str:
+    out = ["| search | runs | said better | truly faster (95% CI) | truly safe (95% CI) | "
+           "said no better (untested) | no better, right (95% CI) | production best | "
+           "production not measured | nothing named | production trials (median) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in table:
+        claims = row["claims"]
+        out.append(
+            f"| {row['search']} | {row['runs']} | {claims['better']} | "
+            f"{_share(row['better_truly_faster'])} | {_share(row['better_truly_safe'])} | "
+            f"{claims['no better']} ({row['no_better_untested']}) | "
+            f"{_share(row['no_better_right'])} | {claims['production best']} | "
+            f"{claims['production not measured']} | {claims['nothing named']} | "
+            f"{_cell(float(row['production_trials']), 1)} |")
+    return "\n".join(out)
+
+
 def _hours(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds / 3600, 2)
 
@@ -326,7 +462,9 @@ def render(table: Sequence[dict[str, Any]], ratio: dict[str, dict[str, float | N
                f"{throughput(BEST):,.0f} tok/s, safe); trials={settings.trials}, "
                f"startup_trials={settings.startup_trials}, confirm_top={settings.confirm_top}, "
                f"confirm_trials={settings.confirm_trials}; a trial {TRIAL_GPU_S / 3600:.2f} "
-               f"GPU-h (a stopped one less); {settings.trial_noise.describe()}")
+               f"GPU-h (a stopped one less); {settings.trial_noise.describe()}; production "
+               f"{settings.production} ({throughput(PRODUCTIONS[settings.production]):,.0f} "
+               "tok/s)")
     out = [heading, "",
            "| search | seeds | reached | trials to reach | GPU-h to reach | trials | GPU-h | "
            "final answer, true tok/s (min / median) | unsafe best | vs grid oracle | "
@@ -346,6 +484,7 @@ def render(table: Sequence[dict[str, Any]], ratio: dict[str, dict[str, float | N
 def _job(args: tuple[str, int, Settings]) -> Run:
     run = search_run(*args)
     print(f"  {run.search}, seed {run.seed}: {run.trials} trials, reached at {run.reached}, "
+          f"against production: {run.claim} ({run.production_trials} trials of it), "
           f"{run.wall_s:.0f} s", file=sys.stderr, flush=True)
     return run
 
@@ -379,6 +518,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--trial-noise", choices=list(NOISES), default="real",
                         help="noise between trials (bench/noise.py): real (default) or iid")
+    parser.add_argument("--production", choices=list(PRODUCTIONS), default=Settings.production,
+                        help="the production configuration declared: the space's (default) or "
+                             "BEST (nothing safe truly faster)")
     args = parser.parse_args(argv)
     samplers = [s.strip() for s in args.samplers.split(",") if s.strip()]
     unknown = [s for s in samplers if s not in SAMPLERS]
@@ -388,21 +530,26 @@ def main(argv: Sequence[str] | None = None) -> int:
               if unknown else "bench.optimize: --seeds and --trials at least 1", file=sys.stderr)
         return 2
     settings = Settings(args.trials, args.startup_trials, args.confirm_top, args.confirm_trials,
-                        NOISES[args.trial_noise])
+                        NOISES[args.trial_noise], args.production)
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     started = time.monotonic()
     runs = benchmark(settings, seeds, samplers, args.workers, args.gp_seeds)
     table = rows(runs)
     ratio = ratios(table)
-    said = verdicts(table, ratio)
+    versus = against_production(runs)
+    said = [*verdicts(table, ratio), better_verdict(versus)]
     print(render(table, ratio, settings))
+    print()
+    print("The final answer against production (true: the space's, noise-free):")
+    print(render_against(versus))
     print()
     print("\n".join(said))
     print(f"\n{len(runs)} searches in {time.monotonic() - started:.0f} s")
     if args.json is not None:
         document = {"settings": asdict(settings), "seeds": seeds, "near": NEAR,
                     "best": {"levels": BEST, "throughput": throughput(BEST)}, "rows": table,
-                    "ratios": ratio, "verdicts": said, "runs": [asdict(r) for r in runs]}
+                    "ratios": ratio, "versus_production": versus, "verdicts": said,
+                    "runs": [asdict(r) for r in runs]}
         with os.fdopen(os.open(args.json, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
                        "w") as out:
             json.dump(document, out, indent=1)

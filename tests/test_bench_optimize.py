@@ -9,8 +9,31 @@ from pathlib import Path
 
 import pytest
 
-from bench.knob_space import BEST, KNOWN_GOOD, PRODUCTION, corruption, knob_campaign
-from bench.optimize import GRID, Settings, answers, hits, main, measure, right
+from bench.knob_space import (
+    BEST,
+    KNOWN_GOOD,
+    PRODUCTION,
+    corruption,
+    knob_campaign,
+    throughput,
+)
+from bench.optimize import (
+    CLAIMS,
+    GRID,
+    Settings,
+    against_production,
+    answers,
+    better_verdict,
+    claim,
+    hits,
+    main,
+    measure,
+    render_against,
+    right,
+    search_run,
+)
+from orchestrator.core.evidence import variant_key
+from orchestrator.core.strategies.registry import strategy_for
 
 
 def test_right_is_safe_and_within_two_percent_of_the_best() -> None:
@@ -62,6 +85,68 @@ def test_the_command_writes_its_table_and_json(tmp_path: Path,
     full = document["rows"][-1]
     assert full["search"] == "grid, full (computed)" and full["trials"] > GRID
     assert set(document["ratios"]) == {"grid, oracle-stopped", "grid, full (computed)"}
+    versus = document["versus_production"]
+    assert [row["search"] for row in versus] == [*(r["search"] for r in document["runs"]),
+                                                 "all"]
+    assert versus[-1]["runs"] == sum(sum(row["claims"].values()) for row in versus[:-1]) == 4
+    assert "The final answer against production" in printed
+    assert any(line.startswith("said better than production") for line in document["verdicts"])
+
+
+def test_the_claims_against_production_add_up() -> None:
+    """Two seeds of TPE and random on a small budget: each run's claim is its verdict's, the
+    counts of the claims add up to the runs, per search and over all, and the truth of each
+    claim is the space's (noise-free)."""
+    settings = Settings(trials=12)
+    runs = [search_run(search, seed, settings) for search in ("tpe", "random") for seed in (1, 2)]
+    assert [(r.search, r.seed) for r in runs] == [("tpe", 1), ("tpe", 2), ("random", 1),
+                                                  ("random", 2)]
+    for run in runs:
+        campaign = knob_campaign(settings.strategy(run.search, run.seed))
+        done = measure(campaign, run.seed)
+        conclusion = strategy_for(campaign).conclude(done, [])
+        assert claim(conclusion) == (run.claim, run.tested)
+        assert run.production_trials == sum(
+            variant_key(t.levels) == variant_key(PRODUCTION) for t in done) >= 1
+        assert (run.production_trials >= 2) == run.tested or run.claim != "no better"
+        if run.claim == "better":  # the verdict's words agree
+            assert "; better than production" in conclusion.reason and run.tested
+        if run.claim == "no better":
+            assert conclusion.reason.startswith("no better than production")
+        if run.best is None:
+            assert run.truly_faster is None and run.truly_safe is None
+        else:
+            assert run.truly_faster == (throughput(run.best) > throughput(PRODUCTION))
+            assert run.truly_safe == (corruption(run.best) == 0)
+    table = against_production(runs)
+    assert [row["search"] for row in table] == ["tpe", "random", "all"]
+    for row in table:
+        mine = runs if row["search"] == "all" else [r for r in runs if r.search == row["search"]]
+        assert set(row["claims"]) == set(CLAIMS) and sum(row["claims"].values()) == row["runs"]
+        assert row["runs"] == len(mine)
+        better, worse = row["claims"]["better"], row["claims"]["no better"]
+        for key in ("better_truly_faster", "better_truly_safe"):
+            assert row[key]["n"] == better and 0 <= row[key]["k"] <= better
+            assert (row[key]["ci"] is None) == (better == 0)
+        assert row["no_better_right"]["n"] == worse and 0 <= row["no_better_untested"] <= worse
+        assert row["better_truly_faster"]["k"] == sum(
+            r.claim == "better" and bool(r.truly_faster) for r in mine)
+        assert row["no_better_right"]["k"] == sum(
+            r.claim == "no better" and not r.truly_faster for r in mine)
+    everyone = table[-1]
+    for key in ("better_truly_faster", "better_truly_safe", "no_better_right"):
+        assert everyone[key]["k"] == sum(row[key]["k"] for row in table[:-1])
+        assert everyone[key]["n"] == sum(row[key]["n"] for row in table[:-1])
+    assert "said better than production" in better_verdict(table)
+    assert render_against(table).count("\n") == len(table) + 1
+
+
+def test_with_the_best_as_production_no_safe_answer_is_truly_faster() -> None:
+    run = search_run("tpe", 1, Settings(trials=12, production="best"))
+    assert run.production_trials >= 1 and run.claim in CLAIMS
+    assert run.truly_faster is not True or run.truly_safe is False
+    if run.best == BEST:
+        assert run.claim == "production best"
 
 
 def test_bad_options_are_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
