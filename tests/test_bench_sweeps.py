@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -176,7 +175,8 @@ def test_with_the_build_moved_each_trial_runs_beside_its_control_on_one_pool() -
     done = replay(strategy, machine)
     builds = [t.levels["build"] for t in done]
     assert builds == ["current", "baseline"] * (len(done) // 2)
-    assert all(a.levels["config"] == b.levels["config"] for a, b in zip(done[::2], done[1::2]))
+    assert all(a.levels["config"] == b.levels["config"]
+               for a, b in zip(done[::2], done[1::2], strict=True))
 
 
 def test_the_command_writes_its_table_and_json(tmp_path: Path,

@@ -330,7 +330,8 @@ def planted(values: dict[str, list[float]], sessions: int = 100) -> list[Any]:
     return done
 
 
-CONFIGS = {"production": PRODUCTION, "else": ELSE}
+CONFIGS = {"production": PRODUCTION, "else": ELSE,
+           **{f"m{n}": {**PRODUCTION, "max_running": str(n)} for n in (64, 80)}}
 
 
 def concluded(values: dict[str, list[float]]) -> tuple[Any, dict[str, Any]]:
@@ -409,3 +410,33 @@ def test_welch_is_one_sided_in_the_objectives_direction() -> None:
     assert lower.shown_better and not lower.shown_worse and lower.difference == -100.0
     higher = welch(slow, fast, 0.05)
     assert higher.shown_worse and not higher.shown_better
+
+
+def test_production_runs_again_beside_the_leader_after_the_search() -> None:
+    # issue 27, item 3: production measured once, hours before the answer, can be neither
+    # tested (one trial) nor trusted (the machine drifts): after the search it runs again,
+    # beside the leader's re-runs, until it has as many trials as a confirmed answer
+    from experiments.optimize_config import OptimizeConfig
+    from orchestrator.core.strategies.optimize import Optimize
+
+    campaign = knob_campaign({"max_corruption": 0.05, "max_wedging": 0.05, "confirm_trials": 2,
+                              "trials": 2})
+    plan = campaign.strategy
+    assert isinstance(plan, OptimizeConfig)
+    strategy = Optimize(plan, [f.name for f in campaign.factors], pools=2,
+                        known_good=campaign.known_good, search=Recorder())
+    # the search's 2 trials spent, the leader short of its confirmation: both, the side with
+    # fewer trials first (a tie: the leader)
+    assert strategy.propose(planted({"production": [1000.0], "else": [1500.0]}), []) == [
+        dict(ELSE), dict(PRODUCTION)]
+    assert strategy.propose(planted({"production": [1000.0], "else": [1500.0, 1490.0]}),
+                            []) == [dict(PRODUCTION)]  # the leader confirmed: production
+    # below the candidates confirmation re-runs (the top 3): run all the same
+    ranked_out = planted({"production": [1000.0], "else": [1500.0, 1490.0],
+                          "m64": [1400.0, 1410.0], "m80": [1450.0, 1440.0]})
+    assert strategy.propose(ranked_out, []) == [dict(PRODUCTION)]
+    # measured twice, production is tested, and nothing runs more
+    done = planted({"production": [1000.0, 1010.0], "else": [1500.0, 1490.0]})
+    assert strategy.propose(done, []) == []
+    _, versus = concluded({"production": [1000.0, 1010.0], "else": [1500.0, 1490.0]})
+    assert versus["shown_better"] and versus["p_value"] is not None

@@ -9,7 +9,9 @@ Three phases, each decided from the stored trials alone:
 3. confirmation: the leading candidate is re-run as a learning search (TPE, GP) goes, out of
    its budget, and after the budget the best candidates until each is proven safe on
    ``confirm_trials`` trials, the ranking recomputed on all of them: a configuration that
-   looked fast and clean on one lucky trial is named only if its re-runs agree.
+   looked fast and clean on one lucky trial is named only if its re-runs agree. Production
+   runs again beside the leader's re-runs until it has ``confirm_trials`` trials, so that the
+   answer is compared with production measured in the same hours.
 
 Each trial is one measurement of one configuration; a configuration's corruption that is
 already certain above the limit stops its trial early (``StopAboveLimit``). The conclusion
@@ -203,12 +205,26 @@ class Optimize:
             return []
         running = Counter(variant_key(levels) for levels in pending)
         most = plan.confirm_trials * CONFIRM_ROUNDS  # trials of one candidate, at most
+        every = candidates(done, plan)
+        top = ranked([c for c in every if c.plausible])[:plan.confirm_top]
         wanted = []
-        for best in ranked([c for c in candidates(done, plan) if c.plausible])[
-                :plan.confirm_top]:
+        for best in top:
             settled = best.safe and best.trials >= plan.confirm_trials
             if not settled and not running[best.key] and best.trials < most:
                 wanted.append(dict(best.levels))
+        # production beside the leader, in the confirmation's hours, until it has as many
+        # trials as a confirmed answer: measured once at the start (hours before), it could
+        # not be tested at all, and a machine that drifted since would favour the answer
+        production = self.production()
+        if top and production is not None and top[0].key != variant_key(production):
+            key = variant_key(production)
+            measured = next((c for c in every if c.key == key), None)
+            asked = any(variant_key(levels) == key for levels in wanted)  # as a candidate
+            if not asked and measured is not None and measured.trials < plan.confirm_trials \
+                    and not running[key] and key not in {variant_key(u.levels)
+                                                         for u in self.unresolvable}:
+                # the side with fewer trials first: with one pool they then alternate
+                wanted.insert(0 if measured.trials < top[0].trials else 1, dict(production))
         return wanted
 
     def stop_rule(self, levels: Levels, done: Sequence[TrialEvidence]) -> StopAboveLimit | None:
