@@ -238,18 +238,18 @@ class SweepStrategy:
                 variant, plan.min_trials - len(mine), wanted_controls - len(controls))))
         if not reference:
             return Judged(variant, "new", len(mine), ())
-        paired = min(len(mine), len(controls)) if controlled else len(mine)
+        usable = min(len(mine), len(controls)) if controlled else len(mine)  # whole pairs
+        # with no control beside it and nothing changed, a performance change is the
+        # machine's drift: shown, deciding nothing (more trials would not tell it apart)
+        drift_only = not controlled and not plan.unrestorable
         found: tuple[Comparison, ...] = ()
-        for seen in range(plan.min_trials, paired + 1):
+        for seen in range(plan.min_trials, usable + 1):
             found = tuple(c for metric in METRICS if (c := compare(
                 metric, *sides.detection(seen, metric), plan,
                 spread=spread.get(metric, INDEPENDENT),
                 paired=controlled and metric in CONTINUOUS)) is not None)
-            # with no control beside it and nothing changed, a performance change is the
-            # machine's drift: shown, deciding nothing (more trials would not tell it apart)
-            deciding = [c for c in found
-                        if controlled or plan.unrestorable or c.metric in BINARY]
-            drifted = tuple(c.metric for c in found if c not in deciding
+            deciding = [c for c in found if not drift_only or c.metric in BINARY]
+            drifted = tuple(c.metric for c in found if drift_only and c.metric in CONTINUOUS
                             and c.answer == Difference.DIFFERENT)
             suspected = tuple(c.metric for c in deciding if c.answer == Difference.DIFFERENT)
             if suspected:
@@ -262,7 +262,7 @@ class SweepStrategy:
                               controls=seen if controlled else 0)
         return Judged(variant, "measuring", len(mine), found,
                       needed=tuple(self._pairs(variant, 1, 1 if controlled else 0)),
-                      controls=paired if controlled else 0)
+                      controls=usable if controlled else 0)
 
     def _pairs(self, variant: NamedVariant, current: int, baseline: int) -> list[dict[str, str]]:
         """``current`` trials of the variant and ``baseline`` of the baseline's build, each
