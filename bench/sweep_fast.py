@@ -26,9 +26,9 @@ from orchestrator.core.stats.regression import (
 
 def _values_of_tuples(metric: str, current: tuple[float, ...], baseline: tuple[float, ...],
                       min_relative: float, alpha: float, worse: Literal["lower", "higher"],
-                      noise_floor: float, detect: float | None, paired: bool) -> Comparison:
+                      noise_floor: float, paired: bool) -> Comparison:
     return compare_values(metric, current, baseline, min_relative=min_relative, alpha=alpha,
-                          worse=worse, noise_floor=noise_floor, detect=detect, paired=paired)
+                          worse=worse, noise_floor=noise_floor, paired=paired)
 
 
 # One memo per process, kept from one run to the next: the counts of a run repeat another's.
@@ -48,10 +48,9 @@ def memo_counts(metric: str, current: tuple[int, int], baseline: tuple[int, int]
 
 def memo_values(metric: str, current: Sequence[float], baseline: Sequence[float], *,
                 min_relative: float, alpha: float, worse: Literal["lower", "higher"],
-                noise_floor: float = NOISE_FLOOR, detect: float | None = None,
-                paired: bool = False) -> Comparison:
+                noise_floor: float = NOISE_FLOOR, paired: bool = False) -> Comparison:
     return _VALUES(metric, tuple(current), tuple(baseline), min_relative, alpha, worse,
-                   noise_floor, detect, paired)
+                   noise_floor, paired)
 
 
 @contextmanager

@@ -169,8 +169,7 @@ def _logs(metric: str, side: str, values: Sequence[float]) -> np.ndarray:
 
 def compare_values(metric: str, current: Sequence[float], baseline: Sequence[float], *,
                    min_relative: float, alpha: float, worse: Literal["lower", "higher"],
-                   noise_floor: float = NOISE_FLOOR, detect: float | None = None,
-                   paired: bool = False) -> Comparison:
+                   noise_floor: float = NOISE_FLOOR, paired: bool = False) -> Comparison:
     """Compare one value per trial, current against baseline, on the log scale (a ratio of
     geometric means: a 10% drop means the same at 100 and at 10,000 tokens/s).
 
@@ -184,10 +183,8 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
     spread pooled, one-sided towards worse: a sweep's baseline has a few trials, and Welch's
     degrees of freedom fall towards its own (two, for three trials), where no bound is ever
     tight enough to say SAME (bench/sweeps.py measured 46% of clean runs left undecided).
-    DIFFERENT: p_worse <= alpha and a relative worsening of at least ``detect`` (default
-    ``min_relative``: a true worsening of exactly it is seen below it half the time, so a
-    caller that must catch it asks less); SAME: the one-sided 1 - alpha upper bound of the
-    worsening is below ``min_relative``.
+    DIFFERENT: p_worse <= alpha and a relative worsening of at least ``min_relative``;
+    SAME: the one-sided 1 - alpha upper bound of the worsening is below ``min_relative``.
     The pooled standard deviation of log values is at least ``noise_floor`` (NOISE_FLOOR).
     Fewer than two values on a side: UNKNOWN, and its interval is infinite.
     """
@@ -238,7 +235,7 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
     half = float(stdtrit(df, 1.0 - alpha)) * se
     low, high = relative(worsening - half), relative(worsening + half)
     change = relative(worsening)
-    if p_worse <= alpha and change >= (min_relative if detect is None else detect) - SLACK:
+    if p_worse <= alpha and change >= min_relative - SLACK:
         answer = Difference.DIFFERENT
     elif high < min_relative:
         answer = Difference.SAME

@@ -11,7 +11,8 @@ Three phases, each decided from the stored trials alone:
    ``confirm_trials`` trials, the ranking recomputed on all of them: a configuration that
    looked fast and clean on one lucky trial is named only if its re-runs agree. Production
    runs again beside the leader's re-runs until it has ``confirm_trials`` trials, so that the
-   answer is compared with production measured in the same hours.
+   answer is never left untested against a single trial of it (its trials may still be the
+   run's first, hours before the answer's: a paired final phase would remove that drift).
 
 Each trial is one measurement of one configuration; a configuration's corruption that is
 already certain above the limit stops its trial early (``StopAboveLimit``). The conclusion
@@ -213,8 +214,8 @@ class Optimize:
             if not settled and not running[best.key] and best.trials < most:
                 wanted.append(dict(best.levels))
         # production beside the leader, in the confirmation's hours, until it has as many
-        # trials as a confirmed answer: measured once at the start (hours before), it could
-        # not be tested at all, and a machine that drifted since would favour the answer
+        # trials as a confirmed answer: measured once at the start, the answer could not be
+        # tested against it at all
         production = self.production()
         if top and production is not None and top[0].key != variant_key(production):
             key = variant_key(production)
