@@ -62,11 +62,15 @@ def measure(runs: int, home: Path) -> dict[str, Any]:
         assert first.accepted, first.result
         for number in range(1, runs + 1):
             outcome, wall_s = one_run(store, path)
-            trials = len(store.trials(outcome.run.campaign_id or ""))
+            stored = store.trials(outcome.run.campaign_id or "")
+            # each run its own draw (issue 27): its seed, and what its trials saw
+            leaks = [sum(n for o, n in t.counts.items() if o != "ok") for t in stored]
             rows.append({"run": number, "exit": outcome.exit_code, "status": outcome.status,
-                         "trials": trials, "wall_s": round(wall_s, 2)})
+                         "trials": len(stored), "wall_s": round(wall_s, 2),
+                         "seed": outcome.result.get("seed"), "not_ok": leaks})
             print(f"run {number:3}: exit {outcome.exit_code} {outcome.status:12} "
-                  f"{trials} trials {wall_s:5.1f} s", flush=True)
+                  f"{len(stored)} trials {wall_s:5.1f} s, seed {outcome.result.get('seed')}, "
+                  f"sessions not ok by trial {leaks}", flush=True)
     return summarise(rows)
 
 
@@ -78,6 +82,7 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "inconclusive": share(sum(r["exit"] == 3 for r in rows), n),
             "trials_mean": statistics.fmean(r["trials"] for r in rows),
             "wall_s_median": statistics.median(r["wall_s"] for r in rows),
+            "distinct_seeds": len({r.get("seed") for r in rows}),
             "rows": list(rows)}
 
 
@@ -98,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"alert (exit 1) {shown(result['alert'])}; clean (exit 0) {shown(result['clean'])}; "
           f"inconclusive (exit 3) {shown(result['inconclusive'])}; "
           f"{result['trials_mean']:.2f} trials a run, {result['wall_s_median']:.1f} s a run "
-          "(median)")
+          f"(median), {result['distinct_seeds']} distinct seeds")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(result, out, indent=2)
