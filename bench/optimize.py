@@ -16,10 +16,11 @@ configurations of 1,280. GPU-time to reach: the verdict's ``gpu_s_equivalent`` o
 (restart + workload, a stopped trial's share of it, x 8 GPUs). Every prefix's answer is also
 checked for an unsafe best (it must never be).
 
-*Against production* (issue 27): the final verdict's ``versus_production`` (a one-sided Welch
-test of the answer against production measured in the same run) is one claim of
+*Against production* (issue 27): the final verdict's ``versus_production`` (a one-sided paired
+t-test of the answer against production on the final phase's pairs, run alternated after
+confirmation; a Welch test on all trials where production was shown unsafe) is one claim of
 ``CLAIMS``: ``better`` (shown better), ``no better`` (not shown better: tested, or untested with
-fewer than 2 trials on a side), ``production best`` (production itself is the answer),
+fewer than 2 pairs, or trials on a side), ``production best`` (production itself is the answer),
 ``production not measured`` (a grid that never reached it) or ``nothing named``. Each is held
 against the space's truth, noise-free: a ``better`` answer is *truly faster* when its true
 throughput is above production's, and *truly safe* when it corrupts nothing; a ``no better``
@@ -144,7 +145,7 @@ class Run:
     attempts: int  # budgets run (oracle-stopped: more than one when the first fell short)
     wall_s: float
     claim: str  # of CLAIMS: the final answer against production
-    tested: bool  # the Welch test ran (2 trials or more on each side)
+    tested: bool  # the test ran (2 pairs or more; Welch: 2 trials or more on each side)
     production_trials: int  # production's trials in the run
     truly_faster: bool | None  # the final answer's true throughput above production's
     truly_safe: bool | None  # the final answer truly corrupts nothing
@@ -156,8 +157,8 @@ def right(levels: dict[str, str] | None) -> bool:
 
 
 def claim(conclusion: Conclusion) -> tuple[str, bool]:
-    """The conclusion's answer against production, one of ``CLAIMS``, and whether the Welch
-    test ran (a p-value: 2 trials or more on each side)."""
+    """The conclusion's answer against production, one of ``CLAIMS``, and whether its test
+    ran (a p-value: 2 pairs or more, or 2 trials or more on each side)."""
     versus = (conclusion.optimize or {}).get("versus_production")
     if versus is None:
         return "nothing named", False

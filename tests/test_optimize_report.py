@@ -253,16 +253,17 @@ def test_every_format_through_the_cli(optimize_campaigns: OptimizeCampaigns,
 
 # -- the answer against production in every format, pure: a conclusion on planted trials ---
 
-def planted_report(values: dict[str, list[float]]) -> tuple[Report, dict[str, Any]]:
-    """The report of the optimize strategy's conclusion on planted per-trial throughputs
-    (tests/test_optimize_search.py's), built as build_report builds it, with no store; and
-    the verdict's optimize section."""
+def planted_report(values: dict[str, list[float]], final: list[tuple[str, float]]
+                   ) -> tuple[Report, dict[str, Any]]:
+    """The report of the optimize strategy's conclusion on planted per-trial throughputs and
+    its final phase's (tests/support/optimize_planted.py), built as build_report builds it,
+    with no store; and the verdict's optimize section."""
     from bench.knob_space import knob_campaign
     from orchestrator.reports.model import CampaignFacts, Cost, Provenance
     from orchestrator.reports.optimize_build import search_headline, search_section
-    from tests.test_optimize_search import concluded
+    from tests.support.optimize_planted import concluded
 
-    conclusion, _ = concluded(values)
+    conclusion, _ = concluded(values, final)
     section = dict(conclusion.optimize or {})
     campaign = knob_campaign({})
     search = search_section({"optimize": section}, campaign)
@@ -285,21 +286,24 @@ def planted_report(values: dict[str, list[float]]) -> tuple[Report, dict[str, An
 
 
 NOISE = {"production": [2400, 3156], "else": [2755, 2865]}  # issue 27's: within noise
+NOISE_PAIRS = [("production", 2800.0), ("else", 2790.0), ("else", 2850.0), ("production", 2760.0)]
 CLEAR = {"production": [2000, 2020, 1990], "else": [3000, 3030, 2985]}
+CLEAR_PAIRS = [("production", 2010.0), ("else", 3010.0), ("else", 2995.0), ("production", 2005.0)]
 
 
 def test_every_format_says_no_better_than_production_when_not_shown_better() -> None:
     from orchestrator.cli.common import out
     from orchestrator.cli.optimize_view import print_search
 
-    report, section = planted_report(NOISE)
+    report, section = planted_report(NOISE, NOISE_PAIRS)
     search = report.optimize
     assert search is not None and search.versus_production is not None
     assert not search.versus_production.shown_better
     assert report.headline.status == "optimum"
     sentence = report.headline.sentence
     assert sentence.startswith("No better than production (max_running=48, ")
-    assert "one-sided Welch p = 0.47" in sentence and "Best safe configuration" not in sentence
+    assert "one-sided paired t p = 0.29, 2 pairs of the final phase" in sentence
+    assert "Best safe configuration" not in sentence
     # Markdown: the verdict line and the comparison's own line
     markdown = render_markdown(report)
     assert markdown.startswith("**Optimum:** No better than production")
@@ -308,7 +312,7 @@ def test_every_format_says_no_better_than_production_when_not_shown_better() -> 
     [suite] = ET.fromstring(render_junit(report).encode("utf-8")).findall("testsuite")
     properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert properties["optimize.versus_production.shown_better"] == "false"
-    assert properties["optimize.versus_production.p_value"].startswith("0.47")
+    assert properties["optimize.versus_production.p_value"].startswith("0.285")
     assert "No better than production" in (suite.findtext("testcase/system-out") or "")
     # HTML: the headline and the search's facts
     page = render_html(report)
@@ -326,13 +330,13 @@ def test_every_format_says_no_better_than_production_when_not_shown_better() -> 
 
 
 def test_every_format_says_shown_better_and_production_itself() -> None:
-    report, _ = planted_report(CLEAR)
+    report, _ = planted_report(CLEAR, CLEAR_PAIRS)
     assert report.headline.sentence.startswith("Best safe configuration: ")
-    assert "shown better than production: output_throughput +1,002 tok/s" in (
+    assert "shown better than production: output_throughput +995 tok/s (x1.496" in (
         report.headline.sentence)
     assert "Against production (shown better): " in render_markdown(report)
     assert 'class="shown-better"' in render_html(report)
-    itself, _ = planted_report({"production": [3000, 3020], "else": [2000, 2010]})
+    itself, _ = planted_report({"production": [3000, 3020], "else": [2000, 2010]}, [])
     assert itself.headline.sentence.startswith("Production is the best safe configuration: ")
     [suite] = ET.fromstring(render_junit(itself).encode("utf-8")).findall("testsuite")
     properties = {p.get("name"): p.get("value") for p in suite.iter("property")}

@@ -33,6 +33,7 @@ from bench.knob_space import (
 from db.store import Store
 from orchestrator.executor.base import TrialReport
 from orchestrator.search.study import DEPLOY_FAILED, ENDED, SEQ, study_name
+from tests.support.optimize_planted import Recorder
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTUNA4 = Path(sys.prefix) / "optuna4"  # the Makefile installs Optuna 4.9 there
@@ -267,30 +268,18 @@ def test_the_log_tells_each_trial_and_where_its_configuration_stood(
     lines = result.stdout.splitlines()
     assert len(lines) == verdict["cost"]["trials"]
     assert " seed " in lines[0] and " seed " in lines[1]
-    phases = {phase for line in lines for phase in (" search ", " re-run ") if phase in line}
-    assert phases == {" search ", " re-run "}
+    phases = {phase for line in lines for phase in (" search ", " re-run ", " final ")
+              if phase in line}
+    assert phases == {" search ", " re-run ", " final "}
     assert any(" unsafe after " in line for line in lines)
     trials = verdict["optimize"]["trials"]
-    assert trials["search"] + trials["confirmation"] == trials["total"] == len(lines)
+    assert trials["search"] + trials["confirmation"] + trials["final"] == trials["total"] == len(
+        lines)
     assert trials["confirmation"] == sum(" re-run " in line for line in lines)
-
-
-class Recorder:
-    """A Search that records what the strategy asks it to measure as given (the strategy's own
-    choice, pure logic; Optuna itself is tested above) and picks "m=9" for the rest."""
-
-    def __init__(self) -> None:
-        self.fixed: list[list[dict[str, str]]] = []
-
-    def suggest(self, told: Any, fixed: Any, pending: Any, count: int) -> list[dict[str, str]]:
-        self.fixed.append([dict(levels) for levels in fixed])
-        return [dict(levels) for levels in fixed] + [{"m": "9"}] * count
-
-    def failed(self) -> int:
-        return 0
-
-    def close(self, told: Any) -> None:
-        pass
+    # the final phase: production and the answer alternated, 3 pairs (confirm_trials)
+    assert trials["final"] == 6 == sum(" final " in line for line in lines)
+    assert lines[-6:] == [line for line in lines if " final " in line]
+    assert verdict["optimize"]["versus_production"]["pairs"] == 3
 
 
 @pytest.mark.parametrize(("trials", "rerun"), [(1, True), (5, True), (6, False)])
@@ -309,137 +298,3 @@ def test_a_leader_its_trials_cannot_settle_leaves_the_budget_to_the_sampler(
     search = Recorder()
     Optimize(plan, ["m"], pools=1, search=search).propose(done, [])
     assert search.fixed == [[{"m": "1"}] if rerun else []]
-
-
-# -- the answer against production, pure: planted per-trial values, no driver, no Optuna -----
-
-ELSE = {**PRODUCTION, "max_running": "96"}  # another configuration of the knob space
-
-
-def planted(values: dict[str, list[float]], sessions: int = 100) -> list[Any]:
-    """Clean trials of each configuration (a key of ``CONFIGS``) with these output
-    throughputs, production's first, as the run measured them."""
-    from orchestrator.core.evidence import Performance, TrialEvidence
-
-    done = []
-    for name, figures in values.items():
-        for figure in figures:
-            speed = Performance(wall_s=60, requests=sessions, completed=sessions,
-                                output_tokens=int(figure * 60), good_sessions=sessions,
-                                request_throughput=sessions / 60, output_throughput=figure,
-                                goodput=sessions / 60)
-            done.append(TrialEvidence(dict(CONFIGS[name]), {"ok": sessions}, performance=speed,
-                                      seq=len(done) + 1))
-    return done
-
-
-CONFIGS = {"production": PRODUCTION, "else": ELSE,
-           **{f"m{n}": {**PRODUCTION, "max_running": str(n)} for n in (64, 80)}}
-
-
-def concluded(values: dict[str, list[float]]) -> tuple[Any, dict[str, Any]]:
-    """The optimize strategy's conclusion on the planted trials, and its versus_production."""
-    from experiments.optimize_config import OptimizeConfig
-    from orchestrator.core.strategies.optimize import Optimize
-
-    campaign = knob_campaign({"max_corruption": 0.05, "max_wedging": 0.05, "confirm_trials": 2,
-                              "trials": 10})
-    plan = campaign.strategy
-    assert isinstance(plan, OptimizeConfig)
-    strategy = Optimize(plan, [f.name for f in campaign.factors], pools=1,
-                        known_good=campaign.known_good)
-    conclusion = strategy.conclude(planted(values), [])
-    assert conclusion.optimize is not None
-    return conclusion, conclusion.optimize["versus_production"]
-
-
-def test_an_answer_clearly_faster_than_production_is_shown_better() -> None:
-    conclusion, versus = concluded({"production": [2000, 2020, 1990],
-                                    "else": [3000, 3030, 2985]})
-    assert conclusion.status.value == "optimum"
-    assert conclusion.optimize is not None and conclusion.optimize["best"] == ELSE
-    assert versus["shown_better"] and not versus["is_production"] and versus["why"] == ""
-    assert versus["production"] == PRODUCTION and versus["trials"] == 3
-    assert versus["metric"] == "output_throughput" and versus["p_value"] < 0.001
-    assert versus["difference"] == pytest.approx(1001.67, abs=0.01)
-    low, high = versus["ci"]
-    assert 0 < low < versus["difference"] < high
-    assert conclusion.reason.startswith("best safe configuration: ")
-    assert "better than production" in conclusion.reason
-    assert "no better" not in conclusion.reason
-
-
-def test_an_answer_within_noise_of_production_is_no_better_than_production() -> None:
-    """Issue 27: 2,810 tok/s [2,106, 3,513] named best while production (known-good there)
-    was 2,778 [−3,967, 9,523] from two trials: not shown faster, so not called best."""
-    conclusion, versus = concluded({"production": [2400, 3156], "else": [2755, 2865]})
-    assert conclusion.status.value == "optimum"  # a safe configuration is still named
-    assert conclusion.optimize is not None and conclusion.optimize["best"] == ELSE
-    assert not versus["shown_better"] and not versus["is_production"]
-    assert versus["difference"] == pytest.approx(32.0)
-    assert 0.05 < versus["p_value"] < 0.6
-    low, high = versus["ci"]
-    assert low < 0 < high
-    assert [d["trials"] for d in versus["objectives"]] == [[2, 2]]
-    assert conclusion.reason.startswith("no better than production (")
-    assert "one-sided Welch p=" in conclusion.reason
-    # the keys the answer had are all still there
-    assert {"best", "ranked", "rejected", "unproven", "production"} <= set(conclusion.optimize)
-
-
-def test_fewer_than_two_trials_of_production_show_nothing() -> None:
-    conclusion, versus = concluded({"production": [1000], "else": [3000, 3010, 2990]})
-    assert not versus["shown_better"] and versus["p_value"] is None and versus["ci"] is None
-    assert versus["difference"] == pytest.approx(2000.0)
-    assert "fewer than 2 trials" in versus["why"]
-    assert conclusion.reason.startswith("no better than production (")
-
-
-def test_production_itself_the_best_is_said_so() -> None:
-    conclusion, versus = concluded({"production": [3000, 3020], "else": [2000, 2010]})
-    assert conclusion.status.value == "optimum"
-    assert conclusion.optimize is not None and conclusion.optimize["best"] == PRODUCTION
-    assert versus["is_production"] and not versus["shown_better"]
-    assert versus["p_value"] is None and versus["objectives"] == []
-    assert conclusion.reason.startswith("production is the best safe configuration: ")
-
-
-def test_welch_is_one_sided_in_the_objectives_direction() -> None:
-    from orchestrator.core.strategies.optimize_rank import Estimate, welch
-
-    slow = Estimate("ttft_p99_ms", 200.0, None, None, (198.0, 200.0, 202.0))
-    fast = Estimate("ttft_p99_ms", 100.0, None, None, (99.0, 100.0, 101.0))
-    lower = welch(fast, slow, 0.05)  # a lower latency is better
-    assert lower.shown_better and not lower.shown_worse and lower.difference == -100.0
-    higher = welch(slow, fast, 0.05)
-    assert higher.shown_worse and not higher.shown_better
-
-
-def test_production_runs_again_beside_the_leader_after_the_search() -> None:
-    # issue 27, item 3: production measured once, hours before the answer, can be neither
-    # tested (one trial) nor trusted (the machine drifts): after the search it runs again,
-    # beside the leader's re-runs, until it has as many trials as a confirmed answer
-    from experiments.optimize_config import OptimizeConfig
-    from orchestrator.core.strategies.optimize import Optimize
-
-    campaign = knob_campaign({"max_corruption": 0.05, "max_wedging": 0.05, "confirm_trials": 2,
-                              "trials": 2})
-    plan = campaign.strategy
-    assert isinstance(plan, OptimizeConfig)
-    strategy = Optimize(plan, [f.name for f in campaign.factors], pools=2,
-                        known_good=campaign.known_good, search=Recorder())
-    # the search's 2 trials spent, the leader short of its confirmation: both, the side with
-    # fewer trials first (a tie: the leader)
-    assert strategy.propose(planted({"production": [1000.0], "else": [1500.0]}), []) == [
-        dict(ELSE), dict(PRODUCTION)]
-    assert strategy.propose(planted({"production": [1000.0], "else": [1500.0, 1490.0]}),
-                            []) == [dict(PRODUCTION)]  # the leader confirmed: production
-    # below the candidates confirmation re-runs (the top 3): run all the same
-    ranked_out = planted({"production": [1000.0], "else": [1500.0, 1490.0],
-                          "m64": [1400.0, 1410.0], "m80": [1450.0, 1440.0]})
-    assert strategy.propose(ranked_out, []) == [dict(PRODUCTION)]
-    # measured twice, production is tested, and nothing runs more
-    done = planted({"production": [1000.0, 1010.0], "else": [1500.0, 1490.0]})
-    assert strategy.propose(done, []) == []
-    _, versus = concluded({"production": [1000.0, 1010.0], "else": [1500.0, 1490.0]})
-    assert versus["shown_better"] and versus["p_value"] is not None

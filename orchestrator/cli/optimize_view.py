@@ -78,5 +78,6 @@ def print_search(document: dict[str, Any]) -> None:
                   highlight=False, markup=False)
     trials = document["trials"]
     out.print(f"  search: {trials['search']} trials, confirmation {trials['confirmation']}, "
+              f"final pairs with production {trials.get('final', 0)}, "
               f"{trials['stopped_early']} stopped early ({document['sampler']})",
               highlight=False, markup=False)

@@ -39,6 +39,7 @@ def _search_properties(search: Search) -> list[tuple[str, str]]:
              ("optimize.trials.total", str(search.trials.total)),
              ("optimize.trials.search", str(search.trials.search)),
              ("optimize.trials.confirmation", str(search.trials.confirmation)),
+             ("optimize.trials.final", str(search.trials.final)),
              ("optimize.trials.stopped_early", str(search.trials.stopped_early)),
              ("optimize.best", labelled(search.best) if search.best else "")]
     pairs += [(f"optimize.slo.{m}", f"{v:g}") for m, v in limits.slo.items()]

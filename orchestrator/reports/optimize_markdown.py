@@ -74,6 +74,7 @@ def render_optimize_markdown(report: Report) -> str:
         f"Campaign {text(facts.name)} ({text(facts.id, 80)}), {text(facts.status)}, "
         f"{text(facts.strategy)} strategy ({text(search.sampler)}): {trials.total} trials "
         f"({trials.search} searching, {trials.confirmation} confirming, "
+        f"{trials.final} in the final pairs with production, "
         f"{trials.stopped_early} stopped early), {cost.sessions:,} sessions, "
         f"{cost.gpu_s_equivalent:,.0f} GPU-s equivalent spent; {len(search.ranked)} safe, "
         f"{len(search.rejected)} rejected, {len(search.unproven)} unproven, "

@@ -89,13 +89,16 @@ class SearchTrials:
     search: int
     confirmation: int
     stopped_early: int
+    final: int = 0  # the final phase's pairs of production and the answer (optimize_final.py)
 
 
 @dataclass(frozen=True)
 class Difference:
     """One objective of the answer against production's: the difference of the means (the
-    answer's less production's), its two-sided (1 - alpha) Welch interval, and the one-sided
-    Welch p-value that the answer is better (None: fewer than 2 trials on a side)."""
+    answer's less production's) and the one-sided p-value that the answer is better (None:
+    fewer than 2 trials on a side, or 2 pairs). ``pairs`` None: a Welch test on all trials, with
+    its two-sided (1 - alpha) interval; else a paired t-test on the final phase's pairs, with the
+    ratio of the answer's geometric mean to production's and its (1 - 2 alpha) interval."""
 
     metric: str
     direction: str
@@ -106,6 +109,9 @@ class Difference:
     trials: list[int]  # the answer's, production's
     shown_better: bool
     shown_worse: bool
+    pairs: int | None = None
+    ratio: float | None = None
+    ratio_ci: Interval | None = None
 
 
 @dataclass(frozen=True)
@@ -136,7 +142,9 @@ def versus_from_json(data: dict[str, Any] | None) -> VersusProduction | None:
         objectives=[Difference(metric=d["metric"], direction=d["direction"], unit=d["unit"],
                                difference=d["difference"], ci=_interval(d["ci"]),
                                p_value=d["p_value"], trials=list(d["trials"]),
-                               shown_better=d["shown_better"], shown_worse=d["shown_worse"])
+                               shown_better=d["shown_better"], shown_worse=d["shown_worse"],
+                               pairs=d.get("pairs"), ratio=d.get("ratio"),
+                               ratio_ci=_interval(d.get("ratio_ci")))
                     for d in data["objectives"]])
 
 

@@ -1,6 +1,6 @@
 """The `optimize` strategy: the fastest configuration that stays clean.
 
-Three phases, each decided from the stored trials alone:
+Four phases, each decided from the stored trials alone:
 
 1. the production configuration and known-good, measured first (the search starts from what
    runs, and an answer worse than production is never the answer);
@@ -11,19 +11,27 @@ Three phases, each decided from the stored trials alone:
    ``confirm_trials`` trials, the ranking recomputed on all of them: a configuration that
    looked fast and clean on one lucky trial is named only if its re-runs agree. Production
    runs again beside the leader's re-runs until it has ``confirm_trials`` trials, so that the
-   answer is never left untested against a single trial of it (its trials may still be the
-   run's first, hours before the answer's: a paired final phase would remove that drift).
+   answer is never left untested against a single trial of it;
+4. the final phase (optimize_final.py): once confirmation has settled the answer, and it is
+   not production, production and the answer run alternated in ``confirm_trials`` fresh pairs
+   (``2 * confirm_trials`` trials more; production shown unsafe: none), each pair's two trials
+   one after the other. Production's earlier trials may be the run's first, hours before the
+   answer's, on a machine that has drifted since; a pair's two trials share the hour. The
+   answer stays the one confirmation settled while all its trials keep it safe: its final
+   trials test it, they do not reopen the choice (``Optimize.standing``).
 
 Each trial is one measurement of one configuration; a configuration's corruption that is
 already certain above the limit stops its trial early (``StopAboveLimit``). The conclusion
 ranks the configurations proven safe (optimize_rank.py) and lists the unsafe ones that looked
 fast, with why they were rejected. The answer is compared with production (known-good where
-none is declared) measured in the same run, a one-sided Welch test on per-trial objective
-values: not shown better, it is named "no better than production".
+none is declared) on the final phase's pairs only, a one-sided paired t-test on the pairs' log
+ratios (a Welch test on all trials where production was shown unsafe): not shown better, or
+before the pairs have run, it is named "no better than production".
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -39,15 +47,17 @@ from orchestrator.core.strategies.base import (
     Strategy,
     Unresolvable,
 )
+from orchestrator.core.strategies.optimize_final import Final, final_phase, paired
 from orchestrator.core.strategies.optimize_rank import (
     Candidate,
     VersusProduction,
     candidates,
     figure,
-    pareto,
     ranked,
     versus_production,
 )
+from orchestrator.core.strategies.optimize_said import payload as said_payload
+from orchestrator.core.strategies.optimize_said import reason
 
 # Confirmation re-runs may promote the next candidate when one falls; this many rounds of the
 # top at most, so a ranking that keeps flipping still ends.
@@ -88,6 +98,17 @@ class Searching(Protocol):
     """A strategy whose proposals come from a search the driver attaches."""
 
     def with_search(self, search: Search) -> Strategy: ...
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where the configurations stand on a run's trials (``Optimize.standing``)."""
+
+    every: list[Candidate]  # in the order first measured
+    safe: list[Candidate]  # best first
+    named: list[Candidate]  # safe and confirmed, the answer first
+    final: Final | None  # the final phase, once it began
+    settled: str | None  # the answer confirmation settled, while still safe
 
 
 @dataclass(frozen=True)
@@ -172,9 +193,15 @@ class Optimize:
             if not fixed and count <= 0:
                 return []
             return self.search.suggest(told, fixed, pending, max(0, count))
-        reruns = self._reruns(done, pending, searched)[:free]
-        if reruns:
-            return self.search.suggest(told, reruns, pending, 0)
+        standing = self.standing(done, searched)
+        if standing.final is None:
+            reruns = self._reruns(done, pending, searched)[:free]
+            if reruns:
+                return self.search.suggest(told, reruns, pending, 0)
+        elif not pending:  # a pair starts with nothing else running: its trials adjacent
+            pairs = self._pairs_wanted(standing)[:free]
+            if pairs:
+                return self.search.suggest(told, pairs, pending, 0)
         if not pending:
             self.search.close(told)
         return []
@@ -228,6 +255,61 @@ class Optimize:
                 wanted.insert(0 if measured.trials < top[0].trials else 1, dict(production))
         return wanted
 
+    # -- the final phase (optimize_final.py) ---------------------------------------------
+
+    def final(self, done: Sequence[TrialEvidence], started: int = 0) -> Final | None:
+        """The final phase in these trials: after the first trial at which the search's budget
+        was spent and confirmation wanted nothing more; None before. ``started``: the trials
+        started, failed deployments included (a failure after the last trial done counts)."""
+        return final_phase(done, self.budget,
+                           lambda before, k: not self._reruns(before, [], k), started)
+
+    def standing(self, done: Sequence[TrialEvidence], started: int = 0) -> Standing:
+        """Every configuration, the safe ones best first and those confirmed. Once the final
+        phase began, the answer confirmation settled stays first while all its trials keep it
+        safe: its final trials test it against production, they do not reopen the choice (its
+        earlier trials are why it led, and a runner-up's are as lucky)."""
+        every = candidates(done, self.plan)
+        safe = ranked([c for c in every if c.safe])
+        final = self.final(done, started)
+        settled = None
+        if final is not None:
+            before = candidates([t for t in done if t.seq <= final.after], self.plan)
+            first = [c for c in ranked([c for c in before if c.safe])
+                     if c.trials >= self.plan.confirm_trials][:1]
+            if first and any(c.key == first[0].key and c.trials >= self.plan.confirm_trials
+                             for c in safe):
+                settled = first[0].key
+                safe = sorted(safe, key=lambda c: c.key != settled)  # stable: the rest as ranked
+        named = [c for c in safe if c.trials >= self.plan.confirm_trials]
+        return Standing(every, safe, named, final, settled)
+
+    def _paired_with(self, standing: Standing) -> Levels | None:
+        """Production, where the answer is to be paired with it: the answer confirmation
+        settled (or, before the final phase, the leading one), not production; production
+        measured and not shown unsafe."""
+        levels, named = self.production(), standing.named
+        if not named or not levels or named[0].key == variant_key(levels):
+            return None
+        if standing.final is not None and named[0].key != standing.settled:
+            return None  # the settled answer fell (its final trials showed it unsafe)
+        key = variant_key(levels)
+        mine = next((c for c in standing.every if c.key == key), None)
+        return levels if mine is not None and self._pairable(mine) else None
+
+    def _pairable(self, production: Candidate) -> bool:
+        """Production not shown unsafe, and deployable: the final phase runs it."""
+        return production.plausible and production.key not in {
+            variant_key(u.levels) for u in self.unresolvable}
+
+    def _pairs_wanted(self, standing: Standing) -> list[dict[str, str]]:
+        production = self._paired_with(standing)
+        if production is None or standing.final is None:
+            return []
+        count = self.plan.confirm_trials
+        return standing.final.wanted(production, standing.named[0].levels, count,
+                                     2 * count * CONFIRM_ROUNDS)
+
     def stop_rule(self, levels: Levels, done: Sequence[TrialEvidence]) -> StopAboveLimit | None:
         if self.plan.target != "corruption":
             return None
@@ -240,27 +322,37 @@ class Optimize:
         its known-good one (each measured first in this run)."""
         return self.plan.production or self.known_good or None
 
-    def versus(self, best: Candidate, every: Sequence[Candidate]) -> VersusProduction | None:
-        """The answer against production. ``every`` is of this run's trials only (the
-        conclusion's ``done``: this campaign's), so production was measured in the same window
-        as the answer, not taken from another day."""
+    def versus(self, standing: Standing) -> VersusProduction | None:
+        """The answer (``standing.named[0]``) against production, on the final phase's pairs
+        (none yet: not tested); a Welch test on all trials where production was shown unsafe
+        (no final phase). Only this run's trials (the conclusion's ``done``): never production
+        from another day."""
         levels = self.production()
-        if not levels:
+        if not levels or not standing.named:
             return None
-        key = variant_key(levels)
-        return versus_production(best, next((c for c in every if c.key == key), None),
-                                 self.plan.alpha)
+        best, key = standing.named[0], variant_key(levels)
+        production = next((c for c in standing.every if c.key == key), None)
+        against = versus_production(best, production, self.plan.alpha)
+        if production is None or against.is_production or not self._pairable(production):
+            return against
+        final = standing.final  # its pairs are of the answer it settled, only
+        pairs = ([] if final is None or standing.settled != best.key
+                 else final.pairs(levels, best.levels))
+        return VersusProduction(
+            best, against.production,
+            tuple(paired(metric, pairs, self.plan.alpha) for metric in self.plan.objectives),
+            paired=True, pairs=tuple((p.seq, a.seq) for p, a in pairs),
+            wanted=self.plan.confirm_trials)
 
     def conclude(self, done: Sequence[TrialEvidence],
                  unresolvable: Sequence[Unresolvable]) -> Conclusion:
-        every = candidates(done, self.plan)
-        safe = ranked([c for c in every if c.safe])
-        named = [c for c in safe if c.trials >= self.plan.confirm_trials]
-        log = tuple(self.trail(done))
-        against = self.versus(named[0], every) if named else None
-        payload = self._payload(every, safe, named, done, unresolvable, log, against)
+        standing = self.standing(done)
+        every, safe, named = standing.every, standing.safe, standing.named
+        log = tuple(self.trail(done, standing.final))
+        against = self.versus(standing)
+        payload = said_payload(self.plan, self.seeds, standing, done, unresolvable, log, against)
         if named:
-            return Conclusion(Status.OPTIMUM, self._answer(named[0], against),
+            return Conclusion(Status.OPTIMUM, reason(named[0], against),
                               optimize=payload, log=log)
         if not done:
             return Conclusion(Status.INCONCLUSIVE, UNFINISHED, optimize=payload)
@@ -268,37 +360,13 @@ class Optimize:
                if safe else f"none of {len(every)} configuration(s) was proven safe")
         return Conclusion(Status.INCONCLUSIVE, why, optimize=payload, log=log)
 
-    @staticmethod
-    def _answer(best: Candidate, against: VersusProduction | None) -> str:
-        """The conclusion's reason: the best safe configuration, or, when it is not shown
-        better than production, that it is no better than production."""
-        shown = ", ".join(f"{e.metric} {e.mean:.4g}" for e in best.objectives
-                          if e.mean is not None)
-        def trials(n: int) -> str:
-            return f"{n} trial{'s' * (n != 1)}"
-
-        named = f"{best.key} ({shown}; {trials(best.trials)})"
-        if against is None or against.production is None:
-            return f"best safe configuration: {named}"
-        if against.is_production:
-            return f"production is the best safe configuration: {named}"
-        first = against.objectives[0]
-        test = ("fewer than 2 trials on a side" if first.p_value is None
-                else f"one-sided Welch p={first.p_value:.2g}")
-        change = "" if first.difference is None else f"{first.difference:+.4g} {first.metric}, "
-        production = f"{against.production.key}, {trials(against.production.trials)}"
-        if not against.production.safe:
-            production += ", itself not proven safe"
-        if against.shown_better:
-            return (f"best safe configuration: {named}; better than production "
-                    f"({production}): {change}{test}")
-        return (f"no better than production ({production}: {change}{test}): the best safe "
-                f"configuration {named} is not shown better")
-
-    def trail(self, done: Sequence[TrialEvidence]) -> list[dict[str, Any]]:
+    def trail(self, done: Sequence[TrialEvidence], final: Final | None = None) -> list[
+            dict[str, Any]]:
         """`bisect log`'s lines: each trial in order, what it measured, and where its
         configuration stood after it (safe, unproven, unsafe) and which one led."""
         seeds = {variant_key(s) for s in self.seeds}
+        final = self.final(done) if final is None else final
+        after = math.inf if final is None else final.after
         seen: list[TrialEvidence] = []
         steps = []
         for trial in sorted(done, key=lambda t: t.seq):
@@ -310,7 +378,8 @@ class Optimize:
             lead = ranked([c for c in now if c.safe])
             value = figure(trial, self.plan.objectives[0])
             steps.append({
-                "phase": "re-run" if again else "seed" if key in seeds else "search",
+                "phase": "final" if trial.seq > after else "re-run" if again
+                else "seed" if key in seeds else "search",
                 "levels": dict(trial.levels), "trial": trial.seq,
                 "objective": self.plan.objectives[0], "value": value,
                 "corrupted": trial.judged_as(CORRUPTING).failures,
@@ -318,43 +387,3 @@ class Optimize:
                 "standing": "safe" if mine.safe else "unproven" if mine.plausible else "unsafe",
                 "leader": lead[0].key if lead else None})
         return steps
-
-    def _payload(self, every: Sequence[Candidate], safe: Sequence[Candidate],
-                 named: Sequence[Candidate], done: Sequence[TrialEvidence],
-                 unresolvable: Sequence[Unresolvable],
-                 trail: Sequence[Mapping[str, Any]],
-                 against: VersusProduction | None = None) -> dict[str, Any]:
-        plan = self.plan
-        front = {c.key for c in pareto(named)} if len(plan.objectives) > 1 else set()
-        fastest = sorted(every, key=lambda c: c.score(), reverse=True)
-        unsafe = [c for c in fastest if not c.plausible]
-        unproven = [c for c in fastest if c.plausible and not c.safe]
-        seeds = {variant_key(s) for s in self.seeds}
-        rows = []
-        for c in safe:
-            rows.append({**c.to_json(), "confirmed": c.trials >= plan.confirm_trials,
-                         "pareto": c.key in front, "seed": c.key in seeds})
-        return {
-            "objectives": list(plan.objectives),
-            "limits": {"corruption": plan.max_corruption, "wedging": plan.max_wedging,
-                       "slo": plan.slo.limits(), "alpha": plan.alpha},
-            "sampler": plan.sampler,
-            "best": dict(named[0].levels) if named else None,
-            "ranked": rows,
-            "pareto": [c.to_json() for c in named if c.key in front],
-            # shown unsafe (a bound or an SLO broken): fast ones first, each with why
-            "rejected": [{**c.to_json(), "seed": c.key in seeds} for c in unsafe],
-            # not shown unsafe, but measured too little to be proven safe (not re-run)
-            "unproven": [{**c.to_json(), "seed": c.key in seeds} for c in unproven],
-            "undeployable": [{"levels": dict(u.levels), "attempts": u.attempts,
-                              "error": u.error} for u in unresolvable],
-            # the search's picks and the seeds, and the re-runs of configurations measured
-            "trials": {"total": len(done),
-                       "search": sum(1 for step in trail if step["phase"] != "re-run"),
-                       "confirmation": sum(1 for step in trail if step["phase"] == "re-run"),
-                       "stopped_early": sum(t.stopped_early for t in done)},
-            "production": dict(plan.production) if plan.production else None,
-            # the answer against production (or known-good) measured in this run: a one-sided
-            # Welch test on per-trial objective values; None: nothing named, or no production
-            "versus_production": None if against is None else against.to_json(),
-        }

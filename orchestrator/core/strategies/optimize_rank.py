@@ -10,6 +10,7 @@ re-runs a candidate gets before it is named.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -37,6 +38,9 @@ def figure(trial: TrialEvidence, metric: str) -> float | None:
     return None if trial.performance is None else FIGURES[metric](trial.performance)
 
 
+# Memoized: every replay recomputes each configuration's bounds after every trial (the log,
+# the final phase's start), on the same few counts; scipy's ppf dominated the time otherwise
+@functools.lru_cache(maxsize=1 << 16)
 def upper_bound(failed: int, judged: int, alpha: float) -> float:
     """One-sided exact (Clopper-Pearson) upper bound of a rate at confidence 1 - alpha."""
     if judged <= 0 or failed >= judged:
@@ -44,6 +48,7 @@ def upper_bound(failed: int, judged: int, alpha: float) -> float:
     return float(beta.ppf(1 - alpha, failed + 1, judged - failed))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def lower_bound(failed: int, judged: int, alpha: float) -> float:
     """One-sided exact (Clopper-Pearson) lower bound of a rate at confidence 1 - alpha."""
     if judged <= 0 or failed <= 0:
@@ -240,6 +245,11 @@ class Difference:
     p_value: float | None
     trials: tuple[int, int]  # (the configuration's, production's) with a value
     alpha: float
+    # paired (the final phase, optimize_final.py): how many pairs, and the geometric mean of
+    # the answer's value over production's with its two-sided (1 - 2 alpha) interval
+    pairs: int | None = None
+    ratio: float | None = None
+    ratio_ci: tuple[float, float] | None = None
 
     @property
     def shown_better(self) -> bool:
@@ -257,7 +267,10 @@ class Difference:
                 "unit": UNITS.get(self.metric, "ms"), "difference": self.difference,
                 "ci": None if self.low is None else [self.low, self.high],
                 "p_value": self.p_value, "trials": list(self.trials),
-                "shown_better": self.shown_better, "shown_worse": self.shown_worse}
+                "shown_better": self.shown_better, "shown_worse": self.shown_worse,
+                "test": "welch" if self.pairs is None else "paired", "pairs": self.pairs,
+                "ratio": self.ratio,
+                "ratio_ci": None if self.ratio_ci is None else list(self.ratio_ci)}
 
 
 def welch(mine: Estimate, theirs: Estimate, alpha: float) -> Difference:
@@ -281,11 +294,17 @@ def welch(mine: Estimate, theirs: Estimate, alpha: float) -> Difference:
 @dataclass(frozen=True)
 class VersusProduction:
     """The answer against production, measured in the same run: shown better only when it is
-    shown better on some objective (a one-sided Welch test at alpha) and worse on none."""
+    shown better on some objective (one-sided at alpha) and worse on none. ``paired``: decided
+    on the final phase's pairs (optimize_final.py), ``pairs`` their trials' numbers
+    (production's, the answer's), of ``wanted``; else a Welch test on all trials (production
+    shown unsafe: no final phase)."""
 
     best: Candidate
     production: Candidate | None  # None: production was never measured (not deployable)
     objectives: tuple[Difference, ...]
+    paired: bool = False
+    pairs: tuple[tuple[int, int], ...] = ()
+    wanted: int = 0
 
     @property
     def is_production(self) -> bool:
@@ -307,6 +326,9 @@ class VersusProduction:
         if self.shown_better:
             return ""
         first = self.objectives[0]
+        if self.paired and first.p_value is None:
+            return (f"not tested: {len(self.pairs)} of {self.wanted} pairs of the final phase "
+                    "(production and the answer alternated), 2 at least")
         if first.p_value is None:
             mine, theirs = first.trials
             return (f"not tested: fewer than 2 trials on a side ({mine} of the answer, {theirs} "
@@ -314,8 +336,9 @@ class VersusProduction:
         worse = [d.metric for d in self.objectives if d.shown_worse]
         if worse:
             return f"worse than production on {', '.join(worse)}"
+        test = "paired t-test on the final phase's pairs" if self.paired else "Welch test"
         return (f"not shown better on {' or '.join(d.metric for d in self.objectives)} "
-                f"(one-sided Welch test at alpha {first.alpha:g})")
+                f"(one-sided {test} at alpha {first.alpha:g})")
 
     def to_json(self) -> dict[str, Any]:
         first = self.objectives[0] if self.objectives else None
@@ -324,12 +347,21 @@ class VersusProduction:
             "measured": self.production is not None,
             "trials": None if self.production is None else self.production.trials,
             "is_production": self.is_production, "shown_better": self.shown_better,
-            "why": self.why_not(), "test": "one-sided Welch t-test on per-trial values",
+            "why": self.why_not(), "test": (
+                "one-sided paired t-test on the log ratios of the final phase's pairs"
+                if self.paired else "one-sided Welch t-test on per-trial values"),
+            "paired": self.paired, "pairs": len(self.pairs) if self.paired else None,
+            "pairs_wanted": self.wanted if self.paired else None,
+            # each pair's trial numbers: (production's, the answer's)
+            "pair_trials": [list(pair) for pair in self.pairs],
             # the first objective's (the one the answer is ranked by), then every objective's
             "metric": None if first is None else first.metric,
             "p_value": None if first is None else first.p_value,
             "difference": None if first is None else first.difference,
             "ci": None if first is None or first.low is None else [first.low, first.high],
+            "ratio": None if first is None else first.ratio,
+            "ratio_ci": None if first is None or first.ratio_ci is None else list(
+                first.ratio_ci),
             "objectives": [d.to_json() for d in self.objectives]}
 
 
