@@ -9,7 +9,10 @@ workload, 16 GPUs per pool): a full trial is 9,200 GPU-s. Trials draw the noise 
 (bench/noise.py) of ``--trial-noise``: ``real`` by default, ``iid`` as before issue 27.
 
     .venv/bin/python -m bench.strategies [--seeds 50] [--pools 2] [--json out.json]
-        [--only adaptive,oracle] [--scenario wedge] [--trial-noise real|iid]
+        [--only adaptive,oracle] [--scenario wedge] [--trial-noise real|iid] [--workers 2]
+
+``--workers``: processes, each a share of the seeds and a store of its own (the seeds' draws do
+not depend on which process runs them). The JSON lists the seeds each cell got wrong.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 import statistics
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,30 +38,53 @@ def _key(culprits: list[Levels]) -> list[tuple[tuple[str, str], ...]]:
     return sorted(tuple(sorted(c.items())) for c in culprits)
 
 
-def measure(store: Store, scenario: Scenario, name: str, seeds: int, pools: int = 2,
-            noise: TrialNoise | None = None) -> dict[str, Any]:
-    """``noise``: between trials (bench/noise.py), else the scenario's (real-world)."""
+def _seeds(scenario_name: str, name: str, seeds: list[int], pools: int, noise: TrialNoise,
+           ) -> list[dict[str, Any]]:
+    """Each seed's outcome: right, a false set named, its cost (one store for these seeds)."""
+    scenario = next(s for s in scenarios() if s.name == scenario_name)
     run = CONTENDERS[name]
     truth = _key(scenario.culprits)
-    correct = accused = 0
-    gpu_s, trials = [], []
-    for seed in range(seeds):
-        pool = scenario.pool(seed, noise)
-        campaign_id = f"{scenario.name} / {name} / {seed}"
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bisect-bench-") as folder:
+        store = Store.open(str(Path(folder) / "strategies.db"))
+        for seed in seeds:
+            pool = scenario.pool(seed, noise)
+            campaign_id = f"{scenario.name} / {name} / {seed}"
 
-        def loop(strategy: dict[str, Any], pool: Any = pool, campaign_id: str = campaign_id
-                 ) -> Verdict:
-            return run_strategy(store, campaign_id, scenario, strategy, pool, pools)
+            def loop(strategy: dict[str, Any], pool: Any = pool, campaign_id: str = campaign_id
+                     ) -> Verdict:
+                return run_strategy(store, campaign_id, scenario, strategy, pool, pools)
 
-        found = run(scenario, pool, loop)
-        correct += found is not None and _key(found) == truth
-        # a false accusation: any named set that is not exactly a planted one (issue 13)
-        accused += found is not None and any(key not in truth for key in _key(found))
-        gpu_s.append(pool.gpu_s)
-        trials.append(pool.trials)
+            found = run(scenario, pool, loop)
+            rows.append({"seed": seed, "correct": found is not None and _key(found) == truth,
+                         # a false accusation: any named set that is not exactly a planted one
+                         "accused": found is not None and any(k not in truth for k in _key(found)),
+                         "named": None if found is None else [dict(k) for k in _key(found)],
+                         "gpu_s": pool.gpu_s, "trials": pool.trials})
+        store.close()
+    return rows
+
+
+def measure(scenario: Scenario, name: str, seeds: int, pools: int = 2,
+            noise: TrialNoise | None = None, workers: int = 1, first: int = 0,
+            ) -> dict[str, Any]:
+    """``noise``: between trials (bench/noise.py), else the scenario's (real-world)."""
+    every = list(range(first, first + seeds))
+    drawn = noise or scenario.noise
+    if workers == 1:
+        rows = _seeds(scenario.name, name, every, pools, drawn)
+    else:
+        with ProcessPoolExecutor(workers) as ex:
+            parts = [ex.submit(_seeds, scenario.name, name, every[i::workers], pools, drawn)
+                     for i in range(workers) if every[i::workers]]
+            rows = [row for part in parts for row in part.result()]
+    rows.sort(key=lambda r: r["seed"])
     return {"scenario": scenario.name, "strategy": name, "seeds": seeds,
-            "correct": correct / seeds, "false_accusation": accused / seeds,
-            "median_trials": statistics.median(trials), "median_gpu_s": statistics.median(gpu_s)}
+            "correct": sum(r["correct"] for r in rows) / seeds,
+            "false_accusation": sum(r["accused"] for r in rows) / seeds,
+            "median_trials": statistics.median(r["trials"] for r in rows),
+            "median_gpu_s": statistics.median(r["gpu_s"] for r in rows),
+            "wrong": [r for r in rows if not r["correct"]]}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -89,18 +116,19 @@ def main() -> None:
                         help="run only the scenarios whose name contains this")
     parser.add_argument("--trial-noise", choices=list(NOISES), default="real",
                         help="noise between trials (bench/noise.py): real (default) or iid")
+    parser.add_argument("--workers", type=int, default=1, help="processes sharing the seeds")
+    parser.add_argument("--first-seed", type=int, default=0)
     args = parser.parse_args()
     noise = NOISES[args.trial_noise]
     names = [n for n in CONTENDERS if n in args.only.split(",")]
     rows = []
     started = time.monotonic()
-    folder = tempfile.TemporaryDirectory(prefix="bisect-bench-")
-    store = Store.open(str(Path(folder.name) / "strategies.db"))  # every campaign, one file
     for scenario in [s for s in scenarios() if args.scenario in s.name]:
         for name in names:
-            row = measure(store, scenario, name, args.seeds, args.pools, noise)
+            row = measure(scenario, name, args.seeds, args.pools, noise, args.workers,
+                          args.first_seed)
             rows.append(row)
-            print(f"{scenario.name:36} {name:28} correct {row['correct']:5.0%}  "
+            print(f"{scenario.name:36} {name:28} correct {row['correct']:6.1%}  "
                   f"false {row['false_accusation']:5.1%}  trials {row['median_trials']:5.1f}  "
                   f"full-trial equivalents {row['median_gpu_s'] / FULL_TRIAL_GPU_S:5.2f}",
                   flush=True)

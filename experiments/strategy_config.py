@@ -85,7 +85,8 @@ class AdaptiveConfig(StrategyConfig):
     clean_rate: float = Field(default=0.02, ge=0, lt=1, allow_inf_nan=False)
     min_trials: int = Field(default=1, ge=1, le=1000)  # trials before a judgement
     reproduce_trials: int = Field(default=2, ge=1, le=1000)  # of known-good and -bad
-    max_trials_per_variant: int = Field(default=6, ge=1, le=10_000)  # then unresolved
+    # then unresolved; twice it while the variant's test leans one way (sequential.leans)
+    max_trials_per_variant: int = Field(default=6, ge=1, le=10_000)
     max_trials: int = Field(default=120, ge=1, le=100_000)  # the campaign's budget
 
     def problems(self, campaign: Campaign, levels: dict[str, list[str]]) -> Problems:

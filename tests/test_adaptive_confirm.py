@@ -14,33 +14,17 @@ from orchestrator.core.strategies.adaptive import Adaptive
 from orchestrator.core.strategies.confirm import confirm
 from orchestrator.core.strategies.sequential import NeedTrials, cells_of
 from orchestrator.core.strategies.sequential import Tests as Replayed  # not a test class
-
-FACTORS = {f"f{i}": ["a", "b"] for i in range(4)}
-GOOD = dict.fromkeys(FACTORS, "a")
-BAD = dict.fromkeys(FACTORS, "b")
-
-
-def _trial(levels: Mapping[str, str], corrupt: int) -> TrialEvidence:
-    return TrialEvidence(dict(levels), {"ok": 80 - corrupt, "leak": corrupt})
-
-
-def _with(*factors: str) -> dict[str, str]:
-    return {**GOOD, **dict.fromkeys(factors, "b")}
-
-
-def _flip(factor: str) -> dict[str, str]:
-    return {**BAD, factor: "a"}
-
+from tests.support.four_factors import BAD, FACTORS, GOOD, flip, trial, with_
 
 # f0 alone fails, at 20%. The scan's flip of f1 kept f0 but saw 0 of 240 by luck, so the
 # search found {f0, f1}; confirmation tests known-good with each level alone.
 SEARCH = [
-    _trial(BAD, 16), _trial(BAD, 16), _trial(GOOD, 0), _trial(GOOD, 0),
-    *[_trial(_flip("f0"), 0) for _ in range(3)],
-    *[_trial(_flip("f1"), 0) for _ in range(3)],  # the lucky PASS
-    _trial(_flip("f2"), 16), _trial(_flip("f3"), 16),
-    _trial(_with("f0", "f1"), 16),
-    *[_trial(_with("f1"), 0) for _ in range(3)],
+    trial(BAD, 16), trial(BAD, 16), trial(GOOD, 0), trial(GOOD, 0),
+    *[trial(flip("f0"), 0) for _ in range(3)],
+    *[trial(flip("f1"), 0) for _ in range(3)],  # the lucky PASS
+    trial(flip("f2"), 16), trial(flip("f3"), 16),
+    trial(with_("f0", "f1"), 16),
+    *[trial(with_("f1"), 0) for _ in range(3)],
 ]
 
 
@@ -48,22 +32,22 @@ def test_a_neighbour_that_still_fails_drops_the_level_a_lucky_pass_had_added() -
     strategy = Adaptive(FACTORS, GOOD, BAD)
     first = strategy.replay(SEARCH)
     # the set as found fails alone and passes without f0; without f1 is asked for next
-    assert [variant_key(v) for v in first.needed] == [variant_key(_with("f0"))]
+    assert [variant_key(v) for v in first.needed] == [variant_key(with_("f0"))]
     confirmed = [(s.phase, variant_key(s.levels), s.answer) for s in first.trail
                  if s.phase.startswith("confirm")]
-    assert confirmed == [("confirm: culprit alone", variant_key(_with("f0", "f1")), "fail"),
-                         ("confirm: without f0", variant_key(_with("f1")), "pass")]
+    assert confirmed == [("confirm: culprit alone", variant_key(with_("f0", "f1")), "fail"),
+                         ("confirm: without f0", variant_key(with_("f1")), "pass")]
 
     # known-good with f0 alone fails: f1 was not needed, and {f0} is confirmed in turn
-    done = strategy.replay([*SEARCH, _trial(_with("f0"), 16)])
+    done = strategy.replay([*SEARCH, trial(with_("f0"), 16)])
     assert done.outcome is not None and done.culprits == ({"f0": "b"},)
     confirmed = [(s.phase, variant_key(s.levels), s.answer) for s in done.trail
                  if s.phase.startswith("confirm")]
-    assert confirmed[2:] == [("confirm: without f1", variant_key(_with("f0")), "fail"),
+    assert confirmed[2:] == [("confirm: without f1", variant_key(with_("f0")), "fail"),
                              # it fails no less than the pair did: f1 adds nothing to it
-                             ("confirm: fails as the culprit alone?", variant_key(_with("f0")),
+                             ("confirm: fails as the culprit alone?", variant_key(with_("f0")),
                               "no less"),
-                             ("confirm: culprit alone", variant_key(_with("f0")), "fail"),
+                             ("confirm: culprit alone", variant_key(with_("f0")), "fail"),
                              ("confirm: without f0", variant_key(GOOD), "pass (known)")]
 
 
@@ -71,11 +55,11 @@ def test_a_neighbours_fail_overrules_the_search_only_when_it_is_certain() -> Non
     # known-good with f0 alone fails at p = 0.004: a FAIL, but under background noise a clean
     # variant fails at alpha about once in a hundred tests, so dropping f1 needs p <= alpha/10
     strategy = Adaptive(FACTORS, GOOD, BAD)
-    unsure = strategy.replay([*SEARCH, _trial(_with("f0"), 5)])
-    assert [variant_key(v) for v in unsure.needed] == [variant_key(_with("f0"))]
+    unsure = strategy.replay([*SEARCH, trial(with_("f0"), 5)])
+    assert [variant_key(v) for v in unsure.needed] == [variant_key(with_("f0"))]
     assert unsure.outcome is None
     # a second trial makes it certain (11 of 160 against 0 of 160): f1 is dropped
-    certain = strategy.replay([*SEARCH, _trial(_with("f0"), 5), _trial(_with("f0"), 6)])
+    certain = strategy.replay([*SEARCH, trial(with_("f0"), 5), trial(with_("f0"), 6)])
     assert certain.culprits == ({"f0": "b"},)
 
 
@@ -83,9 +67,9 @@ def test_an_undecided_reproduction_asks_for_the_side_with_fewer_trials_first() -
     # with one pool only the first proposal runs: known-bad proposed first every time would
     # spend its budget while known-good stayed at its 2 trials (a noisy known-good never caught up)
     strategy = Adaptive(FACTORS, GOOD, BAD)
-    evidence = [*[_trial(BAD, 4) for _ in range(3)], _trial(GOOD, 2), _trial(GOOD, 2)]
+    evidence = [*[trial(BAD, 4) for _ in range(3)], trial(GOOD, 2), trial(GOOD, 2)]
     assert variant_key(strategy.replay(evidence).needed[0]) == variant_key(GOOD)
-    more_good = [*evidence, _trial(GOOD, 2), _trial(GOOD, 2)]
+    more_good = [*evidence, trial(GOOD, 2), trial(GOOD, 2)]
     assert variant_key(strategy.replay(more_good).needed[0]) == variant_key(BAD)
 
 
@@ -96,9 +80,9 @@ def _tests(strategy: Adaptive, evidence: list[TrialEvidence]) -> Replayed:
 def _noise_evidence(good_failing: int) -> list[TrialEvidence]:
     """Known-good's 6 trials (``good_failing`` failing sessions in all), known-bad at 7%, and
     f3 alone on known-good's background at 2.5%: it fails against known-good, not as known-bad."""
-    good = [_trial(GOOD, 1 if i < good_failing else 0) for i in range(6)]
-    return [*good, *[_trial(BAD, c) for c in (6, 5, 6, 5, 6, 6)],
-            *[_trial(_with("f3"), 2) for _ in range(6)]]
+    good = [trial(GOOD, 1 if i < good_failing else 0) for i in range(6)]
+    return [*good, *[trial(BAD, c) for c in (6, 5, 6, 5, 6, 6)],
+            *[trial(with_("f3"), 2) for _ in range(6)]]
 
 
 def test_under_noise_a_culprit_that_fails_less_than_known_bad_is_completed() -> None:
@@ -112,7 +96,7 @@ def test_under_noise_a_culprit_that_fails_less_than_known_bad_is_completed() -> 
     assert answers == [("confirm: culprit alone", "fail"),
                        ("confirm: fails as known-bad?", "short")]
     # delta debugging over the other differing factors completes it, on f3's background
-    assert all(v["f3"] == "b" and v != _with("f3") for v in need.value.variants)
+    assert all(v["f3"] == "b" and v != with_("f3") for v in need.value.variants)
 
 
 def test_without_noise_the_culprit_alone_is_not_measured_against_known_bad() -> None:
@@ -133,8 +117,8 @@ def test_a_fail_needs_alpha_shared_over_the_factors_under_noise() -> None:
 
 
 def _named_twice(good_failing: int) -> list[TrialEvidence]:
-    return [_trial(GOOD, 0), _trial(GOOD, good_failing), *[_trial(BAD, 8) for _ in range(2)],
-            *[_trial(_flip("f1"), 0) for _ in range(3)], *[_trial(_flip("f2"), 8)] * 2]
+    return [trial(GOOD, 0), trial(GOOD, good_failing), *[trial(BAD, 8) for _ in range(2)],
+            *[trial(flip("f1"), 0) for _ in range(3)], *[trial(flip("f2"), 8)] * 2]
 
 
 def test_under_noise_a_culprit_that_explains_nothing_once_the_others_are_broken_is_dropped(
@@ -146,8 +130,8 @@ def test_under_noise_a_culprit_that_explains_nothing_once_the_others_are_broken_
     run = _tests(strategy, _named_twice(good_failing=1))
     assert strategy._each_alone(run, named) == [{"f1": "b", "f3": "b"}]
     assert [(s.phase, variant_key(s.levels), s.answer) for s in run.trail] == [
-        ("confirm: alone in known-bad", variant_key(_flip("f1")), "pass"),
-        ("confirm: alone in known-bad", variant_key(_flip("f2")), "fail")]
+        ("confirm: alone in known-bad", variant_key(flip("f1")), "pass"),
+        ("confirm: alone in known-bad", variant_key(flip("f2")), "fail")]
     # without noise a FAIL is no luck: nothing is tested, both stay
     clean = _tests(strategy, _named_twice(good_failing=0))
     assert strategy._each_alone(clean, named) == named and not clean.trail
@@ -166,13 +150,13 @@ def test_a_pass_counts_the_failures_its_stopped_trials_saw() -> None:
 
 
 def test_with_several_culprits_a_neighbour_passes_only_at_the_drop_level() -> None:
-    # 1 of 160 where known-bad fails 16 of 160 passes at the search's level, not at a tenth of
+    # 2 of 240 where known-bad fails 24 of 240 passes at the search's level, not at a tenth of
     # alpha: a neighbour that holds one of two culprits is asked for another trial
     strategy = Adaptive({**FACTORS, "f4": ["a", "b"]}, {**GOOD, "f4": "a"}, {**BAD, "f4": "b"})
     neighbour = {**strategy.good, "f0": "b"}
-    evidence = [*[_trial(strategy.good, 0) for _ in range(2)],
-                *[_trial(strategy.bad, 8) for _ in range(2)],
-                _trial(neighbour, 1), _trial(neighbour, 0)]
+    evidence = [*[trial(strategy.good, 0) for _ in range(2)],
+                *[trial(strategy.bad, 8) for _ in range(3)],
+                trial(neighbour, 1), trial(neighbour, 1), trial(neighbour, 0)]
     assert _tests(strategy, evidence).test(neighbour, "confirm: without f1") is Answer.PASS
     with pytest.raises(NeedTrials) as need:
         _tests(strategy, evidence).test(neighbour, "confirm: without f1", pass_at=0.001)
@@ -188,21 +172,22 @@ def test_against_the_culprit_alone_no_weaker_failure_is_ruled_out() -> None:
 
 
 def test_a_culprit_alone_at_its_budget_fails_at_alpha_as_a_neighbour_does() -> None:
-    # Under noise a FAIL needs alpha/4; f1 AND f3 alone at 10 of 480 against known-good's 1 of
-    # 480 (p = 0.006) is UNKNOWN with its 6 trials spent. It fails at alpha all the same, as a
-    # neighbour at its budget would: otherwise it would be completed with a level (f0) that its
-    # neighbour then drops again, round after round.
+    # Under noise a FAIL needs alpha/4; f1 AND f3 alone at 12 of 960 against known-good's 2 of
+    # 960 (p = 0.006) is UNKNOWN with its 12 trials spent (a budget of 6, doubled as it leans
+    # failing). It fails at alpha all the same, as a neighbour at its budget would: otherwise
+    # it would be completed with a level (f0) that its neighbour then drops again, round after
+    # round.
     strategy = Adaptive(FACTORS, GOOD, BAD)
-    culprit = _with("f1", "f3")
-    evidence = [*[_trial(GOOD, 1 if i == 0 else 0) for i in range(6)],
-                *[_trial(BAD, 2) for _ in range(6)],
-                *[_trial(culprit, 2 if i < 4 else 1) for i in range(6)]]
+    culprit = with_("f1", "f3")
+    evidence = [*[trial(GOOD, 1 if i < 2 else 0) for i in range(12)],
+                *[trial(BAD, 2) for _ in range(12)],
+                *[trial(culprit, 1) for _ in range(12)]]
     run = _tests(strategy, evidence)
     with pytest.raises(NeedTrials) as need:
         confirm(strategy, run, {"f1": "b", "f3": "b"}, BAD)
     assert [(s.phase, s.answer) for s in run.trail] == [
         ("confirm: culprit alone", "unknown"), ("confirm: fails as known-bad?", "no less")]
-    assert [variant_key(v) for v in need.value.variants] == [variant_key(_with("f3"))]
+    assert [variant_key(v) for v in need.value.variants] == [variant_key(with_("f3"))]
 
 
 def _looked(levels: Mapping[str, str], corrupt: int = 1) -> TrialEvidence:
@@ -214,16 +199,16 @@ def test_a_flip_that_looks_passing_on_its_first_full_trial_goes_to_confirmation(
     # f0 alone fails, at 10%: the other flips look failing at their first session; f0's flip
     # ran one full trial clean (p = 0.017 against half of known-bad's rate: above the scan's
     # PASS level, below LOOKS_PASSING), and confirmation will prove the set
-    search = [_trial(BAD, 8), _trial(BAD, 8), _trial(GOOD, 0), _trial(GOOD, 0),
-              _trial(_flip("f0"), 0), *[_looked(_flip(f)) for f in ("f1", "f2", "f3")]]
+    search = [trial(BAD, 8), trial(BAD, 8), trial(GOOD, 0), trial(GOOD, 0),
+              trial(flip("f0"), 0), *[_looked(flip(f)) for f in ("f1", "f2", "f3")]]
     strategy = Adaptive(FACTORS, GOOD, BAD)
     replay = strategy.replay(search)
     answers = {s.phase: s.answer for s in replay.trail}
     assert answers["flip f0"] == "looks passing"
-    assert [variant_key(v) for v in replay.needed] == [variant_key(_with("f0"))]  # sufficient?
+    assert [variant_key(v) for v in replay.needed] == [variant_key(with_("f0"))]  # sufficient?
     # under background noise (known-good failed once) every PASS of the scan is proven there
-    noisy = strategy.replay([*search[:2], _trial(GOOD, 1), *search[3:]])
-    assert variant_key(_flip("f0")) in [variant_key(v) for v in noisy.needed]
+    noisy = strategy.replay([*search[:2], trial(GOOD, 1), *search[3:]])
+    assert variant_key(flip("f0")) in [variant_key(v) for v in noisy.needed]
     assert "looks passing" not in {s.answer for s in noisy.trail}
 
 
@@ -231,24 +216,24 @@ def test_delta_debugging_narrows_on_a_first_trial_that_fails_at_the_narrowing_le
     # two culprits at once, f0 and f2: every flip still fails, so delta debugging starts; its
     # first subset's trial stopped at 3 failing sessions (p = 0.036 against 0 of 160): enough
     # to narrow on, not to name, so the next subset is asked for at once
-    flips = [_looked(_flip(f)) for f in FACTORS]
-    evidence = [_trial(BAD, 16), _trial(BAD, 16), _trial(GOOD, 0), _trial(GOOD, 0), *flips,
-                _looked(_with("f0", "f1"), 3)]
+    flips = [_looked(flip(f)) for f in FACTORS]
+    evidence = [trial(BAD, 16), trial(BAD, 16), trial(GOOD, 0), trial(GOOD, 0), *flips,
+                _looked(with_("f0", "f1"), 3)]
     replay = Adaptive(FACTORS, GOOD, BAD).replay(evidence)
     narrowing = [s for s in replay.trail if s.phase == "ddmin subset"]
     assert [(variant_key(s.levels), s.answer, s.fail_at) for s in narrowing] == [
-        (variant_key(_with("f0", "f1")), "fail (narrowing)", 0.05)]
-    assert [variant_key(v) for v in replay.needed] == [variant_key(_with("f0"))]
+        (variant_key(with_("f0", "f1")), "fail (narrowing)", 0.05)]
+    assert [variant_key(v) for v in replay.needed] == [variant_key(with_("f0"))]
 
 
 def test_a_rate_compared_with_the_culprit_alone_waits_for_a_full_trial_of_it() -> None:
     # the culprit alone has only a trial stopped at its failures: no rate to fall short of yet
     from orchestrator.core.strategies.confirm import _short_of
     strategy = Adaptive(FACTORS, GOOD, BAD)
-    evidence = [_trial(GOOD, 0), _trial(GOOD, 0), _looked(_with("f0", "f1"), 5),
-                *[_trial(_with("f1"), 2) for _ in range(6)]]
+    evidence = [trial(GOOD, 0), trial(GOOD, 0), _looked(with_("f0", "f1"), 5),
+                *[trial(with_("f1"), 2) for _ in range(6)]]
     run = Replayed(strategy, cells_of(evidence), len(evidence))
     with pytest.raises(NeedTrials) as need:
-        _short_of(strategy, run, _with("f1"), _with("f0", "f1"), 1.0, "the culprit alone")
-    assert [variant_key(v) for v in need.value.variants] == [variant_key(_with("f0", "f1"))]
-    assert need.value.stop_at == {variant_key(_with("f0", "f1")): -1.0}  # never stops early
+        _short_of(strategy, run, with_("f1"), with_("f0", "f1"), 1.0, "the culprit alone")
+    assert [variant_key(v) for v in need.value.variants] == [variant_key(with_("f0", "f1"))]
+    assert need.value.stop_at == {variant_key(with_("f0", "f1")): -1.0}  # never stops early

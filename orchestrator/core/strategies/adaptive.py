@@ -66,12 +66,14 @@ from orchestrator.core.strategies.base import (
 from orchestrator.core.strategies.both_failures import both_reason, replay_both
 from orchestrator.core.strategies.confirm import confirm
 from orchestrator.core.strategies.sequential import (
+    EXTENDED,
     Concluded,
     NeedTrials,
     Step,
     Tests,
     VariantCounts,
     cells_of,
+    leans,
 )
 from orchestrator.core.verdict import judged_cells
 
@@ -263,10 +265,19 @@ class Adaptive:
                               bad.trials, p, 1.0, fail_at=self.alpha))
         if answer is Answer.FAIL:
             return
-        if bad.trials >= self.max_trials_per_variant:
+        budget = self.max_trials_per_variant * (EXTENDED if leans(p, self.alpha) else 1)
+        if good.trials < min(bad.trials, budget):
+            # known-good's fewer trials hold the p back (known-bad ran alone while it looked
+            # clean): it is the side to measure
+            run.need(self.good)
+        if bad.trials >= budget:
+            counts = f"known-bad ({bad.failures}/{bad.judged}) against known-good " \
+                f"({good.failures}/{good.judged})"
+            if leans(p, self.alpha):  # a failure too weak or too spread to show at alpha
+                raise Concluded(Status.INCONCLUSIVE, f"{counts} leans failing, p = {p:.2g} "
+                                f"after {bad.trials} trials, short of alpha {self.alpha:g}")
             raise Concluded(Status.NOT_REPRODUCED,
-                        f"known-bad ({bad.failures}/{bad.judged}) is not worse than known-good "
-                        f"({good.failures}/{good.judged}) at alpha {self.alpha:g}")
+                            f"{counts}: not worse at alpha {self.alpha:g}")
         # the side with fewer trials first: with one pool only the first runs, and known-bad
         # proposed first every time would starve known-good (6 of known-bad against 2)
         run.need(*sorted([self.bad, self.good], key=lambda v: run.counts(v).trials))

@@ -31,10 +31,16 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from orchestrator.core.evidence import variant_key
-from orchestrator.core.stats.compare import WEAKER_SHARE, Answer
+from orchestrator.core.stats.compare import SUSPICION, WEAKER_SHARE, Answer
 from orchestrator.core.stats.exact import binomial_at_most
 from orchestrator.core.strategies.base import Status
-from orchestrator.core.strategies.sequential import NEVER_STOP, Concluded, Step, Tests
+from orchestrator.core.strategies.sequential import (
+    LEANS_AT,
+    NEVER_STOP,
+    Concluded,
+    Step,
+    Tests,
+)
 
 if TYPE_CHECKING:
     from orchestrator.core.strategies.adaptive import Adaptive
@@ -127,8 +133,20 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
         # at, a PASS needs the drop's level; the culprit alone as reference is that one's rate
         answer = run.test(neighbour, f"confirm: without {factor}", against=against,
                           stop_at=drop, pass_at=drop if several and against is None else None)
-        if not (answer is Answer.FAIL or _fails_at_budget(strategy, run, answer)):
+        if answer is Answer.PASS or run.skipped(neighbour):  # needed (or no answer against)
             continue
+        step = run.trail[-1]
+        if not (answer is Answer.FAIL or _fails_at_budget(strategy, run, answer)):
+            if _leans_passing(step):  # undecided at its budget, with no sign of failing
+                continue
+            # undecided, and not leaning passing: the level is not shown needed, and a set
+            # named with it would be a guess (most often a culprit too weak to show alone,
+            # completed by an innocent level whose neighbour is that same culprit)
+            names = " AND ".join(f"{f}={lvl}" for f, lvl in found.items())
+            raise Concluded(Status.INCONCLUSIVE, f"cannot confirm {names}: without "
+                            f"{factor}={found[factor]} it neither fails nor passes after "
+                            f"{step.trials} trials ({step.failures} of {step.judged} sessions, "
+                            f"p of failing {step.p_fail:.2g}, of passing {step.p_pass:.2g})")
         p_fail = run.trail[-1].p_fail
         # a drop on the budget's weaker evidence (alpha, not a tenth of it) needs the neighbour
         # to be no less failing than the culprit alone at alpha too
@@ -137,6 +155,15 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
                 strategy, run, neighbour, candidate, 1.0, "the culprit alone", level=level):
             return factor
     return None
+
+
+def _leans_passing(step: Step) -> bool:
+    """Whether a neighbour undecided at its budget still keeps its level: it shows no sign of
+    failing against known-good and leans passing (`LEANS_AT`). Under background noise a clean
+    neighbour can stay short of its PASS level for ever; one that leans failing may be the
+    culprit itself, too weak to show alone."""
+    return step.p_fail is not None and step.p_fail > SUSPICION and \
+        step.p_pass is not None and step.p_pass <= LEANS_AT
 
 
 def _fails_at_budget(strategy: Adaptive, run: Tests, answer: Answer) -> bool:

@@ -9,10 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from orchestrator.core.evidence import TrialEvidence, variant_key
-from orchestrator.core.stats.clustered import INDEPENDENT, Dispersion, dispersion
+from orchestrator.core.stats.clustered import (
+    INDEPENDENT,
+    RESTART_PRIOR,
+    Dispersion,
+    dispersion,
+)
 from orchestrator.core.stats.compare import (
     SUSPICION,
     WEAKER_SHARE,
@@ -41,6 +47,18 @@ LOOKS_PASSING = 0.05
 # level), so a narrowing FAIL need not be as sure as a named one.
 NARROWING = 0.05
 NEVER_STOP = -1.0  # a trial that must run to its end (a p-value is never below it)
+# A test that leans one way at its variant's trial budget (its p short of the level it needs,
+# but at most `LEANS_AT`) may run up to `EXTENDED` times the budget. Restarts that land low or
+# high make a variant's first trials mislead more often than sessions do; stopping short of a
+# level would leave a failing variant UNKNOWN, which a caller then takes as not failing (a
+# superset completed around it, a reproduction given up), or a clean one short of its PASS.
+LEANS_AT = 0.1
+EXTENDED = 2
+
+
+def leans(p: float | None, level: float) -> bool:
+    """Whether a test's ``p`` falls short of its ``level``, but not far (`LEANS_AT`)."""
+    return p is not None and level < p <= LEANS_AT
 
 
 @dataclass(frozen=True)
@@ -118,12 +136,17 @@ class VariantCounts:
         """Every trial's judged sessions, the unfinished left out."""
         return self.spread.effective((self.failures, self.judged), self.trials)
 
-    def at_most(self, rate: float) -> float:
+    def at_most(self, rate: float, *, prior: bool = True) -> float:
         """How likely so few failures are, trial by trial, at a true rate of ``rate``: what a
-        PASS is judged on (every trial where one stopped, else the full ones)."""
+        PASS is judged on (every trial where one stopped, else the full ones). A restart can
+        make a failing variant look clean but not a clean one fail, so only here is the spread
+        not yet seen assumed (`RESTART_PRIOR`): a PASS accuses a level, and one restart that
+        landed low must not do it. ``prior``: False for a provisional PASS, which accuses
+        nothing (confirmation proves it)."""
+        spread = self.spread.with_prior(RESTART_PRIOR) if prior else self.spread
         if self.unfinished:
-            return self.spread.at_most(self.failures, self.sizes, rate)
-        return self.spread.at_most(self.sessions_pair[0], [n for _, n in self.full], rate)
+            return spread.at_most(self.failures, self.sizes, rate)
+        return spread.at_most(self.sessions_pair[0], [n for _, n in self.full], rate)
 
     def first_look(self) -> Counts:
         """The first trial alone, its unfinished sessions counted clean."""
@@ -226,13 +249,16 @@ class Tests:
                   WEAKER_SHARE if against is None else 0.0, at_most=cell.at_most)
         answer, said = j.answer, j.answer.value
         if answer is Answer.UNKNOWN and provisional and cell.full_trials == 1 and judge(
-                cell.pair, good.pair, bad.pair, fail_alpha, LOOKS_PASSING, None,
-                None, at_most=cell.at_most).answer is Answer.PASS:
+                cell.pair, good.pair, bad.pair, fail_alpha, LOOKS_PASSING, None, None,
+                at_most=partial(cell.at_most, prior=False)).answer is Answer.PASS:
             answer, said = Answer.PASS, "looks passing"
         if answer is Answer.FAIL and j.p_fail > self.fail_level():
             said = "fail (narrowing)"
         if answer is Answer.UNKNOWN:
-            more = self._next_for(levels, cell, good, bad, j, against or s.bad, pass_alpha)
+            budget = s.max_trials_per_variant * (
+                EXTENDED if leans(j.p_fail, fail_alpha) or leans(j.p_pass, pass_alpha) else 1)
+            more = self._next_for(levels, cell, good, bad, j, against or s.bad, pass_alpha,
+                                  budget)
             if more:
                 self.need(*more, stop_at=stops)
             if j.p_pass <= pass_alpha and j.p_fail > fail_alpha:
@@ -277,22 +303,23 @@ class Tests:
 
     def _next_for(self, levels: dict[str, str], cell: VariantCounts, good: VariantCounts,
                   bad: VariantCounts, j: Judgement, against: Mapping[str, str],
-                  pass_alpha: float) -> list[dict[str, str]]:
+                  pass_alpha: float, budget: int) -> list[dict[str, str]]:
         """What would settle an UNKNOWN best: a reference with fewer trials than the variant is
         the weak side of a comparison the variant already wins (a variant clearly better than
         known-bad is held back only by known-good's small sample, and the other way round), so
         it gets the trial; otherwise the variant does, up to its budget. A variant that leans
         failing against a known-good of fewer trials is held back by that sample too (15 of
-        480 where 5% fail, against 0 of 160, is p = 0.013)."""
+        480 where 5% fail, against 0 of 160, is p = 0.013). ``budget``: the variant's trials,
+        at most (extended where the test leans)."""
         s = self.strategy
-        most = min(cell.trials, s.max_trials_per_variant)
+        most = min(cell.trials, budget)
         if (j.p_pass <= pass_alpha or j.p_fail <= SUSPICION) and good.trials < most:
             return [dict(s.good)]
         if j.p_fail > j.alpha and bad.full_trials < most:
             if variant_key(against) != variant_key(s.bad):
                 self.need(dict(against), stop_at={variant_key(against): NEVER_STOP})
             return [dict(against)]
-        return [levels] if cell.trials < s.max_trials_per_variant else []
+        return [levels] if cell.trials < budget else []
 
     def need(self, *variants: dict[str, str], stop_at: Mapping[str, float] | None = None,
              ) -> None:
