@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.core.evidence import variant_key
+from orchestrator.core.evidence import TrialEvidence, variant_key
 from orchestrator.core.stats.clustered import RESTART_PRIOR, Dispersion
 from orchestrator.core.strategies.adaptive import Adaptive
 from orchestrator.core.strategies.base import Status
@@ -97,17 +97,26 @@ def test_a_reproduction_that_leans_failing_at_the_budget_is_inconclusive_not_cle
 
 def test_a_level_whose_neighbour_stays_undecided_is_not_named() -> None:
     # f2 alone fails weakly; ddmin completed it with f0, and {f0, f2} fails. Without f0 is f2
-    # alone again, undecided with its budget spent (5 of 960: p = 0.03 of failing, 0.02 of
-    # passing): f0 is not shown needed, and the set is not named.
+    # alone again, undecided with its budget spent and leaning failing (6 of 960: p = 0.016 of
+    # failing, 0.047 of passing): f0 is not shown needed, and the set is not named.
     strategy = Adaptive(FACTORS, GOOD, BAD)
     pair, alone = with_("f0", "f2"), with_("f2")
-    evidence = [*[trial(BAD, 2) for _ in range(12)], *[trial(GOOD, 0) for _ in range(12)],
+
+    def evidence(failing: int) -> list[TrialEvidence]:
+        return [*[trial(BAD, 2) for _ in range(12)], *[trial(GOOD, 0) for _ in range(12)],
                 *[trial(pair, 2) for _ in range(12)],
-                *[trial(alone, int(i < 5)) for i in range(12)]]
-    run = Replayed(strategy, cells_of(evidence), len(evidence))
+                *[trial(alone, int(i < failing)) for i in range(12)]]
+
+    run = Replayed(strategy, cells_of(evidence(6)), 48)
     with pytest.raises(Concluded) as stop:
         confirm(strategy, run, {"f0": "b", "f2": "b"}, BAD)
     assert stop.value.outcome is Status.INCONCLUSIVE
     assert stop.value.reason == (
         "cannot confirm f0=b AND f2=b: without f0=b it neither fails nor passes after 12 "
-        "trials (5 of 960 sessions, p of failing 0.031, of passing 0.021)")
+        "trials (6 of 960 sessions, p of failing 0.016, of passing 0.047)")
+    # leaning passing more than failing (4 of 960: 0.062 of failing, 0.0079 of passing), as a
+    # clean neighbour short of its PASS under background noise does, it keeps its level
+    run = Replayed(strategy, cells_of(evidence(4)), 48)
+    with pytest.raises(NeedTrials):  # f0 kept: without f2 is asked for next
+        confirm(strategy, run, {"f0": "b", "f2": "b"}, BAD)
+    assert [(s.phase, s.answer) for s in run.trail][-1] == ("confirm: without f0", "unknown")

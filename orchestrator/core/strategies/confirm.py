@@ -31,7 +31,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from orchestrator.core.evidence import variant_key
-from orchestrator.core.stats.compare import SUSPICION, WEAKER_SHARE, Answer
+from orchestrator.core.stats.compare import WEAKER_SHARE, Answer
 from orchestrator.core.stats.exact import binomial_at_most
 from orchestrator.core.strategies.base import Status
 from orchestrator.core.strategies.sequential import (
@@ -158,12 +158,13 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
 
 
 def _leans_passing(step: Step) -> bool:
-    """Whether a neighbour undecided at its budget still keeps its level: it shows no sign of
-    failing against known-good and leans passing (`LEANS_AT`). Under background noise a clean
-    neighbour can stay short of its PASS level for ever; one that leans failing may be the
-    culprit itself, too weak to show alone."""
-    return step.p_fail is not None and step.p_fail > SUSPICION and \
-        step.p_pass is not None and step.p_pass <= LEANS_AT
+    """Whether a neighbour undecided at its budget still keeps its level: it leans passing
+    (`LEANS_AT`) more than it leans failing. Under background noise a clean neighbour can stay
+    short of its PASS level for ever, and its p of failing against a known-good of the same
+    rate is anything from 0 to 1; one that leans failing may be the culprit itself, too weak
+    to show alone."""
+    return step.p_fail is not None and step.p_pass is not None and \
+        step.p_pass <= LEANS_AT and step.p_pass < step.p_fail
 
 
 def _fails_at_budget(strategy: Adaptive, run: Tests, answer: Answer) -> bool:
