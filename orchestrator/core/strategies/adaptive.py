@@ -5,8 +5,9 @@ the start. Every test that still needs trials stops the replay and becomes the p
 finished replay is the conclusion. So the strategy keeps no state, a resumed campaign goes on
 exactly where it was, and the verdict and `bisect log` are recomputed from the same replay.
 
-1. Reproduce: known-bad must fail against known-good, otherwise `not_reproduced`. Known-bad runs
-   first: while it does not look failing, known-good is not needed.
+1. Reproduce: known-bad must fail against known-good, otherwise `not_reproduced` (or
+   `inconclusive` where it leans failing at its budget). Known-bad runs first: while it does not
+   look failing, known-good is not needed.
 2. Necessity scan: flip each factor of known-bad alone; the flips that pass name the levels the
    failure needs — among them those good and bad share (an interaction with the background,
    such as HiCache being on in both). One sequential test per factor, all proposed at once. An

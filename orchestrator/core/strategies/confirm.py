@@ -22,6 +22,12 @@ fail against a known-good measured low by luck, and a set named on such a FAIL w
 known-bad: the culprit alone must then fail as much as known-bad does (half as much with several
 culprits), measured on as many full trials, or it is completed. A neighbour that fails but
 clearly less than the culprit alone does not drop its level: the level is part of the failure.
+
+A neighbour still undecided with its budget spent (twice the budget where its test leaned one
+way) keeps its level only when it leans passing more than failing; otherwise the set is not
+named and the campaign ends inconclusive ("cannot confirm …"): under noise between restarts a
+culprit too weak to show alone was completed by an innocent level whose neighbour is that same
+culprit, and named as a superset.
 """
 
 from __future__ import annotations
@@ -137,8 +143,8 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
             continue
         step = run.trail[-1]
         if not (answer is Answer.FAIL or _fails_at_budget(strategy, run, answer)):
-            if _leans_passing(step):  # undecided at its budget, with no sign of failing
-                continue
+            if _leans_passing(step) or step.p_fail is None or step.p_pass is None:
+                continue  # undecided at its budget, leaning passing (or no test was made)
             # undecided, and not leaning passing: the level is not shown needed, and a set
             # named with it would be a guess (most often a culprit too weak to show alone,
             # completed by an innocent level whose neighbour is that same culprit)
