@@ -77,6 +77,7 @@ class Draw:
 
     rate: float = 1.0
     speed: float = 1.0
+    steady: float = 1.0  # the part of ``rate`` every trial of the pool shares now (offset, drift)
 
 
 class Fleet:
@@ -126,7 +127,8 @@ class Fleet:
         speed = lognormal(self._restarts, self.noise.speed_spread)
         off_rate, off_speed = self.offset(name)
         drift_rate, drift_speed = self.drifted(self.epoch_s + self.clocks.get(name, 0.0))
-        return Draw(rate * off_rate * drift_rate, speed * off_speed * drift_speed)
+        return Draw(rate * off_rate * drift_rate, speed * off_speed * drift_speed,
+                    off_rate * drift_rate)
 
     def elapse(self, pool: str | None, seconds: float) -> None:
         name = pool or DEFAULT_POOL

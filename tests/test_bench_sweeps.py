@@ -12,6 +12,7 @@ import pytest
 from scipy.stats import ttest_ind, ttest_rel
 
 import orchestrator.core.strategies.sweep as sweep
+from bench.noise import REAL_WORLD
 from bench.sweep_fast import fast_comparisons
 from bench.sweeps import (
     SCENARIOS,
@@ -152,6 +153,11 @@ def test_targets_are_met_only_by_the_whole_interval() -> None:
         "met", "estimated only", "missed", "met", "estimated only", "missed"]
     assert said[0] == ("clean, build not moved: false alerts 0/4000 (95% up to 0.09%; "
                        "target <= 0.5%): met")
+    # where a day's drift shrank some planted rises below the threshold, the target is
+    # judged on the runs whose rise reached it
+    due = {**row("x", 0, 150, 200), "due": share(149, 150)}
+    assert targets([due]) == ["x, build not moved: found 99.33% of the 150 runs whose rise "
+                              "reached the threshold (95% from 96.34%; target >= 95%): met"]
 
 
 def test_memoised_comparisons_change_no_answer() -> None:
@@ -194,3 +200,15 @@ def test_the_command_writes_its_table_and_json(tmp_path: Path,
         assert row["runs"] == 1
         assert math.isclose(row["clean"]["rate"] + row["inconclusive"]["rate"]
                             + row["alert"]["rate"], 1.0)
+
+
+def test_the_planted_rise_is_said_as_the_pool_stood() -> None:
+    # i.i.d. trials: the planted 1% -> 6% exactly; with noise between trials, a day's drift
+    # and the pool's offset scale the planted rate too, and the rise is what they left of it
+    plan = plan_of(min_trials=3, max_trials=6)
+    iid = run_case(plan, Rates(), CORRUPTION, 3, 0, False)
+    assert iid.rise == pytest.approx(0.05)
+    noisy = [run_case(plan, Rates(noise=REAL_WORLD), CORRUPTION, 3, i, False).rise
+             for i in range(3)]
+    assert all(r is not None and 0.0 < r != pytest.approx(0.05) for r in noisy)
+    assert run_case(plan, Rates(noise=REAL_WORLD), CLEAN, 3, 0, False).rise is None

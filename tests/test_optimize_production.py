@@ -190,9 +190,12 @@ def test_the_final_phase_alternates_and_a_resumed_run_replays_it() -> None:
     budget = 4
     # every prefix from the phase's first trial on finds the same phase: a run killed at any
     # point and resumed (a new strategy, the stored trials) goes on with the same pairs
+    kept = strategy(budget)  # one strategy asked again and again, as a running campaign's
     for cut in range(budget + 1, len(done) + 1):
         final = strategy(budget).final(done[:cut])
         assert final is not None and final.after == budget
+        assert kept.final(done[:cut]) == final  # where it began is remembered, not re-sought
+    assert kept.final(done[:budget - 1]) is None  # other trials: sought again
     first = strategy(budget).conclude(done, [])
     again = strategy(budget).conclude(list(reversed(done)), [])  # the store's order is not
     assert first.optimize is not None and again.optimize is not None

@@ -7,38 +7,16 @@ import json
 
 import pytest
 
-from experiments.strategy_config import BaselineTrial, NamedVariant, SweepConfig, Thresholds
+from experiments.strategy_config import BaselineTrial, Thresholds
 from orchestrator.cli.sweep_view import print_outcome
 from orchestrator.cli.verdict_view import trail_line
-from orchestrator.core.evidence import Latency, Performance, TrialEvidence
+from orchestrator.core.evidence import TrialEvidence
 from orchestrator.core.strategies.base import Status
 from orchestrator.core.strategies.sweep import SweepStrategy
 from orchestrator.reports.sweep_build import _said, comparison
 from orchestrator.reports.sweep_model import MetricRow
 from orchestrator.sweeps.baseline import unrestorable
-
-PRODUCTION = NamedVariant(name="production", levels={"hicache": "off"})
-WATCH_COUNTS = Thresholds(corruption=0.05, wedging=0.05, throughput=None, p99_latency=None)
-
-
-def trial(levels: dict[str, str], leaks: int, sessions: int = 80,
-          throughput: float | None = None, p99_ms: float = 300) -> TrialEvidence:
-    performance = None if throughput is None else Performance(
-        wall_s=10, requests=sessions, completed=sessions, output_tokens=1000, good_sessions=0,
-        request_throughput=1.0, output_throughput=throughput, goodput=0.0,
-        e2e=Latency(100, 200, p99_ms))
-    return TrialEvidence(dict(levels), {"ok": sessions - leaks, "leak": leaks},
-                         performance=performance)
-
-
-def plan(baseline: list[BaselineTrial], **changes: object) -> SweepConfig:
-    settings: dict[str, object] = {"thresholds": WATCH_COUNTS, **changes}
-    return SweepConfig(variants=[PRODUCTION], production="production", baseline=baseline,
-                       **settings)  # type: ignore[arg-type]
-
-
-def clean_baseline(trials: int = 3) -> list[BaselineTrial]:
-    return [BaselineTrial(variant="production", counts={"ok": 80}) for _ in range(trials)]
+from tests.support.sweep_trials import NOW, THEN, clean_baseline, plan, trial
 
 
 def test_a_first_run_measures_and_names_no_baseline() -> None:
@@ -77,9 +55,15 @@ def test_a_difference_is_confirmed_on_fresh_trials_before_it_is_a_regression() -
 
 
 def test_a_difference_the_fresh_trials_do_not_show_is_no_alert() -> None:
-    strategy = SweepStrategy(plan(clean_baseline()))
-    done = [trial({"hicache": "off"}, 12) for _ in range(3)]
-    done += [trial({"hicache": "off"}, 0) for _ in range(4)]
+    # the fresh trials let the suspect go once they rule out a rise of DETECT of the
+    # threshold (2 points) at the baseline's 1.25%, each trial spread as a restart spreads
+    # it: six trials at the baseline's rate do not yet (p 0.012), seven do (p 0.007)
+    baseline = [BaselineTrial(variant="production", counts={"ok": 79, "leak": 1})] * 12
+    strategy = SweepStrategy(plan(baseline, max_trials=12))
+    done = [trial({"hicache": "off"}, 5) for _ in range(3)]
+    done += [trial({"hicache": "off"}, 1) for _ in range(6)]
+    assert strategy.judged(done)[0].state == "confirming"
+    done += [trial({"hicache": "off"}, 1)]
     conclusion = strategy.conclude(done, [])
     assert conclusion.status is Status.NO_CULPRIT, conclusion.reason
     assert "did not show again" in conclusion.reason
@@ -87,8 +71,6 @@ def test_a_difference_the_fresh_trials_do_not_show_is_no_alert() -> None:
     assert conclusion.sweep["variants"][0]["state"] == "unconfirmed"
 
 
-NOW = {"hicache": "off", "build": "current"}
-THEN = {"hicache": "off", "build": "baseline"}
 
 
 def test_with_the_baseline_build_every_trial_runs_beside_a_control() -> None:
@@ -171,10 +153,12 @@ def test_a_throughput_drop_reads_as_a_drop_in_every_reason_line(
     # the trail (`bisect log`): as it moved, its alert as far the bad way
     rows = [r for r in conclusion.log if r["metric"] == "throughput"]
     assert rows and all(r["change"] == pytest.approx(0.4) for r in rows)  # the JSON: as before
-    line = trail_line(1, rows[-1])
-    assert "-40.0% (alert at -15%)" in line and "+40" not in line
+    line = trail_line(1, rows[0])
+    assert "-40.0% (threshold -15%)" in line and "+40" not in line
+    # the confirmation lets a suspect go only when it rules out DETECT of the threshold
+    assert "-40.0% (rules out -6%)" in trail_line(1, rows[-1])
     latency = trail_line(2, next(r for r in conclusion.log if r["metric"] == "p99_latency"))
-    assert "+50.0% (alert at +20%)" in latency
+    assert "+50.0% (threshold +20%)" in latency
     # `bisect sweep`'s printed outcome and the report's answer sentence
     assert conclusion.sweep is not None
     [variant] = conclusion.sweep["variants"]

@@ -87,15 +87,18 @@ def _skipped(error: str) -> str:
 
 
 def sweep_change(step: dict[str, Any]) -> str:
-    """A sweep comparison's change as a reader says it: rates in points, figures in percent."""
+    """A sweep comparison's change as a reader says it: rates in points, figures in percent;
+    with the change its SAME rules out: the threshold where a variant is compared, 40% of it
+    where a suspect's fresh trials confirm it (a suspect is made at 40% of the threshold)."""
+    said = "rules out" if step.get("phase") == "confirm" else "threshold"
     if step["metric"] in ("corruption", "wedging"):
         return (f"{step['baseline']:.1%} -> {step['current']:.1%} "
-                f"({step['change'] * 100:+.1f} points, alert at +{step['min_effect'] * 100:g})")
+                f"({step['change'] * 100:+.1f} points, {said} +{step['min_effect'] * 100:g})")
     from orchestrator.core.stats.regression import moved
 
-    # signed as the metric moved (a throughput drop negative), its alert as far the bad way
+    # signed as the metric moved (a throughput drop negative), its threshold as far the bad way
     metric = step["metric"]
-    return (f"{moved(metric, step['change']):+.1%} (alert at "
+    return (f"{moved(metric, step['change']):+.1%} ({said} "
             f"{moved(metric, step['min_effect']):+.0%})")
 
 

@@ -1,7 +1,7 @@
 """Inline SVG charts of the sweep report: one metric over the sweep's runs, a line per variant,
 the baseline run and the reported run marked, runs that measured nothing (skipped, missed)
 marked on the axis; and each variant's change against the baseline with its interval and the
-smallest change the sweep alerts on.
+change SAME rules out (the threshold; 40% of it on a suspect's fresh trials).
 
 Written with ``charts``' SVG helpers: every value that reaches the markup goes through its
 ``_el``, which escapes attributes and text (a variant name, a run's reason is always text). The
@@ -189,7 +189,7 @@ def change_chart(title: str, rows: Sequence[Change], fmt: Callable[[float], str]
         marks: list[Markup] = [
             el("title", None, f"{r.label}: {fmt(r.change)} (interval {fmt(low)} to "
                 f"{fmt(high)}), {r.answer}"
-                + (f"; smallest change that counts {fmt(r.min_effect)}"
+                + (f"; the change SAME rules out {fmt(r.min_effect)}"
                    if r.min_effect is not None else "")),
             text_at(left - 8, mid + 4, clip(r.label, label_chars), "end",
                   **({"font-weight": "600"} if r.regressed else {}))]

@@ -66,6 +66,9 @@ class Comparison:
     # the counts the tests took: sessions as independent ones, at each side's design effect
     # (stats/clustered.py); None where they are the sessions themselves
     effective: tuple[tuple[int, int], tuple[int, int]] | None = None
+    # the p of the current side's trials, each spread as a restart spreads it, were its rate
+    # the baseline's plus min_effect (SAME must pass it too); None where none was given
+    p_same_trials: float | None = None
     values: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # current, baseline
 
 
@@ -111,7 +114,7 @@ def _check_counts(metric: str, side: str, counts: tuple[int, int]) -> tuple[int,
 def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, int], *,
                    min_effect: float, alpha: float, detect: float | None = None,
                    effective: tuple[tuple[int, int], tuple[int, int]] | None = None,
-                   ) -> Comparison:
+                   p_same_trials: float | None = None) -> Comparison:
     """Compare failing sessions of judged sessions, ``(k, n)``, current against baseline.
 
     DIFFERENT: one-sided Fisher p <= alpha and a rise of at least ``detect`` (a rate
@@ -126,7 +129,11 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
     ``effective``: the (current, baseline) counts the tests and the interval take, where
     sessions are clustered by trial (each side's counts at its design effect,
     stats/clustered.py: a trial's sessions share a server); the rates and the change stay
-    those of the sessions themselves.
+    those of the sessions themselves. ``p_same_trials``: a second test of SAME, on the
+    current side's trials one by one (stats/clustered.py ``Dispersion.at_most``): a variant
+    failing at the rate SAME rules out, whose few restarts landed low, shows fewer failures
+    than a design effect taken at those trials' own rate allows for. SAME must pass both;
+    ``p_same`` is the larger.
     """
     _check_alpha(metric, alpha)
     if not 0.0 < min_effect < 1.0:
@@ -142,7 +149,8 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
     (e1, m1), (e2, m2) = tested
     interval = newcombe_difference(e1, m1, e2, m2, confidence=1.0 - 2.0 * alpha)
     p_worse = fisher_greater(e1, m1, e2, m2)
-    p_same = noninferiority_p(e1, m1, e2, m2, float(min_effect))
+    p_same = max(noninferiority_p(e1, m1, e2, m2, float(min_effect)),
+                 0.0 if p_same_trials is None else p_same_trials)
     if n1 == 0 or n2 == 0:
         answer = Difference.UNKNOWN
     elif p_worse <= alpha and change >= (min_effect if detect is None else detect) - SLACK:
@@ -153,7 +161,8 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
         answer = Difference.UNKNOWN
     return Comparison(metric, answer, rate2, rate1, change, interval, p_worse, p_same,
                       min_effect, alpha, counts=((k1, n1), (k2, n2)),
-                      effective=None if tested == ((k1, n1), (k2, n2)) else tested)
+                      effective=None if tested == ((k1, n1), (k2, n2)) else tested,
+                      p_same_trials=p_same_trials)
 
 
 def _logs(metric: str, side: str, values: Sequence[float]) -> np.ndarray:
@@ -169,7 +178,8 @@ def _logs(metric: str, side: str, values: Sequence[float]) -> np.ndarray:
 
 def compare_values(metric: str, current: Sequence[float], baseline: Sequence[float], *,
                    min_relative: float, alpha: float, worse: Literal["lower", "higher"],
-                   noise_floor: float = NOISE_FLOOR, paired: bool = False) -> Comparison:
+                   noise_floor: float = NOISE_FLOOR, paired: bool = False,
+                   detect: float | None = None) -> Comparison:
     """Compare one value per trial, current against baseline, on the log scale (a ratio of
     geometric means: a 10% drop means the same at 100 and at 10,000 tokens/s).
 
@@ -183,7 +193,9 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
     spread pooled, one-sided towards worse: a sweep's baseline has a few trials, and Welch's
     degrees of freedom fall towards its own (two, for three trials), where no bound is ever
     tight enough to say SAME (bench/sweeps.py measured 46% of clean runs left undecided).
-    DIFFERENT: p_worse <= alpha and a relative worsening of at least ``min_relative``;
+    DIFFERENT: p_worse <= alpha and a relative worsening of at least ``detect`` (default
+    ``min_relative``: a caller that must catch a worsening of ``min_relative`` asks less, as
+    ``compare_counts`` does);
     SAME: the one-sided 1 - alpha upper bound of the worsening is below ``min_relative``.
     The pooled standard deviation of log values is at least ``noise_floor`` (NOISE_FLOOR).
     Fewer than two values on a side: UNKNOWN, and its interval is infinite.
@@ -235,7 +247,7 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
     half = float(stdtrit(df, 1.0 - alpha)) * se
     low, high = relative(worsening - half), relative(worsening + half)
     change = relative(worsening)
-    if p_worse <= alpha and change >= min_relative - SLACK:
+    if p_worse <= alpha and change >= (min_relative if detect is None else detect) - SLACK:
         answer = Difference.DIFFERENT
     elif high < min_relative:
         answer = Difference.SAME

@@ -67,12 +67,12 @@ from orchestrator.core.strategies.base import (
 from orchestrator.core.strategies.both_failures import both_reason, replay_both
 from orchestrator.core.strategies.confirm import confirm
 from orchestrator.core.strategies.sequential import (
-    EXTENDED,
     Concluded,
     NeedTrials,
     Step,
     Tests,
     VariantCounts,
+    budget,
     cells_of,
     leans,
 )
@@ -266,12 +266,12 @@ class Adaptive:
                               bad.trials, p, 1.0, fail_at=self.alpha))
         if answer is Answer.FAIL:
             return
-        budget = self.max_trials_per_variant * (EXTENDED if leans(p, self.alpha) else 1)
-        if good.trials < min(bad.trials, budget):
+        most = budget(self.max_trials_per_variant, (p, self.alpha))
+        if good.trials < min(bad.trials, most):
             # known-good's fewer trials hold the p back (known-bad ran alone while it looked
             # clean): it is the side to measure
             run.need(self.good)
-        if bad.trials >= budget:
+        if bad.trials >= most:
             counts = f"known-bad ({bad.failures}/{bad.judged}) against known-good " \
                 f"({good.failures}/{good.judged})"
             if leans(p, self.alpha):  # a failure too weak or too spread to show at alpha

@@ -141,6 +141,9 @@ class Optimize:
                       if variant_key(s) not in {variant_key(o) for o in seeds[:i]}]
         self.budget = plan.trials if grid is None else min(plan.trials, grid)
         self.unresolvable: tuple[Unresolvable, ...] = ()
+        # where the final phase began, and the trials up to it (seq, variant): every trial
+        # before it had ended, so a later replay of the same run finds it where it was
+        self._began: tuple[int, tuple[tuple[int, str], ...]] | None = None
 
     def _copy(self, search: Search | None, unresolvable: Sequence[Unresolvable]) -> Optimize:
         other = Optimize(self.plan, self.factors, self.pools, self.known_good, search, self.grid)
@@ -261,8 +264,16 @@ class Optimize:
         """The final phase in these trials: after the first trial at which the search's budget
         was spent and confirmation wanted nothing more; None before. ``started``: the trials
         started, failed deployments included (a failure after the last trial done counts)."""
-        return final_phase(done, self.budget,
-                           lambda before, k: not self._reruns(before, [], k), started)
+        if self._began is not None:
+            after, before = self._began
+            if _upto(done, after) == before:
+                return Final(after, tuple(sorted((t for t in done if t.seq > after),
+                                                 key=lambda t: t.seq)))
+        final = final_phase(done, self.budget,
+                            lambda before, k: not self._reruns(before, [], k), started)
+        if final is not None:
+            self._began = final.after, _upto(done, final.after)
+        return final
 
     def standing(self, done: Sequence[TrialEvidence], started: int = 0) -> Standing:
         """Every configuration, the safe ones best first and those confirmed. Once the final
@@ -387,3 +398,7 @@ class Optimize:
                 "standing": "safe" if mine.safe else "unproven" if mine.plausible else "unsafe",
                 "leader": lead[0].key if lead else None})
         return steps
+
+
+def _upto(done: Sequence[TrialEvidence], after: int) -> tuple[tuple[int, str], ...]:
+    return tuple(sorted((t.seq, variant_key(t.levels)) for t in done if t.seq <= after))

@@ -61,6 +61,12 @@ def leans(p: float | None, level: float) -> bool:
     return p is not None and level < p <= LEANS_AT
 
 
+def budget(max_trials: int, *tests: tuple[float | None, float]) -> int:
+    """A variant's trials before it is left undecided: ``max_trials``, or `EXTENDED` times it
+    where a test's ``(p, level)`` leans."""
+    return max_trials * (EXTENDED if any(leans(p, level) for p, level in tests) else 1)
+
+
 @dataclass(frozen=True)
 class Step:
     """One line of the decision trail."""
@@ -255,10 +261,9 @@ class Tests:
         if answer is Answer.FAIL and j.p_fail > self.fail_level():
             said = "fail (narrowing)"
         if answer is Answer.UNKNOWN:
-            budget = s.max_trials_per_variant * (
-                EXTENDED if leans(j.p_fail, fail_alpha) or leans(j.p_pass, pass_alpha) else 1)
             more = self._next_for(levels, cell, good, bad, j, against or s.bad, pass_alpha,
-                                  budget)
+                                  budget(s.max_trials_per_variant, (j.p_fail, fail_alpha),
+                                         (j.p_pass, pass_alpha)))
             if more:
                 self.need(*more, stop_at=stops)
             if j.p_pass <= pass_alpha and j.p_fail > fail_alpha:

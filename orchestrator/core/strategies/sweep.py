@@ -3,10 +3,12 @@
 Each variant runs ``min_trials`` trials, then is compared with the baseline on every watched
 metric (corruption and wedging on session counts, throughput and p99 latency on per-trial
 values), three-way (orchestrator/core/stats/regression.py). UNKNOWN adds a trial, up to
-``max_trials``. A variant found DIFFERENT is a *suspect*, not yet a regression: it is run again on
-fresh trials, and only a difference those fresh trials show again, on the same metric, is a
-regression. One unlucky trial on a noisy machine is how alert storms start; the fresh trials
-are how they stop.
+``max_trials`` (twice that while the metric leans worse: ``_budget``). A threshold is the
+change a sweep must catch: a significant worsening of ``DETECT`` of it makes a suspect, and
+SAME rules out the whole threshold. A variant found DIFFERENT is a *suspect*, not yet a
+regression: it is run again on fresh trials, and only a difference those fresh trials show
+again, on the same metric, is a regression. One unlucky trial on a noisy machine is how alert
+storms start; the fresh trials are how they stop.
 
 Controls, as Pinpoint runs them. Where the run can put the baseline's build back (the source
 tree moved: ``confirm_build``), every trial of a variant runs beside one of the baseline's build,
@@ -36,7 +38,13 @@ from typing import Any
 
 from experiments.strategy_config import BaselineTrial, NamedVariant, SweepConfig
 from orchestrator.core.evidence import CORRUPTING, WEDGING, TrialEvidence, variant_key
-from orchestrator.core.stats.clustered import INDEPENDENT, Counts, Dispersion, dispersion
+from orchestrator.core.stats.clustered import (
+    INDEPENDENT,
+    RESTART_PRIOR,
+    Counts,
+    Dispersion,
+    dispersion,
+)
 from orchestrator.core.stats.compare import StopWhenFailing
 from orchestrator.core.stats.regression import (
     Comparison,
@@ -53,6 +61,7 @@ from orchestrator.core.strategies.base import (
     Unresolvable,
     not_yet_running,
 )
+from orchestrator.core.strategies.sequential import budget
 
 BUILD = "build"  # the factor of a run that can put the baseline's commit back
 BINARY = ("corruption", "wedging")
@@ -102,11 +111,15 @@ def _trial_counts(samples: Sequence[Sample], metric: str) -> list[Counts]:
     return [(t.failures, t.judged) for t in judged]
 
 
-def _counts(samples: Sequence[Sample], metric: str, spread: Dispersion) -> tuple[Counts, Counts]:
-    """The sessions summed, and as independent sessions at the design effect of ``spread``."""
+def _summed(samples: Sequence[Sample], metric: str) -> Counts:
     trials = _trial_counts(samples, metric)
-    summed = (sum(k for k, _ in trials), sum(n for _, n in trials))
-    return summed, spread.effective(summed, len(trials))
+    return sum(k for k, _ in trials), sum(n for _, n in trials)
+
+
+def _tail(spread: Dispersion, failing: int, sizes: tuple[int, ...], rate: float) -> float:
+    """P(at most ``failing`` over trials of ``sizes``) at ``rate``, each trial's rate spread
+    as ``spread`` says (``Dispersion.at_most``)."""
+    return spread.at_most(failing, sizes, min(1.0, rate))
 
 
 def _values_each(samples: Sequence[Sample], metric: str) -> list[float | None]:
@@ -131,14 +144,18 @@ def compare(metric: str, current: Sequence[Sample], reference: Sequence[Sample],
     threshold = getattr(plan.thresholds, metric)
     if threshold is None:
         return None
+    detect = DETECT * threshold
+    least = detect if confirming else threshold  # the worsening SAME rules out
     if metric in BINARY:
-        detect = DETECT * threshold
-        (now, now_eff), (then, then_eff) = (_counts(current, metric, spread),
-                                            _counts(reference, metric, spread))
-        effective = None if (now_eff, then_eff) == (now, then) else (now_eff, then_eff)
-        return compare_counts(metric, now, then,
-                              min_effect=detect if confirming else threshold,
-                              alpha=plan.alpha, detect=detect, effective=effective)
+        trials = _trial_counts(current, metric)
+        now, then = _summed(current, metric), _summed(reference, metric)
+        tested = (spread.effective(now, len(current)), spread.effective(then, len(reference)))
+        ruled_out = (then[0] / then[1] if then[1] else 0.0) + least
+        return compare_counts(metric, now, then, min_effect=least, alpha=plan.alpha,
+                              detect=detect,
+                              effective=None if tested == (now, then) else tested,
+                              p_same_trials=_tail(spread, now[0],
+                                                  tuple(n for _, n in trials), ruled_out))
     if paired:  # pairs where both trials measured it
         both = [(a, b) for a, b in zip(_values_each(current, metric),
                                        _values_each(reference, metric), strict=True)
@@ -148,9 +165,9 @@ def compare(metric: str, current: Sequence[Sample], reference: Sequence[Sample],
         values, baseline = _values(current, metric), _values(reference, metric)
     if not values and not baseline:
         return None
-    return compare_values(metric, values, baseline, min_relative=threshold, alpha=plan.alpha,
+    return compare_values(metric, values, baseline, min_relative=least, alpha=plan.alpha,
                           worse="lower" if metric == "throughput" else "higher",
-                          paired=paired)
+                          paired=paired, detect=detect)
 
 
 @dataclass(frozen=True)
@@ -212,14 +229,18 @@ class SweepStrategy:
 
     def spread(self, done: Sequence[TrialEvidence]) -> dict[str, Dispersion]:
         """The spread between trials of each session metric, pooled over every variant's
-        trials of each build and the baseline run's (stats/clustered.py)."""
+        trials of each build and the baseline run's (stats/clustered.py), moderated by what a
+        restart is assumed to do before the trials show it (``RESTART_PRIOR``): a clean
+        baseline's trials show little of it, and a spread taken as none makes both a SAME and
+        an alert surer than the trials are."""
         groups: dict[str, list[Sample]] = {}
         for trial in done:
             groups.setdefault(variant_key(trial.levels), []).append(of_trial(trial))
         for name, samples in self.baseline.items():
             groups[f"baseline run: {name}"] = samples
         return {metric: dispersion(_trial_counts(samples, metric)
-                                   for samples in groups.values()) for metric in BINARY}
+                                   for samples in groups.values()).with_prior(RESTART_PRIOR)
+                for metric in BINARY}
 
     def judge(self, variant: NamedVariant, done: Sequence[TrialEvidence],
               spread: Mapping[str, Dispersion] | None = None) -> Judged:
@@ -257,7 +278,7 @@ class SweepStrategy:
             if _answers(deciding) <= {Difference.SAME}:
                 return Judged(variant, "uncontrolled" if drifted else "clean", seen, found,
                               controls=seen if controlled else 0, uncontrolled=drifted)
-            if seen >= plan.max_trials:
+            if seen >= _budget(plan, deciding):
                 return Judged(variant, "inconclusive", seen, found,
                               controls=seen if controlled else 0)
         return Judged(variant, "measuring", len(mine), found,
@@ -290,7 +311,7 @@ class SweepStrategy:
             answers = _answers(judged)
             state = ("regression" if Difference.DIFFERENT in answers else
                      "unconfirmed" if answers <= {Difference.SAME} else
-                     "inconclusive" if pairs >= plan.max_trials else "confirming")
+                     "inconclusive" if pairs >= _budget(plan, judged) else "confirming")
             if state != "confirming":
                 return Judged(variant, state, seen, found, suspected, judged, pairs,
                               controls=seen if controlled else 0)
@@ -364,6 +385,15 @@ class SweepStrategy:
         return Conclusion(status, reason, log=log, sweep=summary)
 
 
+def _budget(plan: SweepConfig, comparisons: Sequence[Comparison]) -> int:
+    """A variant's trials before it is left undecided: ``max_trials``, or twice it
+    (sequential.budget) while an undecided metric leans worse (its p short of alpha, but within
+    ``LEANS_AT``): a regression that restarts spread shows itself a few trials later, and
+    stopping there would leave it as undecided as a clean variant."""
+    return budget(plan.max_trials, *((c.p_worse, plan.alpha) for c in comparisons
+                                     if c.answer == Difference.UNKNOWN))
+
+
 def _interleaved(levels: list[dict[str, str]]) -> list[dict[str, str]]:
     """Current and baseline builds alternating, so a pair runs side by side in time."""
     current = [lv for lv in levels if lv.get(BUILD) != "baseline"]
@@ -383,6 +413,7 @@ def _comparison_json(c: Comparison) -> dict[str, Any]:
             **({"counts": [list(x) for x in c.counts]} if c.counts is not None else {}),
             **({"effective": [list(x) for x in c.effective]} if c.effective is not None
                else {}),
+            **({"p_same_trials": c.p_same_trials} if c.p_same_trials is not None else {}),
             **({"values": [list(x) for x in c.values]} if c.values is not None else {})}
 
 

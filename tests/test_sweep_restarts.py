@@ -1,0 +1,83 @@
+"""The sweep's rules for trials that differ by restart (issue 27): a SAME that allows for a
+failing variant's low restarts, the spread a clean baseline cannot show, a budget that runs on
+while a metric leans worse, and a performance suspect at DETECT of its threshold. Pure replays:
+trials are plain values."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.strategy_config import BaselineTrial, Thresholds
+from orchestrator.core.stats.clustered import INDEPENDENT, RESTART_PRIOR, Dispersion
+from orchestrator.core.stats.regression import Difference
+from orchestrator.core.strategies.sweep import DETECT, SweepStrategy, compare, of_baseline
+from tests.support.sweep_trials import NOW, THEN, plan, trial
+
+ONE_IN_80 = BaselineTrial(variant="production", counts={"ok": 79, "leak": 1})
+PRODUCTION = {"hicache": "off"}
+
+
+def test_a_failing_variant_whose_restarts_landed_low_is_not_the_same() -> None:
+    # four trials of one leak each, against a baseline at 1.25%: as sessions at the design
+    # effect of their own low rate, Chan's test rules out a 5-point rise (p 0.002); but a
+    # variant truly at 6.25% whose restarts spread as these do (a multiplier of variance
+    # 0.62: a restart halves or doubles the rate) shows four such trials with p 0.012, more
+    # than alpha: not yet the same
+    reference = [of_baseline(ONE_IN_80)] * 12
+    current = [of_baseline(ONE_IN_80)] * 4
+    settings = plan([], thresholds=Thresholds(wedging=None, throughput=None,
+                                              p99_latency=None))
+    spread = Dispersion(0.62, 40)
+    found = compare("corruption", current, reference, settings, spread=spread)
+    assert found is not None and found.answer is Difference.UNKNOWN
+    assert found.p_same_trials == pytest.approx(0.012, abs=0.001)
+    assert found.p_same == found.p_same_trials  # the larger of the two tests
+    # the same trials where restarts do not spread at all: the same
+    alone = compare("corruption", current, reference, settings, spread=INDEPENDENT)
+    assert alone is not None and alone.answer is Difference.SAME
+
+
+def test_the_spread_allows_for_restarts_a_clean_baseline_cannot_show() -> None:
+    strategy = SweepStrategy(plan([BaselineTrial(variant="production", counts={"ok": 80})] * 6))
+    clean = [trial(PRODUCTION, 0) for _ in range(3)]
+    # no trial failed: the trials show no spread, and the restart prior stands in for it
+    assert strategy.spread(clean)["corruption"] == Dispersion(RESTART_PRIOR.tau2, 0)
+    # a wider spread the trials show is kept
+    spread = [trial(PRODUCTION, k) for k in (0, 12, 0, 12, 0, 12)]
+    assert strategy.spread(spread)["corruption"].tau2 > 1.0
+
+
+@pytest.mark.parametrize(("leaks", "state", "p_worse"), [
+    ((0, 8, 0, 0, 6, 0), "measuring", 0.076),  # leans worse: runs on past max_trials
+    ((0, 9, 0, 0, 5, 0), "inconclusive", 0.139),  # not within LEANS_AT: stops at it
+])
+def test_a_variant_leaning_worse_runs_past_the_budget(leaks: tuple[int, ...], state: str,
+                                                      p_worse: float) -> None:
+    strategy = SweepStrategy(plan([ONE_IN_80] * 12))  # max_trials 6
+    done = [trial(PRODUCTION, k) for k in leaks]
+    judged = strategy.judged(done)[0]
+    [corruption] = [c for c in judged.comparisons if c.metric == "corruption"]
+    assert corruption.answer is Difference.UNKNOWN
+    assert corruption.p_worse == pytest.approx(p_worse, abs=0.001)
+    assert judged.state == state
+    assert strategy.propose(done, []) == ([PRODUCTION] if state == "measuring" else [])
+
+
+def test_a_performance_drop_is_a_suspect_at_detect_of_its_threshold() -> None:
+    # a steady 8% throughput drop beside its controls, under the 15% threshold: a suspect
+    # (DETECT of the threshold, 6%, as session counts have it), confirmed on fresh pairs that
+    # rule out nothing less than 6%; the threshold is the drop a sweep must catch, and a true
+    # drop of exactly it is seen below it half the time
+    assert pytest.approx(0.06) == DETECT * 0.15
+    baseline = [BaselineTrial(variant="production", counts={"ok": 80},
+                              output_throughput=1000)] * 3
+    watched = Thresholds(corruption=None, wedging=None, throughput=0.15, p99_latency=None)
+    strategy = SweepStrategy(plan(baseline, thresholds=watched, confirm_build=True))
+    now = [920, 925, 918, 921, 919, 922]
+    then = [1000, 1004, 998, 1001, 999, 1002]
+    done = [t for a, b in zip(now, then, strict=True)
+            for t in (trial(NOW, 0, throughput=a), trial(THEN, 0, throughput=b))]
+    judged = strategy.judged(done)[0]
+    assert judged.suspected == ("throughput",)
+    assert judged.state == "regression", judged
+    assert judged.confirmation[0].min_effect == pytest.approx(0.06)
