@@ -99,7 +99,7 @@ def outcome_json(outcome: SweepOutcome, store: str) -> dict[str, Any]:
 
 
 def print_outcome(document: dict[str, Any]) -> None:
-    from orchestrator.core.strategies.sweep import STATES
+    from orchestrator.core.strategies.sweep_judged import STATES
 
     say = lambda text: out.print(text, highlight=False, markup=False)  # noqa: E731
     say(f"sweep {document['sweep']} run {document['run']}: {document['status']}"

@@ -24,7 +24,7 @@ from db.sweeps import Sweeps
 from experiments.strategy_config import SweepConfig
 from orchestrator.core.evidence import CORRUPTING, WEDGING, TrialEvidence
 from orchestrator.core.stats.regression import said_change
-from orchestrator.core.strategies.sweep import BINARY, METRICS, STATES
+from orchestrator.core.strategies.sweep_judged import BINARY, METRICS, STATES
 from orchestrator.reports.provenance import tool_version
 from orchestrator.reports.sweep_model import (
     Answer,

@@ -22,7 +22,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from orchestrator.core.strategies.sweep import BINARY, METRICS
+from orchestrator.core.strategies.sweep_judged import BINARY, METRICS
 from orchestrator.reports import sweep_charts as charts
 from orchestrator.reports.build import p_text
 from orchestrator.reports.files import clean

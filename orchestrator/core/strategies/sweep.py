@@ -31,10 +31,8 @@ report.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from experiments.strategy_config import BaselineTrial, NamedVariant, SweepConfig
 from orchestrator.core.evidence import CORRUPTING, WEDGING, TrialEvidence, variant_key
@@ -51,7 +49,6 @@ from orchestrator.core.stats.regression import (
     Difference,
     compare_counts,
     compare_values,
-    said_change,
 )
 from orchestrator.core.strategies.base import (
     UNFINISHED,
@@ -62,27 +59,23 @@ from orchestrator.core.strategies.base import (
     not_yet_running,
 )
 from orchestrator.core.strategies.sequential import budget
+from orchestrator.core.strategies.sweep_judged import (
+    BINARY,
+    CONTINUOUS,
+    METRICS,
+    Judged,
+    drift_words,
+    judged_json,
+    regression_words,
+    trail,
+)
 
 BUILD = "build"  # the factor of a run that can put the baseline's commit back
-BINARY = ("corruption", "wedging")
-CONTINUOUS = ("throughput", "p99_latency")
-METRICS = (*BINARY, *CONTINUOUS)
 # A rise of corruption or wedging becomes a suspect when it is significant and at least this
 # share of its threshold: the threshold is the rise a sweep must catch, and a true rise of
 # exactly it is seen below it half the time (bench/sweeps.py: 48% of 5-point regressions found
 # at a share of 1, 96% at 0.4). SAME still rules out the whole threshold.
 DETECT = 0.4
-# A variant's state as a reader says it (`bisect sweep`, the sweep report)
-STATES: Mapping[str, str] = {
-    "clean": "same as the baseline", "regression": "REGRESSION (confirmed)",
-    "unconfirmed": "a difference the fresh trials did not show again",
-    "uncontrolled": "performance differs from the baseline's trials of another day, with no "
-                    "control beside it (the build did not move): not an alert",
-    "inconclusive": "undecided within the budget", "new": "no baseline to compare with",
-    "undeployable": "could not be deployed", "measuring": "unfinished",
-    "confirming": "unfinished (confirming)"}
-
-
 @dataclass(frozen=True)
 class Sample:
     """What one trial gives each metric: session counts, and the two performance figures."""
@@ -168,30 +161,6 @@ def compare(metric: str, current: Sequence[Sample], reference: Sequence[Sample],
     return compare_values(metric, values, baseline, min_relative=least, alpha=plan.alpha,
                           worse="lower" if metric == "throughput" else "higher",
                           paired=paired, detect=detect)
-
-
-@dataclass(frozen=True)
-class Judged:
-    """Where one variant stands. ``state``: measuring (more trials needed), clean,
-    uncontrolled (settled, but performance differs from another day's trials with no control
-    beside it), inconclusive (UNKNOWN at the budget), confirming (a suspect's fresh trials
-    running), regression (confirmed), unconfirmed (the fresh trials did not show it again),
-    new (no baseline to compare with)."""
-
-    variant: NamedVariant
-    state: str
-    trials: int  # the trials the detection used (and as many controls, where they run)
-    comparisons: tuple[Comparison, ...]
-    suspected: tuple[str, ...] = ()  # metrics found DIFFERENT, to confirm
-    confirmation: tuple[Comparison, ...] = ()
-    confirm_trials: int = 0  # fresh trials of the suspect (and as many controls)
-    needed: tuple[dict[str, str], ...] = ()  # the trials it still needs
-    controls: int = 0  # fresh trials of the baseline's build beside the detection's
-    uncontrolled: tuple[str, ...] = ()  # performance metrics DIFFERENT with no control
-
-    @property
-    def regressed(self) -> tuple[str, ...]:
-        return tuple(c.metric for c in self.confirmation if c.answer == Difference.DIFFERENT)
 
 
 def _answers(comparisons: Sequence[Comparison]) -> set[Difference]:
@@ -347,15 +316,15 @@ class SweepStrategy:
         states = {j.variant.name: ("undeployable" if variant_key(self.levels(j.variant))
                                    in broken else j.state) for j in judged}
         summary = {"baseline_run": self.plan.baseline_run,
-                   "variants": [_judged_json(j, states[j.variant.name]) for j in judged],
+                   "variants": [judged_json(j, states[j.variant.name]) for j in judged],
                    "dispersion": {metric: spread.to_json()
                                   for metric, spread in self.spread(done).items()}}
-        log = tuple(row for j in judged for row in _trail(j))
+        log = tuple(row for j in judged for row in trail(j))
         regressions = [name for name, state in states.items() if state == "regression"]
         waiting = [name for name, state in states.items()
                    if state in ("measuring", "confirming")]
         if regressions:
-            words = "; ".join(_regression_words(j) for j in judged if j.variant.name
+            words = "; ".join(regression_words(j) for j in judged if j.variant.name
                               in regressions)
             uncontrolled = not self.plan.confirm_build and any(
                 metric in CONTINUOUS for j in judged for metric in j.regressed)
@@ -375,7 +344,7 @@ class SweepStrategy:
         else:
             unconfirmed = [n for n, s in states.items() if s == "unconfirmed"]
             new = [n for n, s in states.items() if s == "new"]
-            drifted = "; ".join(_drift_words(j) for j in judged if j.uncontrolled)
+            drifted = "; ".join(drift_words(j) for j in judged if j.uncontrolled)
             status, reason = Status.NO_CULPRIT, "clean: no variant differs from the baseline" + (
                 f" ({', '.join(unconfirmed)}: a difference the fresh trials did not show "
                 "again)" if unconfirmed else "") + (
@@ -402,57 +371,3 @@ def _interleaved(levels: list[dict[str, str]]) -> list[dict[str, str]]:
     for index in range(max(len(current), len(baseline))):
         out += current[index:index + 1] + baseline[index:index + 1]
     return out
-
-
-def _comparison_json(c: Comparison) -> dict[str, Any]:
-    return {"metric": c.metric, "answer": c.answer.value, "baseline": c.baseline,
-            "current": c.current, "change": c.change,
-            "interval": [x if math.isfinite(x) else None for x in c.interval],  # strict JSON
-            "p_worse": c.p_worse, "p_same": c.p_same, "min_effect": c.min_effect,
-            "alpha": c.alpha,
-            **({"counts": [list(x) for x in c.counts]} if c.counts is not None else {}),
-            **({"effective": [list(x) for x in c.effective]} if c.effective is not None
-               else {}),
-            **({"p_same_trials": c.p_same_trials} if c.p_same_trials is not None else {}),
-            **({"values": [list(x) for x in c.values]} if c.values is not None else {})}
-
-
-def _judged_json(j: Judged, state: str) -> dict[str, Any]:
-    return {"name": j.variant.name, "levels": dict(j.variant.levels), "state": state,
-            "trials": j.trials, "comparisons": [_comparison_json(c) for c in j.comparisons],
-            "suspected": list(j.suspected), "confirm_trials": j.confirm_trials,
-            "confirmation": [_comparison_json(c) for c in j.confirmation],
-            "regressed": list(j.regressed), "controls": j.controls,
-            "uncontrolled": list(j.uncontrolled)}
-
-
-def _said(c: Comparison) -> str:
-    if c.metric in BINARY:
-        return (f"{c.metric} {c.baseline:.1%} -> {c.current:.1%} "
-                f"({c.change * 100:+.1f} points)")
-    return said_change(c.metric, c.change)  # a drop negative: "throughput -31%"
-
-
-def _drift_words(j: Judged) -> str:
-    said = ", ".join(_said(c) for c in j.comparisons if c.metric in j.uncontrolled)
-    return f"{j.variant.name}: {said}"
-
-
-def _regression_words(j: Judged) -> str:
-    said = ", ".join(_said(c) for c in j.confirmation if c.answer == Difference.DIFFERENT)
-    return f"{j.variant.name}: {said}"
-
-
-_WHAT: Mapping[str, str] = {"corruption": "corrupted sessions", "wedging": "errors and timeouts",
-                            "throughput": "output tokens/s", "p99_latency": "p99 e2e latency"}
-
-
-def _trail(j: Judged) -> list[dict[str, Any]]:
-    """The decision trail (`bisect log`): each comparison the run decided on."""
-    rows = [{"phase": "compare", "variant": j.variant.name, "levels": dict(j.variant.levels),
-             "trials": j.trials,
-             "what": _WHAT[c.metric], **_comparison_json(c)} for c in j.comparisons]
-    rows += [{"phase": "confirm", "variant": j.variant.name, "levels": dict(j.variant.levels),
-              "trials": j.confirm_trials,
-              "what": _WHAT[c.metric], **_comparison_json(c)} for c in j.confirmation]
-    return rows
