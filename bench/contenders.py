@@ -47,8 +47,11 @@ def _named(verdict: Verdict) -> list[Levels] | None:
     return None
 
 
-def run_adaptive(s: Scenario, pool: Pool, loop: Loop) -> list[Levels] | None:
-    return _named(loop({"kind": "adaptive", "alpha": ALPHA}))
+def run_adaptive(s: Scenario, pool: Pool, loop: Loop, per_variant: int | None = None
+                 ) -> list[Levels] | None:
+    """``per_variant``: the budget of trials a variant (else the strategy's default)."""
+    budget = {} if per_variant is None else {"max_trials_per_variant": per_variant}
+    return _named(loop({"kind": "adaptive", "alpha": ALPHA, **budget}))
 
 
 def run_factorial(s: Scenario, pool: Pool, loop: Loop, repeats: int = 2,
@@ -145,4 +148,9 @@ CONTENDERS: dict[str, Contender] = {
     # the same with 4 trials per variant: what one-at-a-time costs to get closer to right
     "one-at-a-time x4": lambda s, pool, loop: run_one_at_a_time(s, pool, loop, trials=4),
     "oracle": run_oracle,
+}
+# Run only when named (``--only``): what a larger budget buys where the default falls short
+BUDGETS: dict[str, Contender] = {
+    "adaptive-12": lambda s, pool, loop: run_adaptive(s, pool, loop, per_variant=12),
+    "adaptive-24": lambda s, pool, loop: run_adaptive(s, pool, loop, per_variant=24),
 }

@@ -11,6 +11,9 @@ workload, 16 GPUs per pool): a full trial is 9,200 GPU-s. Trials draw the noise 
     .venv/bin/python -m bench.strategies [--seeds 50] [--pools 2] [--json out.json]
         [--only adaptive,oracle] [--scenario wedge] [--trial-noise real|iid] [--workers 2]
 
+``--only adaptive-12`` (or ``adaptive-24``): the adaptive strategy with that many trials a
+variant, its budget, where the default (6) falls short.
+
 ``--workers``: processes, each a share of the seeds and a store of its own (the seeds' draws do
 not depend on which process runs them). The JSON lists the seeds each cell got wrong.
 """
@@ -26,7 +29,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.contenders import CONTENDERS
+from bench.contenders import BUDGETS, CONTENDERS
 from bench.noise import NOISES, TrialNoise
 from bench.scenarios import FULL_TRIAL_GPU_S, Levels, Scenario, scenarios
 from bench.simulated import run_strategy
@@ -42,7 +45,7 @@ def _seeds(scenario_name: str, name: str, seeds: list[int], pools: int, noise: T
            ) -> list[dict[str, Any]]:
     """Each seed's outcome: right, a false set named, its cost (one store for these seeds)."""
     scenario = next(s for s in scenarios() if s.name == scenario_name)
-    run = CONTENDERS[name]
+    run = {**CONTENDERS, **BUDGETS}[name]
     truth = _key(scenario.culprits)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bisect-bench-") as folder:
@@ -111,7 +114,8 @@ def main() -> None:
                         help="pools the strategies' campaigns run on (2, as the demo's; with 1 "
                              "each trial is proposed after every earlier one has ended)")
     parser.add_argument("--only", default=",".join(CONTENDERS),
-                        help="contenders to run, comma-separated (the table needs all)")
+                        help="contenders to run, comma-separated (the table needs all; "
+                             f"also: {', '.join(BUDGETS)})")
     parser.add_argument("--scenario", default="",
                         help="run only the scenarios whose name contains this")
     parser.add_argument("--trial-noise", choices=list(NOISES), default="real",
@@ -120,7 +124,7 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     args = parser.parse_args()
     noise = NOISES[args.trial_noise]
-    names = [n for n in CONTENDERS if n in args.only.split(",")]
+    names = [n for n in {**CONTENDERS, **BUDGETS} if n in args.only.split(",")]
     rows = []
     started = time.monotonic()
     for scenario in [s for s in scenarios() if args.scenario in s.name]:
