@@ -141,9 +141,9 @@ class Optimize:
                       if variant_key(s) not in {variant_key(o) for o in seeds[:i]}]
         self.budget = plan.trials if grid is None else min(plan.trials, grid)
         self.unresolvable: tuple[Unresolvable, ...] = ()
-        # where the final phase began, and the trials up to it (seq, variant): every trial
-        # before it had ended, so a later replay of the same run finds it where it was
-        self._began: tuple[int, tuple[tuple[int, str], ...]] | None = None
+        # where the final phase began, and the trials up to it: every trial before it had
+        # ended, so a later replay of the same run finds it where it was
+        self._began: tuple[int, tuple[TrialEvidence, ...]] | None = None
 
     def _copy(self, search: Search | None, unresolvable: Sequence[Unresolvable]) -> Optimize:
         other = Optimize(self.plan, self.factors, self.pools, self.known_good, search, self.grid)
@@ -400,5 +400,5 @@ class Optimize:
         return steps
 
 
-def _upto(done: Sequence[TrialEvidence], after: int) -> tuple[tuple[int, str], ...]:
-    return tuple(sorted((t.seq, variant_key(t.levels)) for t in done if t.seq <= after))
+def _upto(done: Sequence[TrialEvidence], after: int) -> tuple[TrialEvidence, ...]:
+    return tuple(sorted((t for t in done if t.seq <= after), key=lambda t: t.seq))

@@ -71,11 +71,13 @@ from orchestrator.core.strategies.sweep_judged import (
 )
 
 BUILD = "build"  # the factor of a run that can put the baseline's commit back
-# A rise of corruption or wedging becomes a suspect when it is significant and at least this
-# share of its threshold: the threshold is the rise a sweep must catch, and a true rise of
+# A worsening of any watched metric becomes a suspect when it is significant and at least this
+# share of its threshold: the threshold is the change a sweep must catch, and a true change of
 # exactly it is seen below it half the time (bench/sweeps.py: 48% of 5-point regressions found
 # at a share of 1, 96% at 0.4). SAME still rules out the whole threshold.
 DETECT = 0.4
+
+
 @dataclass(frozen=True)
 class Sample:
     """What one trial gives each metric: session counts, and the two performance figures."""
