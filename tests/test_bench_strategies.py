@@ -1,0 +1,37 @@
+"""The strategy benchmark's contenders at a larger budget (bench/contenders.py ``BUDGETS``):
+each asks the adaptive strategy for its budget, and runs through the real loop to a verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench.contenders import BUDGETS
+from bench.noise import IID
+from bench.scenarios import ALPHA, scenarios
+from bench.strategies import _seeds
+
+NO_CULPRIT = next(s for s in scenarios() if s.name.startswith("no culprit"))
+
+
+class Asked(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("name", "per_variant"), [("adaptive-12", 12), ("adaptive-24", 24)])
+def test_a_budget_contender_asks_for_its_budget(name: str, per_variant: int) -> None:
+    asked: list[dict[str, Any]] = []
+
+    def loop(strategy: dict[str, Any]) -> Any:
+        asked.append(strategy)
+        raise Asked
+
+    with pytest.raises(Asked):
+        BUDGETS[name](NO_CULPRIT, NO_CULPRIT.pool(0, IID), loop)
+    assert asked == [{"kind": "adaptive", "alpha": ALPHA, "max_trials_per_variant": per_variant}]
+
+
+def test_a_budget_contender_runs_to_a_verdict() -> None:
+    [row] = _seeds(NO_CULPRIT.name, "adaptive-12", [0], 2, IID)
+    assert row["correct"] and not row["accused"] and row["trials"] >= 3
