@@ -42,6 +42,9 @@ def test_the_spread_allows_for_restarts_a_clean_baseline_cannot_show() -> None:
     clean = [trial(PRODUCTION, 0) for _ in range(3)]
     # no trial failed: the trials show no spread, and the restart prior stands in for it
     assert strategy.spread(clean)["corruption"] == Dispersion(RESTART_PRIOR.tau2, 0)
+    # at a 1% rate, trials that show little spread do not lower it: the prior is its floor
+    low = strategy.spread([trial(PRODUCTION, k) for k in (1, 0, 1, 1, 0, 1)])["corruption"]
+    assert low.df > 0 and low.tau2 == RESTART_PRIOR.tau2
     # a wider spread the trials show is kept
     spread = [trial(PRODUCTION, k) for k in (0, 12, 0, 12, 0, 12)]
     assert strategy.spread(spread)["corruption"].tau2 > 1.0
