@@ -103,6 +103,12 @@ class Dispersion:
         moderated = (self.tau2 * self.df + prior.tau2 * prior.df) / df
         return Dispersion(max(self.tau2, moderated), self.df)
 
+    def at_least(self, prior: Dispersion) -> Dispersion:
+        """The estimate, never below ``prior``'s spread (a floor, where ``with_prior`` weighs
+        the prior in by degrees of freedom): at low rates the trials show little of their
+        spread whatever their number, so their degrees of freedom overstate what they show."""
+        return Dispersion(max(self.tau2, prior.tau2), self.df)
+
     def to_json(self) -> dict[str, float | int]:
         return {"tau2": round(self.tau2, 6), "df": self.df}
 

@@ -106,15 +106,14 @@ def _trial_counts(samples: Sequence[Sample], metric: str) -> list[Counts]:
     return [(t.failures, t.judged) for t in judged]
 
 
-def _summed(samples: Sequence[Sample], metric: str) -> Counts:
-    trials = _trial_counts(samples, metric)
+def _summed(trials: Sequence[Counts]) -> Counts:
     return sum(k for k, _ in trials), sum(n for _, n in trials)
 
 
 def _tail(spread: Dispersion, failing: int, sizes: tuple[int, ...], rate: float) -> float:
     """P(at most ``failing`` over trials of ``sizes``) at ``rate``, each trial's rate spread
     as ``spread`` says (``Dispersion.at_most``)."""
-    return spread.at_most(failing, sizes, min(1.0, rate))
+    return spread.at_most(failing, sizes, rate)
 
 
 def _values_each(samples: Sequence[Sample], metric: str) -> list[float | None]:
@@ -143,7 +142,7 @@ def compare(metric: str, current: Sequence[Sample], reference: Sequence[Sample],
     least = detect if confirming else threshold  # the worsening SAME rules out
     if metric in BINARY:
         trials = _trial_counts(current, metric)
-        now, then = _summed(current, metric), _summed(reference, metric)
+        now, then = _summed(trials), _summed(_trial_counts(reference, metric))
         tested = (spread.effective(now, len(current)), spread.effective(then, len(reference)))
         ruled_out = (then[0] / then[1] if then[1] else 0.0) + least
         return compare_counts(metric, now, then, min_effect=least, alpha=plan.alpha,
@@ -210,11 +209,9 @@ class SweepStrategy:
             groups.setdefault(variant_key(trial.levels), []).append(of_trial(trial))
         for name, samples in self.baseline.items():
             groups[f"baseline run: {name}"] = samples
-        seen = {metric: dispersion(_trial_counts(samples, metric)
-                                   for samples in groups.values()).with_prior(RESTART_PRIOR)
+        return {metric: dispersion(_trial_counts(samples, metric)
+                                   for samples in groups.values()).at_least(RESTART_PRIOR)
                 for metric in BINARY}
-        return {metric: Dispersion(max(d.tau2, RESTART_PRIOR.tau2), d.df)
-                for metric, d in seen.items()}
 
     def judge(self, variant: NamedVariant, done: Sequence[TrialEvidence],
               spread: Mapping[str, Dispersion] | None = None) -> Judged:
