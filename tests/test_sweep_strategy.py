@@ -113,11 +113,18 @@ def test_throughput_is_compared_per_trial_with_the_controls_beside_it() -> None:
     assert strategy.conclude(drifted, []).status is Status.NO_CULPRIT
     # the current build at 600 beside controls at 1,000 of the same hours: a regression
     slow = paired([600, 610, 590, 605, 598], [1000, 1010, 995, 990, 1005])
+    # two fresh pairs are the first look, at a share of alpha that one degree of freedom
+    # cannot reach (p 0.006 against 0.01 over the looks 2, 4, 6, 8 and 12)
+    judged = strategy.judged(slow)[0]
+    assert judged.state == "confirming" and judged.confirmation[0].p_worse > 0.002
+    assert judged.confirmation[0].alpha_worse == pytest.approx(0.002)
+    slow += paired([603, 601], [1002, 996])
     judged = strategy.judged(slow)[0]
     assert judged.state == "regression" and judged.regressed == ("throughput",)
     # confirmed on the fresh pairs alone, each against the control run beside it
-    assert judged.confirm_trials == 2
-    assert judged.confirmation[0].values == ((605.0, 598.0), (990.0, 1005.0))
+    assert judged.confirm_trials == 4
+    assert judged.confirmation[0].values == ((605.0, 598.0, 603.0, 601.0),
+                                             (990.0, 1005.0, 1002.0, 996.0))
 
 
 def test_without_a_control_a_throughput_change_is_shown_and_never_an_alert() -> None:
@@ -145,7 +152,7 @@ def test_a_throughput_drop_reads_as_a_drop_in_every_reason_line(
     baseline = [BaselineTrial(variant="production", counts={"ok": 80}, output_throughput=v,
                               p99_e2e_ms=300) for v in (1000, 1000, 1000)]
     strategy = SweepStrategy(plan(baseline, thresholds=watched, confirm_build=True))
-    slow = [t for _ in range(5) for t in (trial(NOW, 0, throughput=600, p99_ms=450),
+    slow = [t for _ in range(7) for t in (trial(NOW, 0, throughput=600, p99_ms=450),
                                            trial(THEN, 0, throughput=1000, p99_ms=300))]
     conclusion = strategy.conclude(slow, [])
     assert conclusion.status is Status.CULPRIT

@@ -117,7 +117,7 @@ def trail_line(index: int, step: dict[str, Any]) -> str:
     if "metric" in step:  # a sweep's: one metric of a variant against its reference
         return (f"{index:3} {step['phase']:<8} {step['variant']:<16} {step['metric']:<12} "
                 f"{step['answer']:<10} {sweep_change(step)}  in {step['trials']} trial(s)  "
-                f"p(worse)={_p(step['p_worse'])}{_at(step['alpha'])} "
+                f"p(worse)={_p(step['p_worse'])}{_at(step.get('alpha_worse', step['alpha']))} "
                 f"p(same)={_p(step['p_same'])}{_at(step['alpha'])}  {variant}")
     if "standing" in step:  # a search's: one trial, and where its configuration stands
         value = "–" if step["value"] is None else f"{step['value']:.4g}"

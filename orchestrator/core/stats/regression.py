@@ -70,6 +70,14 @@ class Comparison:
     # the baseline's plus min_effect (SAME must pass it too); None where none was given
     p_same_trials: float | None = None
     values: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # current, baseline
+    # the p_worse DIFFERENT needed where it is not ``alpha``: a caller that tests at several
+    # looks spends its alpha over them (None: ``alpha``)
+    alpha_worse: float | None = None
+
+    @property
+    def level_worse(self) -> float:
+        """The p_worse DIFFERENT needed."""
+        return self.alpha if self.alpha_worse is None else self.alpha_worse
 
 
 # The per-trial figures whose drop is the worsening (``compare_values(worse="lower")``).
@@ -102,6 +110,15 @@ def _check_alpha(metric: str, alpha: float) -> None:
         raise ValueError(f"{metric}: alpha must be between 0 and 0.5, got {alpha}")
 
 
+def _check_alpha_worse(metric: str, alpha: float, alpha_worse: float | None) -> float:
+    if alpha_worse is None:
+        return alpha
+    if not 0.0 < alpha_worse <= alpha:
+        raise ValueError(f"{metric}: alpha_worse must be above 0 and at most alpha ({alpha}), "
+                         f"got {alpha_worse}")
+    return alpha_worse
+
+
 def _check_counts(metric: str, side: str, counts: tuple[int, int]) -> tuple[int, int]:
     k, n = counts
     if isinstance(k, bool) or isinstance(n, bool) or not isinstance(k, int | np.integer) \
@@ -114,7 +131,8 @@ def _check_counts(metric: str, side: str, counts: tuple[int, int]) -> tuple[int,
 def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, int], *,
                    min_effect: float, alpha: float, detect: float | None = None,
                    effective: tuple[tuple[int, int], tuple[int, int]] | None = None,
-                   p_same_trials: float | None = None) -> Comparison:
+                   p_same_trials: float | None = None,
+                   alpha_worse: float | None = None) -> Comparison:
     """Compare failing sessions of judged sessions, ``(k, n)``, current against baseline.
 
     DIFFERENT: one-sided Fisher p <= alpha and a rise of at least ``detect`` (a rate
@@ -133,9 +151,11 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
     current side's trials one by one (stats/clustered.py ``Dispersion.at_most``): a variant
     failing at the rate SAME rules out, whose few restarts landed low, shows fewer failures
     than a design effect taken at those trials' own rate allows for. SAME must pass both;
-    ``p_same`` is the larger.
+    ``p_same`` is the larger. ``alpha_worse``: the p_worse DIFFERENT needs, where a caller
+    looking several times spends ``alpha`` over its looks (default ``alpha``).
     """
     _check_alpha(metric, alpha)
+    worse_at = _check_alpha_worse(metric, alpha, alpha_worse)
     if not 0.0 < min_effect < 1.0:
         raise ValueError(f"{metric}: min_effect must be between 0 and 1, got {min_effect}")
     k1, n1 = _check_counts(metric, "current", current)
@@ -153,7 +173,7 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
                  0.0 if p_same_trials is None else p_same_trials)
     if n1 == 0 or n2 == 0:
         answer = Difference.UNKNOWN
-    elif p_worse <= alpha and change >= (min_effect if detect is None else detect) - SLACK:
+    elif p_worse <= worse_at and change >= (min_effect if detect is None else detect) - SLACK:
         answer = Difference.DIFFERENT
     elif p_same <= alpha and change < min_effect - SLACK:
         answer = Difference.SAME
@@ -162,7 +182,7 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
     return Comparison(metric, answer, rate2, rate1, change, interval, p_worse, p_same,
                       min_effect, alpha, counts=((k1, n1), (k2, n2)),
                       effective=None if tested == ((k1, n1), (k2, n2)) else tested,
-                      p_same_trials=p_same_trials)
+                      p_same_trials=p_same_trials, alpha_worse=alpha_worse)
 
 
 def _logs(metric: str, side: str, values: Sequence[float]) -> np.ndarray:
@@ -179,7 +199,7 @@ def _logs(metric: str, side: str, values: Sequence[float]) -> np.ndarray:
 def compare_values(metric: str, current: Sequence[float], baseline: Sequence[float], *,
                    min_relative: float, alpha: float, worse: Literal["lower", "higher"],
                    noise_floor: float = NOISE_FLOOR, paired: bool = False,
-                   detect: float | None = None) -> Comparison:
+                   detect: float | None = None, alpha_worse: float | None = None) -> Comparison:
     """Compare one value per trial, current against baseline, on the log scale (a ratio of
     geometric means: a 10% drop means the same at 100 and at 10,000 tokens/s).
 
@@ -198,9 +218,11 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
     ``compare_counts`` does);
     SAME: the one-sided 1 - alpha upper bound of the worsening is below ``min_relative``.
     The pooled standard deviation of log values is at least ``noise_floor`` (NOISE_FLOOR).
-    Fewer than two values on a side: UNKNOWN, and its interval is infinite.
+    Fewer than two values on a side: UNKNOWN, and its interval is infinite. ``alpha_worse``:
+    the p_worse DIFFERENT needs, as ``compare_counts`` takes it.
     """
     _check_alpha(metric, alpha)
+    worse_at = _check_alpha_worse(metric, alpha, alpha_worse)
     if worse not in ("lower", "higher"):
         raise ValueError(f"{metric}: worse must be 'lower' or 'higher', got {worse!r}")
     if not min_relative > 0.0 or (worse == "lower" and not min_relative < 1.0):
@@ -226,7 +248,8 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
     if log1.size < 2 or log2.size < 2:
         change = relative(sign * (mean1 - mean2)) if log1.size and log2.size else 0.0
         return Comparison(metric, Difference.UNKNOWN, baseline_mean, current_mean, change,
-                          (-math.inf, math.inf), 1.0, 1.0, min_relative, alpha, values=values)
+                          (-math.inf, math.inf), 1.0, 1.0, min_relative, alpha, values=values,
+                          alpha_worse=alpha_worse)
     worsening = sign * (mean1 - mean2)
     if paired:
         if log1.size != log2.size:
@@ -247,11 +270,12 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
     half = float(stdtrit(df, 1.0 - alpha)) * se
     low, high = relative(worsening - half), relative(worsening + half)
     change = relative(worsening)
-    if p_worse <= alpha and change >= (min_relative if detect is None else detect) - SLACK:
+    if p_worse <= worse_at and change >= (min_relative if detect is None else detect) - SLACK:
         answer = Difference.DIFFERENT
     elif high < min_relative:
         answer = Difference.SAME
     else:
         answer = Difference.UNKNOWN
     return Comparison(metric, answer, baseline_mean, current_mean, change, (low, high),
-                      p_worse, p_same, min_relative, alpha, values=values)
+                      p_worse, p_same, min_relative, alpha, values=values,
+                      alpha_worse=alpha_worse)

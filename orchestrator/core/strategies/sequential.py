@@ -67,6 +67,22 @@ def budget(max_trials: int, *tests: tuple[float | None, float]) -> int:
     return max_trials * (EXTENDED if any(leans(p, level) for p, level in tests) else 1)
 
 
+def looks(first: int, max_trials: int) -> tuple[int, ...]:
+    """The trial counts a group-sequential test judges at: ``first``, doubling from it, and the
+    budget with its extension (``max_trials``, `EXTENDED` times it). A test judged after every
+    trial looks ten times or more within a budget, and each look is one more chance for noise
+    to cross the level; at these few, fixed looks ``alpha`` can be split between them."""
+    last = EXTENDED * max_trials
+    doubling = {first << k for k in range(max(0, last).bit_length()) if first << k <= last}
+    return tuple(sorted(n for n in doubling | {max_trials, last} if n >= first))
+
+
+def spent(alpha: float, at: Sequence[int]) -> float:
+    """The level of each of the looks ``at``, so that all of them together err at most
+    ``alpha`` (Bonferroni: the looks share their trials, so this is on the safe side)."""
+    return alpha / max(1, len(at))
+
+
 @dataclass(frozen=True)
 class Step:
     """One line of the decision trail."""

@@ -58,7 +58,7 @@ from orchestrator.core.strategies.base import (
     Unresolvable,
     not_yet_running,
 )
-from orchestrator.core.strategies.sequential import budget
+from orchestrator.core.strategies.sequential import budget, looks, spent
 from orchestrator.core.strategies.sweep_judged import (
     BINARY,
     CONTINUOUS,
@@ -132,16 +132,23 @@ def compare(metric: str, current: Sequence[Sample], reference: Sequence[Sample],
     """One metric of ``current`` against ``reference``; None where it is not watched or not
     measured on both sides (a probe has no throughput). ``confirming``: a suspect's fresh
     trials, let go only when they rule out the rise that made it one (DETECT of the
-    threshold), not merely the whole threshold. ``spread``: between trials, of this metric's
-    rate (session counts are tested at their design effect). ``paired``: ``reference[i]`` is
-    the control run beside ``current[i]`` (performance is then compared pair by pair)."""
+    threshold), not merely the whole threshold, and found worse only at the level of one of
+    the confirmation's looks (``confirm_looks``). ``spread``: between trials, of this metric's
+    rate (session counts are tested at their design effect), taken wider where ``current``'s
+    own trials show more. ``paired``: ``reference[i]`` is the control run beside
+    ``current[i]`` (performance is then compared pair by pair)."""
     threshold = getattr(plan.thresholds, metric)
     if threshold is None:
         return None
     detect = DETECT * threshold
     least = detect if confirming else threshold  # the worsening SAME rules out
+    alpha_worse = spent(plan.alpha, confirm_looks(plan)) if confirming else None
     if metric in BINARY:
         trials = _trial_counts(current, metric)
+        # a rise carried by one or two trials that landed high (9 and 7 leaks of 45, the rest
+        # near 0: bench/sweeps.py, a false alert) is what a restart does, whatever the run's
+        # other variants say about restarts
+        spread = spread.at_least(dispersion([trials]))
         now, then = _summed(trials), _summed(_trial_counts(reference, metric))
         tested = (spread.effective(now, len(current)), spread.effective(then, len(reference)))
         ruled_out = (then[0] / then[1] if then[1] else 0.0) + least
@@ -149,7 +156,8 @@ def compare(metric: str, current: Sequence[Sample], reference: Sequence[Sample],
                               detect=detect,
                               effective=None if tested == (now, then) else tested,
                               p_same_trials=_tail(spread, now[0],
-                                                  tuple(n for _, n in trials), ruled_out))
+                                                  tuple(n for _, n in trials), ruled_out),
+                              alpha_worse=alpha_worse)
     if paired:  # pairs where both trials measured it
         both = [(a, b) for a, b in zip(_values_each(current, metric),
                                        _values_each(reference, metric), strict=True)
@@ -161,7 +169,7 @@ def compare(metric: str, current: Sequence[Sample], reference: Sequence[Sample],
         return None
     return compare_values(metric, values, baseline, min_relative=least, alpha=plan.alpha,
                           worse="lower" if metric == "throughput" else "higher",
-                          paired=paired, detect=detect)
+                          paired=paired, detect=detect, alpha_worse=alpha_worse)
 
 
 def _answers(comparisons: Sequence[Comparison]) -> set[Difference]:
@@ -272,8 +280,10 @@ class SweepStrategy:
         fresh = sides.mine[seen:]
         fresh_controls = sides.controls[seen:]
         pairs = min(len(fresh), len(fresh_controls)) if controlled else len(fresh)
+        at = [n for n in confirm_looks(plan) if n <= pairs]  # the looks taken so far
         partial: tuple[Comparison, ...] = ()
-        if pairs >= plan.confirm_trials:
+        if at:
+            pairs = at[-1]  # judged at its last look: the same answer until the next
             against = fresh_controls[:pairs] if controlled else sides.reference
             judged = tuple(c for metric in suspected
                            if (c := compare(metric, fresh[:pairs], against, plan, True,
@@ -287,7 +297,7 @@ class SweepStrategy:
                 return Judged(variant, state, seen, found, suspected, judged, pairs,
                               controls=seen if controlled else 0)
             partial = judged
-        wanted = max(plan.confirm_trials, pairs + 1)
+        wanted = min(n for n in confirm_looks(plan) if n > pairs) if at else plan.confirm_trials
         return Judged(variant, "confirming", seen, found, suspected, partial, pairs,
                       needed=tuple(self._pairs(variant, wanted - len(fresh),
                                                wanted - len(fresh_controls) if controlled
@@ -361,8 +371,16 @@ def _budget(plan: SweepConfig, comparisons: Sequence[Comparison]) -> int:
     (sequential.budget) while an undecided metric leans worse (its p short of alpha, but within
     ``LEANS_AT``): a regression that restarts spread shows itself a few trials later, and
     stopping there would leave it as undecided as a clean variant."""
-    return budget(plan.max_trials, *((c.p_worse, plan.alpha) for c in comparisons
+    return budget(plan.max_trials, *((c.p_worse, c.level_worse) for c in comparisons
                                      if c.answer == Difference.UNKNOWN))
+
+
+def confirm_looks(plan: SweepConfig) -> tuple[int, ...]:
+    """The fresh trials a suspect's confirmation judges at (3, 6, 12 and 24 at a sweep file's
+    default budget), each at an equal share of ``alpha``: an alert is the confirmation's
+    DIFFERENT, and judged after every fresh trial, a clean variant's noise had ten chances or
+    more to cross alpha (bench/sweeps.py: 2 of 200 clean runs alerted)."""
+    return looks(plan.confirm_trials, plan.max_trials)
 
 
 def _interleaved(levels: list[dict[str, str]]) -> list[dict[str, str]]:

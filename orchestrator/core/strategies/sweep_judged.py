@@ -60,6 +60,7 @@ def _comparison_json(c: Comparison) -> dict[str, Any]:
             **({"effective": [list(x) for x in c.effective]} if c.effective is not None
                else {}),
             **({"p_same_trials": c.p_same_trials} if c.p_same_trials is not None else {}),
+            **({"alpha_worse": c.alpha_worse} if c.alpha_worse is not None else {}),
             **({"values": [list(x) for x in c.values]} if c.values is not None else {})}
 
 
