@@ -47,10 +47,12 @@ def _named(verdict: Verdict) -> list[Levels] | None:
     return None
 
 
-def run_adaptive(s: Scenario, pool: Pool, loop: Loop, per_variant: int | None = None
-                 ) -> list[Levels] | None:
-    """``per_variant``: the budget of trials a variant (else the strategy's default)."""
-    budget = {} if per_variant is None else {"max_trials_per_variant": per_variant}
+def run_adaptive(s: Scenario, pool: Pool, loop: Loop, per_variant: int | None = None,
+                 campaign: int | None = None) -> list[Levels] | None:
+    """``per_variant``: the budget of trials a variant, ``campaign``: of the campaign (else
+    the strategy's defaults)."""
+    budget = {**({} if per_variant is None else {"max_trials_per_variant": per_variant}),
+              **({} if campaign is None else {"max_trials": campaign})}
     return _named(loop({"kind": "adaptive", "alpha": ALPHA, **budget}))
 
 
@@ -153,4 +155,7 @@ CONTENDERS: dict[str, Contender] = {
 BUDGETS: dict[str, Contender] = {
     "adaptive-12": lambda s, pool, loop: run_adaptive(s, pool, loop, per_variant=12),
     "adaptive-24": lambda s, pool, loop: run_adaptive(s, pool, loop, per_variant=24),
+    # and a campaign's budget four times the default (120 trials)
+    "adaptive-12-480": lambda s, pool, loop: run_adaptive(s, pool, loop, per_variant=12,
+                                                          campaign=480),
 }

@@ -12,7 +12,8 @@ workload, 16 GPUs per pool): a full trial is 9,200 GPU-s. Trials draw the noise 
         [--only adaptive,oracle] [--scenario wedge] [--trial-noise real|iid] [--workers 2]
 
 ``--only adaptive-12`` (or ``adaptive-24``): the adaptive strategy with that many trials a
-variant, its budget, where the default (6) falls short.
+variant, its budget, where the default (6) falls short; ``adaptive-12-480`` with a campaign
+budget of 480 trials too (the default: 120).
 
 ``--workers``: processes, each a share of the seeds and a store of its own (the seeds' draws do
 not depend on which process runs them). The JSON lists the seeds each cell got wrong.

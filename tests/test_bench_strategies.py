@@ -19,8 +19,12 @@ class Asked(Exception):
     pass
 
 
-@pytest.mark.parametrize(("name", "per_variant"), [("adaptive-12", 12), ("adaptive-24", 24)])
-def test_a_budget_contender_asks_for_its_budget(name: str, per_variant: int) -> None:
+@pytest.mark.parametrize(("name", "budget"), [
+    ("adaptive-12", {"max_trials_per_variant": 12}),
+    ("adaptive-24", {"max_trials_per_variant": 24}),
+    ("adaptive-12-480", {"max_trials_per_variant": 12, "max_trials": 480}),
+])
+def test_a_budget_contender_asks_for_its_budget(name: str, budget: dict[str, int]) -> None:
     asked: list[dict[str, Any]] = []
 
     def loop(strategy: dict[str, Any]) -> Any:
@@ -29,7 +33,7 @@ def test_a_budget_contender_asks_for_its_budget(name: str, per_variant: int) -> 
 
     with pytest.raises(Asked):
         BUDGETS[name](NO_CULPRIT, NO_CULPRIT.pool(0, IID), loop)
-    assert asked == [{"kind": "adaptive", "alpha": ALPHA, "max_trials_per_variant": per_variant}]
+    assert asked == [{"kind": "adaptive", "alpha": ALPHA, **budget}]
 
 
 def test_a_budget_contender_runs_to_a_verdict() -> None:
