@@ -134,9 +134,8 @@ def compare(metric: str, current: Sequence[Sample], reference: Sequence[Sample],
     trials, let go only when they rule out the rise that made it one (DETECT of the
     threshold), not merely the whole threshold, and found worse only at the level of one of
     the confirmation's looks (``confirm_looks``). ``spread``: between trials, of this metric's
-    rate (session counts are tested at their design effect), taken wider where ``current``'s
-    own trials show more. ``paired``: ``reference[i]`` is the control run beside
-    ``current[i]`` (performance is then compared pair by pair)."""
+    rate (session counts are tested at their design effect). ``paired``: ``reference[i]`` is
+    the control run beside ``current[i]`` (performance is then compared pair by pair)."""
     threshold = getattr(plan.thresholds, metric)
     if threshold is None:
         return None
@@ -145,10 +144,6 @@ def compare(metric: str, current: Sequence[Sample], reference: Sequence[Sample],
     alpha_worse = spent(plan.alpha, confirm_looks(plan)) if confirming else None
     if metric in BINARY:
         trials = _trial_counts(current, metric)
-        # a rise carried by one or two trials that landed high (9 and 7 leaks of 45, the rest
-        # near 0: bench/sweeps.py, a false alert) is what a restart does, whatever the run's
-        # other variants say about restarts
-        spread = spread.at_least(dispersion([trials]))
         now, then = _summed(trials), _summed(_trial_counts(reference, metric))
         tested = (spread.effective(now, len(current)), spread.effective(then, len(reference)))
         ruled_out = (then[0] / then[1] if then[1] else 0.0) + least
@@ -183,6 +178,11 @@ class _Sides:
     mine: list[Sample]  # the current build's
     controls: list[Sample]  # the baseline's build's, fresh (empty where it cannot run)
     reference: list[Sample]  # the baseline run's stored trials
+
+    @property
+    def pairs(self) -> int:
+        """Whole pairs run (a trial and its control)."""
+        return min(len(self.mine), len(self.controls))
 
     def detection(self, seen: int, metric: str) -> tuple[list[Sample], list[Sample]]:
         """What the first ``seen`` trials are compared with: performance with the controls
@@ -235,7 +235,8 @@ class SweepStrategy:
         wanted_controls = plan.min_trials if controlled and reference else 0
         if len(mine) < plan.min_trials or len(controls) < wanted_controls:
             return Judged(variant, "measuring", len(mine), (), needed=tuple(self._pairs(
-                variant, plan.min_trials - len(mine), wanted_controls - len(controls))))
+                variant, plan.min_trials - len(mine), wanted_controls - len(controls),
+                sides.pairs)))
         if not reference:
             return Judged(variant, "new", len(mine), ())
         usable = min(len(mine), len(controls)) if controlled else len(mine)  # whole pairs
@@ -261,14 +262,16 @@ class SweepStrategy:
                 return Judged(variant, "inconclusive", seen, found,
                               controls=seen if controlled else 0)
         return Judged(variant, "measuring", len(mine), found,
-                      needed=tuple(self._pairs(variant, 1, 1 if controlled else 0)),
+                      needed=tuple(self._pairs(variant, 1, 1 if controlled else 0,
+                                               sides.pairs)),
                       controls=usable if controlled else 0)
 
-    def _pairs(self, variant: NamedVariant, current: int, baseline: int) -> list[dict[str, str]]:
+    def _pairs(self, variant: NamedVariant, current: int, baseline: int, ran: int
+               ) -> list[dict[str, str]]:
         """``current`` trials of the variant and ``baseline`` of the baseline's build, each
-        control beside its trial."""
-        return _interleaved([self.levels(variant)] * max(0, current)
-                            + [self.levels(variant, "baseline")] * max(0, baseline))
+        control beside its trial; ``ran``: the whole pairs run before them."""
+        return _interleaved([self.levels(variant)] * max(0, current),
+                            [self.levels(variant, "baseline")] * max(0, baseline), ran)
 
     def _confirm(self, variant: NamedVariant, seen: int, found: tuple[Comparison, ...],
                  suspected: tuple[str, ...], sides: _Sides,
@@ -301,7 +304,7 @@ class SweepStrategy:
         return Judged(variant, "confirming", seen, found, suspected, partial, pairs,
                       needed=tuple(self._pairs(variant, wanted - len(fresh),
                                                wanted - len(fresh_controls) if controlled
-                                               else 0)),
+                                               else 0, sides.pairs)),
                       controls=seen if controlled else 0)
 
     def judged(self, done: Sequence[TrialEvidence]) -> list[Judged]:
@@ -383,11 +386,15 @@ def confirm_looks(plan: SweepConfig) -> tuple[int, ...]:
     return looks(plan.confirm_trials, plan.max_trials)
 
 
-def _interleaved(levels: list[dict[str, str]]) -> list[dict[str, str]]:
-    """Current and baseline builds alternating, so a pair runs side by side in time."""
-    current = [lv for lv in levels if lv.get(BUILD) != "baseline"]
-    baseline = [lv for lv in levels if lv.get(BUILD) == "baseline"]
+def _interleaved(current: list[dict[str, str]], baseline: list[dict[str, str]], ran: int
+                 ) -> list[dict[str, str]]:
+    """Current and baseline builds alternating, so a pair runs side by side in time, and each
+    pair in the order the reverse of the last (current first in the run's first, third...
+    pair; ``ran`` pairs ran before): a machine that speeds up or slows down over the hours
+    would otherwise favour the side that always runs second (bench/sweeps.py: a false
+    throughput alert, -7% over 12 pairs, every baseline trial run after its pair's)."""
     out: list[dict[str, str]] = []
     for index in range(max(len(current), len(baseline))):
-        out += current[index:index + 1] + baseline[index:index + 1]
+        pair = current[index:index + 1] + baseline[index:index + 1]
+        out += pair[::-1] if (ran + index) % 2 else pair
     return out
