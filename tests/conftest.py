@@ -112,7 +112,7 @@ def twin(tmp_path: Path) -> Iterator[TwinFactory]:
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[Cluster]:
     """One local Ray for the whole run (starting it costs seconds and ~450 MiB): a one-node
-    cluster, to which a test may add nodes (tests/test_load_generators.py adds a load machine)."""
+    cluster, to which a test may add nodes (test_load_generators.py adds a load machine)."""
     import ray
     from ray.cluster_utils import Cluster
 

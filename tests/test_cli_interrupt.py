@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.demo import twin_pool
-from tests.test_twin_support import race_faults
+from tests.support.twins import race_faults
 
 BISECT = str(Path(sys.executable).parent / "bisect")
 

@@ -275,7 +275,7 @@ def test_git_refs_that_look_like_options_are_refused_by_validation(tmp_path: Pat
     with pytest.raises(CampaignError, match=r"commits\.good: the git ref '--upload-pack=.*"
                                             r"begins with '-'.*\n.*commits\.bad: the git ref '-c'"):
         load_campaign(by_range)
-    # In the deploy layer the refs are passed after `--end-of-options` (tests/test_gitref.py);
+    # In the deploy layer the refs are passed after `--end-of-options` (test_gitref.py);
     # a NUL would cut one short (over SSH, silently): refused before git runs.
     tree = str(git_tree(tmp_path / "src"))
     transport = LocalTransport("here")

@@ -33,13 +33,11 @@ from bench.knob_space import (
 from db.store import Store
 from orchestrator.executor.base import TrialReport
 from orchestrator.search.study import DEPLOY_FAILED, ENDED, SEQ, study_name
+from tests.support.knob_search import SEARCH, SHORT
 from tests.support.optimize_planted import Recorder
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTUNA4 = Path(sys.prefix) / "optuna4"  # the Makefile installs Optuna 4.9 there
-SEARCH = {"trials": 40, "max_corruption": 0.05, "seed": 1}
-# What the tests of the search's parts run: the trade-off found or not, a shorter search
-SHORT = {**SEARCH, "trials": 14, "confirm_top": 2}
 
 
 def study_of(directory: Path, campaign_id: str = "knobs") -> optuna.Study:
@@ -205,17 +203,12 @@ def done_trials(store: Path) -> int:
         return 0
 
 
-class Slow(KnobPools):
-    def next_report(self) -> tuple[str, TrialReport]:
-        time.sleep(0.15)
-        return super().next_report()
-
-
 def test_a_driver_killed_resumes_the_same_study(tmp_path: Path) -> None:
     """SIGKILL mid-search (no cleanup of any kind), then the loop again on the same store:
     the study goes on where it was, every stored trial told once, nothing lost."""
     code = ("import sys; sys.path.insert(0, sys.argv[2]);"
-            "from tests.test_optimize_search import Slow, run_search, SHORT;"
+            "from bench.knob_space import run_search;"
+            "from tests.support.knob_search import Slow, SHORT;"
             "run_search(sys.argv[1], SHORT, pools=Slow(5))")
     child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(ROOT)], cwd=ROOT)
     try:

@@ -18,7 +18,7 @@ from orchestrator.reports.model import REPORT_VERSION, Report
 from orchestrator.reports.observed import MAX_EXCERPTS, MAX_POINTS, excerpt
 from orchestrator.reports.provenance import campaign_file
 from orchestrator.stored import create_campaign, verdict_of
-from tests.report_support import (
+from tests.support.report_campaigns import (
     CULPRIT,
     FACTORS,
     REPORT_SECRET,

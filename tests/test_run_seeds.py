@@ -34,13 +34,13 @@ from orchestrator.stored import (
     trial_seed,
 )
 from orchestrator.sweeps.run import run_seed
+from tests.support.twins import FAST
 from tests.sweep_support import (
     RealSweep,
     commit_faults,
     real_sweep_fixture,  # noqa: F401 - the session's runs
     sweep_file,
 )
-from tests.test_twin_support import FAST
 
 SESSIONS = 12
 # a leak in about a third of the sessions of any variant, drawn from each session's key

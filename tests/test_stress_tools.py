@@ -19,7 +19,7 @@ from experiments.workload.agent_tools import (
     load_agent,
 )
 from experiments.workload.spec import WorkloadSpec
-from tests.test_workload import AgentServer, call, completion, stress
+from tests.support.agent_server import AgentServer, call, completion, stress
 
 
 def tool(name: str, **properties: str) -> dict[str, Any]:

@@ -17,13 +17,13 @@ from typer.testing import CliRunner
 from db.store import Store
 from db.sweeps import Sweeps
 from orchestrator.cli import app
+from tests.support.twins import FAST
 from tests.sweep_support import (
     builtin_triage,  # noqa: F401 - autouse
     commit_faults,
     run_sweep_cli,
     sweep_file,
 )
-from tests.test_twin_support import FAST
 
 RUNS = 5  # after the accepted one: each a pool actor, a twin and 2 to 4 trials (seconds)
 

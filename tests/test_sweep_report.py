@@ -1,7 +1,7 @@
 """The sweep report (`bisect sweep-report`): its model built from a sweep's store, every format,
 hostile text from a commit subject, a node fact and a run's reason, the command line; and once
 end to end, on what real runs of `bisect sweep` on twins stored (``real_sweep`` of
-tests/sweep_support.py: the runs tests/test_sweep_run.py checks).
+tests/sweep_support.py: the runs test_sweep_run.py checks).
 
 The store (tests/sweep_report_support.py) holds six runs of one sweep made of `bisect sweep`'s
 own parts: accepted, clean, skipped, missed, a confirmed regression with its hunt, and a run
@@ -32,6 +32,7 @@ from orchestrator.reports.sweep_render import (
     render_sweep_junit,
     render_sweep_markdown,
 )
+from tests.support.html_checks import assert_inert_html, assert_tables_intact, tags
 from tests.sweep_report_support import (
     HOSTILE_FACT,
     HOSTILE_REASON,
@@ -44,7 +45,6 @@ from tests.sweep_support import (
     RealSweep,
     real_sweep_fixture,  # noqa: F401 - real runs of `bisect sweep`, shared with test_sweep_run
 )
-from tests.test_report_hostile import assert_inert_html, assert_tables_intact, tags
 
 BRACES = "{{ 7*7 }}"
 

@@ -1,7 +1,7 @@
 """Leak triage on the corpus of markup shapes (tests/corpus_markup.py), through SGLang's
 detectors and the built-in parser: family detection, the two paths, the fallback when sglang is
 broken, and what classify_turn records. Whether each text parses, and with which parser, is
-checked against SGLang's own detectors in tests/test_triage_parsers.py. The sglang path is not
+checked against SGLang's own detectors in test_triage_parsers.py. The sglang path is not
 optional: `make test` installs the extra, and a missing sglang fails these tests."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from experiments import agent
 from experiments.markup import find_markup
 from experiments.twin import faults
 from experiments.twin.agent_script import build_reply
-from tests.test_twin_support import FAST, Procs, start_twins
+from tests.support.twins import FAST, Procs, start_twins
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -23,7 +23,7 @@ from experiments.twin import engine
 from experiments.twin.engine import EngineError, EngineSettings, IndexKRead, settings
 from experiments.twin.index_k import VALUES, RaceEngine, SlotPool, step, turn_value
 from experiments.twin.standin import StandinDevice, standin_device
-from tests.test_twin_support import (
+from tests.support.twins import (
     FAST,
     body,
     is_leak,

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from experiments.twin import faults
 from experiments.twin.conditions import FileFacts
 from orchestrator.cli import app
-from tests.test_commits_campaign import commits_campaign, git
-from tests.test_twin_support import (
+from tests.support.git_trees import commits_campaign, git
+from tests.support.twins import (
     FAST,
     body,
     get,

@@ -24,7 +24,7 @@ from experiments.twin.args import build_parser
 from experiments.twin.cli import main as twin_main
 from experiments.twin.conditions import Condition
 from experiments.twin.latency import LatencyModel, PrefixCache, ServerLatency
-from tests.test_twin_support import (
+from tests.support.twins import (
     FAST,
     Procs,
     body,

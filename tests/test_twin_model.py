@@ -24,7 +24,7 @@ from experiments.twin import faults
 from experiments.workload.classify import classify_turn
 from experiments.workload.spec import WorkloadSpec
 from experiments.workload.stress import run_stress
-from tests.test_twin_support import (
+from tests.support.twins import (
     FAST,
     Procs,
     body,

@@ -27,7 +27,7 @@ from experiments.twin.simulate import server_view, session_outcomes
 from experiments.twin.variation import Drift, RestartNoise, Variability, Variation
 from experiments.workload.spec import WorkloadSpec
 from experiments.workload.stress import run_stress
-from tests.test_twin_support import (
+from tests.support.twins import (
     FAST,
     body,
     get,

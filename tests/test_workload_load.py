@@ -23,7 +23,7 @@ from experiments.workload.metrics import RequestMetrics, aggregate
 from experiments.workload.results import SessionResult, StressResult
 from experiments.workload.spec import SLO, Arrival, WorkloadSpec, parse_slo
 from experiments.workload.stress import arrival_offsets, summary_table, write_jsonl
-from tests.test_workload import AgentServer, completion, stress
+from tests.support.agent_server import AgentServer, completion, stress
 
 # ---------------------------------------------------------------- the spec
 

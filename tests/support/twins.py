@@ -1,4 +1,4 @@
-"""Helpers of the twin tests (no tests here): real twin processes, PD pools, metrics, SSE.
+"""Helpers of the twin tests: real twin processes, PD pools, metrics, SSE.
 
 Processes start in parallel and are waited for together: a twin costs ~0.6 s of CPU to start,
 and a PD pool is three of them.
@@ -34,7 +34,7 @@ from experiments.twin.pool import (
     twin_argv,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def race_faults(seed: int) -> dict[str, Any]:
