@@ -14,6 +14,8 @@ from orchestrator.cli import app
 from orchestrator.demo import twin_pool
 from tests.support.git_trees import commits_campaign, git, new_tree
 
+pytestmark = pytest.mark.real
+
 
 def history(tree: Path, commits: int, first_bad: int, broken: Collection[int] = (),
             authors: Mapping[int, str] | None = None, effect: str = "leak") -> list[str]:

@@ -21,6 +21,8 @@ from orchestrator.executor.driver import run_campaign
 from orchestrator.stored import create_campaign
 from tests.support.twins import race_faults
 
+pytestmark = pytest.mark.real
+
 FAULTS = race_faults(seed=11)
 
 

@@ -38,6 +38,8 @@ from tests.support.optimize_campaigns import (
     optimize_campaigns_fixture,  # noqa: F401 - the stored searches
 )
 
+pytestmark = pytest.mark.pure
+
 ORDER = ["max_running", "chunk", "mem", "hicache"]  # bench/knob_space.py's factors
 HOSTILE_KNOB = "hi|<script>k</script>`cache"
 

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
 
+pytestmark = pytest.mark.real
+
+
 @pytest.fixture(scope="module")
 def model(optimize_campaigns: OptimizeCampaigns) -> Report:
     with Store.open(optimize_campaigns.store_arg) as store:

@@ -25,6 +25,8 @@ from orchestrator.executor.driver import RunFailed, run_campaign
 from orchestrator.stored import create_campaign
 from tests.support.git_trees import git, new_tree
 
+pytestmark = pytest.mark.real
+
 NO_FAULTS: dict[str, Any] = {"rules": []}
 BISECT = str(Path(sys.executable).parent / "bisect")
 

@@ -117,6 +117,7 @@ def _column(page: Page, table: str, header: str) -> list[str]:
     return [row[heads.index(header)] for row in _rows(page, table)]
 
 
+@pytest.mark.real
 def test_the_page_loads_nothing_but_itself_and_logs_no_error(real: Loaded) -> None:
     assert real.requests == [real.url]
     assert real.console == [] and real.dialogs == []
@@ -126,6 +127,7 @@ def test_the_page_loads_nothing_but_itself_and_logs_no_error(real: Loaded) -> No
     assert resources == []
 
 
+@pytest.mark.real
 def test_the_verdict_comes_first_with_its_confidence_culprits_and_cost(real: Loaded) -> None:
     page = real.page
     headline = page.locator("#headline")
@@ -143,6 +145,7 @@ def test_the_verdict_comes_first_with_its_confidence_culprits_and_cost(real: Loa
     assert " AND ".join(f"{f}={lvl}" for f, lvl in WEDGE_CULPRIT.items()) in wedging
 
 
+@pytest.mark.real
 def test_the_variants_table_marks_culprits_and_the_known_variants(real: Loaded) -> None:
     page = real.page
     assert page.locator("#variants").is_visible()
@@ -156,6 +159,7 @@ def test_the_variants_table_marks_culprits_and_the_known_variants(real: Loaded) 
     assert page.locator("#variants .tag.known-bad").count() == 1
 
 
+@pytest.mark.real
 def test_every_chart_is_drawn_and_visible(real: Loaded) -> None:
     page = real.page
     for chart in ("#chart-rates svg", "#chart-interaction svg", "#chart-latency svg"):
@@ -172,6 +176,7 @@ def test_every_chart_is_drawn_and_visible(real: Loaded) -> None:
     assert page.locator("#chart-series g.event").count() > 0
 
 
+@pytest.mark.real
 def test_the_decision_trail_shows_counts_p_values_and_thresholds(real: Loaded,
                                                                   model: Report) -> None:
     page = real.page
@@ -196,6 +201,7 @@ def _p(value: float | None) -> str:
     return "–" if value is None else f"{value:.2g}"
 
 
+@pytest.mark.real
 def test_sorting_by_a_header_orders_the_rows(real: Loaded) -> None:
     page = real.page
 
@@ -224,6 +230,7 @@ def test_sorting_by_a_header_orders_the_rows(real: Loaded) -> None:
                                                                    "index_k"))
 
 
+@pytest.mark.real
 def test_evidence_is_collapsed_until_opened_and_shows_its_triage(real: Loaded) -> None:
     page = real.page
     excerpts = page.locator("#evidence details.excerpt")
@@ -235,6 +242,7 @@ def test_evidence_is_collapsed_until_opened_and_shows_its_triage(real: Loaded) -
     assert first.locator("pre").is_visible() and first.locator("pre").inner_text()
 
 
+@pytest.mark.real
 def test_provenance_names_the_nodes_and_redacts_the_secret(real: Loaded) -> None:
     page = real.page
     assert page.locator("#provenance-facts").is_visible()
@@ -244,6 +252,7 @@ def test_provenance_names_the_nodes_and_redacts_the_secret(real: Loaded) -> None
     assert "factors" in campaign_file and "sk-report-fixture" not in page.content()
 
 
+@pytest.mark.real
 def test_a_screenshot_of_the_whole_report(real: Loaded, tmp_path: Path) -> None:
     shot = tmp_path / "report.png"
     real.page.screenshot(path=str(shot), full_page=True)
@@ -252,6 +261,7 @@ def test_a_screenshot_of_the_whole_report(real: Loaded, tmp_path: Path) -> None:
     assert len(set(pixels)) > 32  # text, tables and colours, not a blank page
 
 
+@pytest.mark.real
 def test_hostile_names_and_evidence_are_text_and_nothing_runs(hostile: Loaded) -> None:
     page = hostile.page
     assert page.evaluate("typeof window.PWNED") == "undefined"
@@ -274,6 +284,7 @@ def test_hostile_names_and_evidence_are_text_and_nothing_runs(hostile: Loaded) -
     assert page.locator("#chart-rates rect.bar").count() == 4
 
 
+@pytest.mark.pure
 def test_a_missing_browser_or_server_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="missing"):

@@ -33,6 +33,8 @@ from tests.support.report_campaigns import (
 )
 from tests.support.stored import campaign_spec
 
+pytestmark = pytest.mark.real
+
 BISECT = str(Path(sys.executable).parent / "bisect")
 runner = CliRunner()
 

@@ -38,6 +38,8 @@ from tests.support.hostile_text import HOSTILE, HOSTILE_FACTOR, HOSTILE_LEVEL, L
 from tests.support.html_checks import assert_inert_html, assert_tables_intact, tags
 from tests.support.stored import AT, campaign_spec, metrics, sessions
 
+pytestmark = pytest.mark.pure
+
 CULPRIT = {"index_k": "bf16", "hicache": "on"}
 
 

@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from db.records import GeneratorRow, SessionRow, StepRow, TrialTiming
 from db.store import Store
 from experiments.campaign import Campaign
@@ -28,6 +30,8 @@ from tests.support.report_campaigns import (
     report_campaign,
     report_campaigns_fixture,  # noqa: F401 - the shared fixture
 )
+
+pytestmark = pytest.mark.real
 
 
 def _built(campaigns: ReportCampaigns, campaign_id: str) -> tuple[Report, dict[str, Any]]:

@@ -15,6 +15,8 @@ from experiments.twin.server import VERSION
 from orchestrator.cli import app
 from orchestrator.lab_campaign import lab_pool
 
+pytestmark = pytest.mark.real
+
 FAULTS = {"rules": [{
     "name": "race", "when": {"env": {"BF16_INDEX_K": "1"},
                              "flags": {"enable-hierarchical-cache": True}},

@@ -438,12 +438,14 @@ class TestStore:
         assert current_revision(store_url) == "0001"
 
 
+@pytest.mark.pure
 def test_variant_key_is_canonical_and_unambiguous() -> None:
     assert variant_key({"b": "y", "a": "x"}) == "a=x,b=y"
     assert variant_key({"a": "x,b=y"}) != variant_key({"a": "x", "b": "y"})
     assert variant_key({}) == ""
 
 
+@pytest.mark.pure
 def test_sqlite_file_is_wal_with_foreign_keys(tmp_path: Path) -> None:
     path = tmp_path / "nested" / "bisect.db"
     with Store.open(str(path)) as store:
@@ -455,6 +457,7 @@ def test_sqlite_file_is_wal_with_foreign_keys(tmp_path: Path) -> None:
             assert connection.execute(text("PRAGMA busy_timeout")).scalar() == 30000
 
 
+@pytest.mark.pure
 def test_unknown_schema_revision_is_a_store_error(tmp_path: Path) -> None:
     path = tmp_path / "bisect.db"
     Store.open(str(path)).close()
@@ -501,6 +504,7 @@ def culprit_campaign(store: Store, name: str = "bf16 index keys vs HiCache",
     return campaign_id
 
 
+@pytest.mark.real
 def test_the_cli_reads_a_postgresql_store(postgres_url: str, tmp_path: Path) -> None:
     with Store.open(postgres_url) as store:
         campaign_id = culprit_campaign(store)
@@ -553,11 +557,13 @@ def test_show_says_where_each_trial_s_load_ran(store_url: str) -> None:
     assert table.count("driver") == 12
 
 
+@pytest.mark.pure
 def test_a_missing_driver_is_a_store_error() -> None:
     with pytest.raises(StoreError, match=r"cannot open the store.*No module named"):
         Store.open("mysql+mysqldb://bisect@127.0.0.1/bisect")
 
 
+@pytest.mark.pure
 def test_node_locks_are_rows_until_released(tmp_path: Path) -> None:
     with Store.open(str(tmp_path / "locks.db")) as store:
         store.create_campaign("c1", "locks", {}, "test")

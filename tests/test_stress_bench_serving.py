@@ -24,6 +24,8 @@ from experiments.workload.stress import run_stress
 from tests.support.agent_server import AgentServer, serve
 from tests.support.cli import BISECT, CLEAN_ENV, served
 
+pytestmark = pytest.mark.real
+
 REPO = Path(__file__).resolve().parent.parent
 CLIENT = REPO / "bench" / "bench_serving_client.py"
 ENV = {**CLEAN_ENV, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",

@@ -21,6 +21,8 @@ from tests.conftest import TwinFactory, free_port
 from tests.support.agent_server import AgentServer, Misbehave, call, completion
 from tests.support.cli import BISECT, CLEAN_ENV, bisect, served
 
+pytestmark = pytest.mark.real
+
 
 def test_an_sdk_base_url_a_key_and_the_servers_model(twin: TwinFactory) -> None:
     key = "sk-test-" + os.urandom(6).hex()

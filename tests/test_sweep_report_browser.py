@@ -38,6 +38,8 @@ from tests.sweep_report_support import (
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
+pytestmark = pytest.mark.real
+
 TYPEOF_PWNED = "typeof window.PWNED"
 
 

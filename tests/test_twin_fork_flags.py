@@ -33,6 +33,8 @@ from tests.support.twins import (
     start_twins,
 )
 
+pytestmark = pytest.mark.real
+
 FORK = "--bf16-index-k --index-k-block=TOKENS"
 MODEL = {"rules": [{
     "name": "fork-race",

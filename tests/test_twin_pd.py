@@ -36,6 +36,8 @@ from tests.support.twins import (
     start_pd_pool,
 )
 
+pytestmark = pytest.mark.real
+
 FAULTS = """
 seed: 3
 rules:

@@ -41,6 +41,7 @@ from tests.support.agent_server import (
 # ---------------------------------------------------------------- (a) the pure classifier
 
 
+@pytest.mark.pure
 def test_ok_turn_returns_the_parsed_call() -> None:
     verdict = classify_turn(completion(None, [call()]), CANARY, TOOLS)
     assert verdict.outcome is Outcome.OK and verdict.evidence is None
@@ -48,6 +49,7 @@ def test_ok_turn_returns_the_parsed_call() -> None:
                                  "arguments": {"path": "setup.py", "canary": CANARY}}
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("family", list(MarkupFamily))
 def test_every_markup_family_in_content_is_a_leak(family: MarkupFamily) -> None:
     text = "Let me look. " + render(family, "read_file", {"path": "a.py", "canary": CANARY})
@@ -57,6 +59,7 @@ def test_every_markup_family_in_content_is_a_leak(family: MarkupFamily) -> None:
     assert classify_turn(completion(text, [call()]), CANARY, TOOLS).outcome is Outcome.LEAK
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("family", list(MarkupFamily))
 @pytest.mark.parametrize("cut", [0.3, 0.5, 0.9])
 def test_truncated_markup_is_a_leak(family: MarkupFamily, cut: float) -> None:
@@ -65,6 +68,7 @@ def test_truncated_markup_is_a_leak(family: MarkupFamily, cut: float) -> None:
     assert classify_turn(completion(fragment), CANARY, TOOLS).outcome is Outcome.LEAK
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("fragment", [
     '<｜DSML｜tool_calls><｜DSML｜invoke name="read_file">',
     '<｜DSML｜function_calls>\n<｜DSML｜invoke name="run_tests"><｜DSML｜parameter name="tar',
@@ -79,6 +83,7 @@ def test_unterminated_fragments_are_a_leak(fragment: str) -> None:
     assert verdict.outcome is Outcome.LEAK and verdict.evidence == fragment
 
 
+@pytest.mark.pure
 def test_markup_in_reasoning_content_is_a_leak() -> None:
     leaked = render(MarkupFamily.V4, "read_file", {"path": "a", "canary": CANARY})
     response = completion(None, [call()], reasoning_content="plan: " + leaked)
@@ -86,6 +91,7 @@ def test_markup_in_reasoning_content_is_a_leak() -> None:
     assert verdict.outcome is Outcome.LEAK and leaked in (verdict.evidence or "")
 
 
+@pytest.mark.pure
 def test_leak_evidence_is_bounded_and_shows_the_markup() -> None:
     text = "x" * 5000 + "<｜DSML｜tool_calls>" + "y" * 5000
     verdict = classify_turn(completion(text), CANARY, TOOLS)
@@ -94,12 +100,14 @@ def test_leak_evidence_is_bounded_and_shows_the_markup() -> None:
     assert "<｜DSML｜tool_calls>" in verdict.evidence
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("calls", [None, []])
 def test_plain_text_is_no_tool(calls: list[dict[str, Any]] | None) -> None:
     verdict = classify_turn(completion("I will read the file now.", calls), CANARY, TOOLS)
     assert verdict.outcome is Outcome.NO_TOOL and "read the file" in (verdict.evidence or "")
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("bad_call", [
     call(name="delete_repo"),
     call(arguments='{"path": "a", "canary": '),  # invalid JSON
@@ -116,11 +124,13 @@ def test_malformed_calls_are_bad_args(bad_call: Any) -> None:
     assert verdict.outcome is Outcome.BAD_ARGS and verdict.evidence
 
 
+@pytest.mark.pure
 def test_one_bad_call_among_good_ones_is_bad_args() -> None:
     calls = [call(), call(arguments="{oops", call_id="call_1")]
     assert classify_turn(completion(None, calls), CANARY, TOOLS).outcome is Outcome.BAD_ARGS
 
 
+@pytest.mark.pure
 def test_wrong_canary_is_lost_plot() -> None:
     response = completion(None, [call(arguments={"path": "a", "canary": "ZZZZZZZZZZ"})])
     verdict = classify_turn(response, CANARY, TOOLS)
@@ -129,6 +139,7 @@ def test_wrong_canary_is_lost_plot() -> None:
     assert verdict.tool_call is not None and verdict.tool_call["name"] == "read_file"
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("response", [
     {}, {"choices": []}, {"choices": [{}]}, {"choices": [{"message": "hi"}]},
     {"error": {"message": "overloaded"}}, [], "text",
@@ -147,6 +158,7 @@ def test_malformed_response_is_error(response: Any) -> None:
     assert verdict.outcome is Outcome.ERROR and verdict.evidence
 
 
+@pytest.mark.pure
 def test_find_markup_agrees_with_the_classifier_on_clean_text() -> None:
     clean = "Calling read_file with canary=ABC; <b>bold</b> and think about </thinking"
     assert find_markup(clean) is None
@@ -156,6 +168,7 @@ def test_find_markup_agrees_with_the_classifier_on_clean_text() -> None:
 # ---------------------------------------------------------------- spec and accounting
 
 
+@pytest.mark.pure
 def test_spec_defaults_and_validation() -> None:
     spec = WorkloadSpec()
     assert (spec.sessions, spec.rounds, spec.timeout_s, spec.model) == (80, 4, 60, None)
@@ -169,6 +182,7 @@ def _session(index: int, outcome: Outcome) -> SessionResult:
     return SessionResult(index, f"s0-{index}", outcome, 1, None, None, 0.1)
 
 
+@pytest.mark.pure
 def test_summary_counts_corruption_and_infra_separately() -> None:
     outcomes = ([Outcome.OK] * 69 + [Outcome.LEAK] * 3 + [Outcome.LOST_PLOT, Outcome.BAD_ARGS,
                 Outcome.NO_TOOL] + [Outcome.ERROR] * 3 + [Outcome.TIMEOUT] * 2)
@@ -185,6 +199,7 @@ def test_summary_counts_corruption_and_infra_separately() -> None:
     json.dumps(summary)  # plain values only
 
 
+@pytest.mark.pure
 def test_summary_with_nothing_judged() -> None:
     empty = StressResult((), 0.0, True).summary()
     assert empty["rate"] == 0.0 and empty["ci95"] == [0.0, 1.0]
@@ -193,6 +208,7 @@ def test_summary_with_nothing_judged() -> None:
     assert infra_only.summary()["judged"] == 0 and infra_only.summary()["ci95"] == [0.0, 1.0]
 
 
+@pytest.mark.pure
 def test_summary_table_renders_every_outcome() -> None:
     result = StressResult((_session(0, Outcome.OK), _session(1, Outcome.LEAK)), 3.0, False)
     console = Console(record=True, width=120)
@@ -206,6 +222,7 @@ def test_summary_table_renders_every_outcome() -> None:
 # ---------------------------------------------------------------- (b) the harness over real HTTP
 
 
+@pytest.mark.real
 def test_clean_server_all_ok_and_the_contract_is_followed() -> None:
     server = AgentServer(models=["served-model"])
     result = stress(server, WorkloadSpec(sessions=12, rounds=3, filler_tokens=40, seed=7))
@@ -227,6 +244,7 @@ def test_clean_server_all_ok_and_the_contract_is_followed() -> None:
     assert result.summary()["rate"] == 0.0
 
 
+@pytest.mark.real
 def test_same_seed_same_canaries_other_seed_differs() -> None:
     def canaries(seed: int) -> list[tuple[str, int, str]]:
         server = AgentServer()
@@ -238,6 +256,7 @@ def test_same_seed_same_canaries_other_seed_differs() -> None:
     assert {c for _, _, c in first}.isdisjoint({c for _, _, c in other})
 
 
+@pytest.mark.real
 def test_model_from_spec_and_fallback_to_default() -> None:
     server = AgentServer(models=["served"])
     stress(server, WorkloadSpec(sessions=1, rounds=1, model="explicit"))
@@ -247,6 +266,7 @@ def test_model_from_spec_and_fallback_to_default() -> None:
     assert server.model_queries == 1 and server.requests[0]["body"]["model"] == "default"
 
 
+@pytest.mark.real
 def test_leak_on_third_turn_of_one_session() -> None:
     leaked = render(MarkupFamily.V4, "read_file", {"path": "a", "canary": "X"})
 
@@ -267,6 +287,7 @@ def test_leak_on_third_turn_of_one_session() -> None:
     assert summary["rate"] == pytest.approx(0.1)
 
 
+@pytest.mark.real
 def test_wrong_canary_is_lost_plot_over_http() -> None:
     async def misbehave(key: str, turn: int, canary: str) -> dict[str, Any] | None:
         if key == "s0-2" and turn == 2:
@@ -280,6 +301,7 @@ def test_wrong_canary_is_lost_plot_over_http() -> None:
     assert result.counts()["ok"] == 3
 
 
+@pytest.mark.real
 def test_http_500_invalid_json_and_disconnect_are_errors_not_corruption() -> None:
     async def misbehave(key: str, turn: int, canary: str) -> web.StreamResponse | None:
         if key == "s0-1":
@@ -299,6 +321,7 @@ def test_http_500_invalid_json_and_disconnect_are_errors_not_corruption() -> Non
         2, 0, 3, 0.0)
 
 
+@pytest.mark.real
 def test_dropped_connection_is_error() -> None:
     class Dropper(AgentServer):
         async def chat(self, request: web.Request) -> web.StreamResponse:
@@ -316,6 +339,7 @@ def test_dropped_connection_is_error() -> None:
     assert all(s.evidence for s in result.sessions)
 
 
+@pytest.mark.real
 def test_connection_refused_is_error() -> None:
     async def go() -> StressResult:
         async with serve(AgentServer()) as url:
@@ -326,6 +350,7 @@ def test_connection_refused_is_error() -> None:
     assert result.counts()["error"] == 3
 
 
+@pytest.mark.real
 def test_slow_turn_is_timeout() -> None:
     async def misbehave(key: str, turn: int, canary: str) -> None:
         if key == "s0-0" and turn == 2:
@@ -339,6 +364,7 @@ def test_slow_turn_is_timeout() -> None:
     assert result.counts()["ok"] == 2 and result.summary()["infra"] == 1
 
 
+@pytest.mark.real
 def test_early_stop_cancels_in_flight_sessions() -> None:
     async def misbehave(key: str, turn: int, canary: str) -> None:
         if int(key.split("-")[1]) >= 8:
@@ -371,6 +397,7 @@ def test_early_stop_cancels_in_flight_sessions() -> None:
     assert server.cancelled == 12
 
 
+@pytest.mark.real
 def test_on_session_sees_every_session_when_it_never_stops() -> None:
     seen: list[str] = []
 
@@ -382,6 +409,7 @@ def test_on_session_sees_every_session_when_it_never_stops() -> None:
     assert not result.stopped_early
 
 
+@pytest.mark.real
 def test_two_calls_in_one_turn_get_two_tool_results() -> None:
     async def misbehave(key: str, turn: int, canary: str) -> dict[str, Any] | None:
         if turn == 1:

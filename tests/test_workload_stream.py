@@ -21,6 +21,8 @@ from experiments.workload.spec import WorkloadSpec
 from experiments.workload.stress import SessionResult, StressResult, run_stress
 from tests.support.agent_server import AgentServer, by_key, call, completion, serve, stress
 
+pytestmark = pytest.mark.real
+
 LEAK = render(MarkupFamily.DSML, "read_file", {"path": "a", "canary": "X"})
 
 
