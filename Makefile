@@ -13,7 +13,7 @@ SGLANG_STAMP := $(VENV)/.sglang
 TORCH_VERSION := 2.13.0+cpu
 SGLANG_VERSION := 0.5.23
 
-.PHONY: demo test lint system-packages clean
+.PHONY: demo test test-pure lint system-packages clean
 
 # Debian packages the tests use for real: sshd and ip for the lab of SSH test hosts (network
 # namespaces), a PostgreSQL server for the store's tests, Chromium for the report's.
@@ -62,8 +62,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# Every test, both tiers (pyproject.toml: markers pure and real).
 test: lint system-packages $(SGLANG_STAMP)
 	$(BIN)/pytest
+
+# The pure tier alone: plain values in and out, no process started, no socket opened
+# (tests/support/tiers.py); no system package needed.
+test-pure: $(SGLANG_STAMP)
+	$(BIN)/pytest -m pure
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info bisect-demo

@@ -1,4 +1,4 @@
-"""Shared fixtures: real twins over HTTP, one Ray per test run."""
+"""Shared fixtures: real twins over HTTP, one Ray per test run; the tiers, pure and real."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support import network, stops
+from tests.support import network, stops, tiers
 from tests.support.reaper import reaper, start_time
 
 if TYPE_CHECKING:
@@ -35,6 +35,32 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish() -> None:
     stops.finishing()  # before pytest's own hook tears down the session's fixtures
+
+
+@pytest.hookimpl(tryfirst=True)  # every test, before -m or -k deselects any
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test is marked pure or real, once (tests/support/tiers.py): else no test runs."""
+    wrong = tiers.untiered(items)
+    if wrong:
+        raise pytest.UsageError(
+            "each test must carry exactly one of the markers pure and real (pytestmark = "
+            "pytest.mark.pure or .real at the module's top, or on the test); these do not:\n  "
+            + "\n  ".join(wrong))
+    tiers.set_up_first(items)
+
+
+@pytest.fixture(autouse=True)
+def pure_stays_pure(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A pure test that opens a socket or starts a process fails (tests/support/tiers.py).
+    Set up before any other fixture of a pure test, of whatever scope."""
+    if request.node.get_closest_marker("pure") is None:
+        yield
+        return
+    purity = tiers.Purity(request.node.nodeid)
+    with pytest.MonkeyPatch.context() as patch:
+        tiers.guard(patch, purity)
+        yield
+    assert not purity.attempts, f"marked pure, but it {'; '.join(purity.attempts)}"
 
 
 @pytest.fixture(autouse=True)
@@ -112,7 +138,7 @@ def twin(tmp_path: Path) -> Iterator[TwinFactory]:
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[Cluster]:
     """One local Ray for the whole run (starting it costs seconds and ~450 MiB): a one-node
-    cluster, to which a test may add nodes (tests/test_load_generators.py adds a load machine)."""
+    cluster, to which a test may add nodes (test_load_generators.py adds a load machine)."""
     import ray
     from ray.cluster_utils import Cluster
 

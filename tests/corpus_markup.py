@@ -4,7 +4,7 @@ detectors: V3.1 and V3 special tokens, V3.2 DSML ``function_calls``, V4 ``tool_c
 (``TRUNCATED``) every whole one cut short before and inside each of its tags, as a stream that
 ended early leaves them.
 
-The texts carry no verdict: tests/test_triage_parsers.py labels each by running SGLang's own
+The texts carry no verdict: test_triage_parsers.py labels each by running SGLang's own
 detectors. ``FAMILY`` is bisect's own markup detection (experiments/markup.py), not SGLang's.
 """
 

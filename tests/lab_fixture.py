@@ -52,7 +52,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 @pytest.fixture(scope="session")
 def systemd_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """One host, systemd 252 as its PID 1, for the tests that need a real systemd
-    (tests/test_systemd.py, tests/test_schedule_systemd.py): each stops what it started."""
+    (test_systemd.py, test_schedule_systemd.py): each stops what it started."""
     needs_root("a systemd lab host needs root")
     yield from _built(tmp_path_factory.mktemp("sdlab"), "bsd", hosts=1, systemd=True)
 

@@ -197,6 +197,11 @@ def postgres_server() -> Iterator[PostgresServer]:
     reaper().send(process_gone=postmaster)
 
 
+# ``store_url``'s backends, both real: for a test that is real on SQLite as well (it runs twins).
+BOTH_REAL = [pytest.param("sqlite", marks=pytest.mark.real),
+             pytest.param("postgresql", marks=pytest.mark.real)]
+
+
 @pytest.fixture
 def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
     """A SQLAlchemy URL of a fresh, empty database, dropped after the test."""
@@ -207,10 +212,16 @@ def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
         postgres_server.drop_database(name)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=[pytest.param("sqlite", marks=pytest.mark.pure),
+                        pytest.param("postgresql", marks=pytest.mark.real)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh store, once on each backend: a SQLite file, then a new database on the run's
-    real PostgreSQL server (as SQLAlchemy URLs: what ``--store`` and ``Store.open`` take)."""
+    real PostgreSQL server (as SQLAlchemy URLs: what ``--store`` and ``Store.open`` take).
+
+    The backend is the test's tier (tests/support/tiers.py): the SQLite one is pure, the
+    PostgreSQL one real, so a module of such tests marks its other tests one by one. A test that
+    is real on both backends says so with ``@pytest.mark.parametrize("store_url", BOTH_REAL,
+    indirect=True)``."""
     if request.param == "postgresql":
         return str(request.getfixturevalue("postgres_url"))
     return f"sqlite:///{tmp_path / 'bisect.db'}"

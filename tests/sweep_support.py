@@ -1,7 +1,7 @@
 """Sweeps on twins for the sweep tests: a git source tree whose fault model turns bad at a
 commit, a sweep file over it, a helper that runs `bisect sweep` as a user does, and
 ``real_sweep``: three real runs of one sweep in one store, made once per test session for the
-tests that read them (tests/test_sweep_run.py, and the report of tests/test_sweep_report.py)."""
+tests that read them (test_sweep_run.py, and the report of test_sweep_report.py)."""
 
 from __future__ import annotations
 

@@ -13,6 +13,8 @@ from orchestrator.core.strategies.adaptive import Adaptive, Replay, conclude_rep
 from orchestrator.core.strategies.base import PROBE_SKIPPED, Conclusion, Status, Unresolvable
 from orchestrator.core.verdict import CostModel, verdict_from
 
+pytestmark = pytest.mark.pure
+
 Rate = Callable[[Mapping[str, str]], float]
 FOUR = {"index_k": ["fp8", "bf16"], "hicache": ["off", "on"], "topk_v2": ["off", "on"],
         "cuda_graph": ["on", "off"]}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -16,6 +17,8 @@ from orchestrator.cli import app
 from orchestrator.demo import DEMO_FACTORS, twin_pool
 from orchestrator.executor.driver import run_campaign
 from orchestrator.stored import create_campaign
+
+pytestmark = pytest.mark.real
 
 SESSIONS = 20
 FAULTS = {"seed": 11, "rules": [{

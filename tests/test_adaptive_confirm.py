@@ -16,6 +16,8 @@ from orchestrator.core.strategies.sequential import NeedTrials, cells_of
 from orchestrator.core.strategies.sequential import Tests as Replayed  # not a test class
 from tests.support.four_factors import BAD, FACTORS, GOOD, flip, trial, with_
 
+pytestmark = pytest.mark.pure
+
 # f0 alone fails, at 20%. The scan's flip of f1 kept f0 but saw 0 of 240 by luck, so the
 # search found {f0, f1}; confirmation tests known-good with each level alone.
 SEARCH = [

@@ -19,6 +19,8 @@ from orchestrator.core.strategies.sequential import Concluded, NeedTrials, cells
 from orchestrator.core.strategies.sequential import Tests as Replayed  # not a test class
 from tests.support.four_factors import BAD, FACTORS, GOOD, trial, with_
 
+pytestmark = pytest.mark.pure
+
 
 def _keys(variants: tuple[dict[str, str], ...]) -> list[str]:
     return [variant_key(v) for v in variants]

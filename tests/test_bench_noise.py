@@ -21,6 +21,8 @@ from bench.noise import IID, NOISES, REAL_WORLD, Fleet, TrialNoise, scaled, scal
 from bench.scenarios import SESSIONS, FaultModelPool, Pool, scenarios
 from experiments.outcomes import Outcome
 
+pytestmark = pytest.mark.pure
+
 LN2 = math.log(2)
 
 

@@ -35,6 +35,8 @@ from bench.optimize import (
 from orchestrator.core.evidence import variant_key
 from orchestrator.core.strategies.registry import strategy_for
 
+pytestmark = pytest.mark.pure
+
 
 def test_right_is_safe_and_within_two_percent_of_the_best() -> None:
     assert right(BEST)

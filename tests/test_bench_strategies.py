@@ -12,6 +12,8 @@ from bench.noise import IID
 from bench.scenarios import ALPHA, scenarios
 from bench.strategies import _seeds
 
+pytestmark = pytest.mark.pure
+
 NO_CULPRIT = next(s for s in scenarios() if s.name.startswith("no culprit"))
 
 

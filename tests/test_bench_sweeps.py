@@ -35,6 +35,8 @@ from experiments.strategy_config import BaselineTrial
 from orchestrator.core.evidence import Latency, Performance, TrialEvidence
 from orchestrator.core.stats.regression import Difference
 
+pytestmark = pytest.mark.pure
+
 CLEAN, CORRUPTION, THROUGHPUT, THROUGHPUT_10 = SCENARIOS
 
 

@@ -18,6 +18,8 @@ from orchestrator.core.strategies.adaptive import Adaptive
 from orchestrator.core.verdict import CostModel, Verdict, verdict_from
 from orchestrator.reports.build import culprit_rows, headline
 
+pytestmark = pytest.mark.pure
+
 FACTORS = {f"f{i}": ["a", "b"] for i in range(4)}
 GOOD = dict.fromkeys(FACTORS, "a")
 BAD = dict.fromkeys(FACTORS, "b")

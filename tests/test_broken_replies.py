@@ -146,6 +146,7 @@ def _judged(got: list[tuple[Outcome, str]], cases: list[Any]) -> None:
             assert outcome not in CORRUPTION
 
 
+@pytest.mark.real
 def test_broken_json_replies_are_errors_and_model_faults_stay_corruption(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BISECT_TRIAGE", "builtin")  # the leak's triage is not what is tested
@@ -154,6 +155,7 @@ def test_broken_json_replies_are_errors_and_model_faults_stay_corruption(
     _judged(stress_against(server, spec), PLAIN_CASES)
 
 
+@pytest.mark.real
 def test_broken_streams_are_errors_and_model_faults_stay_corruption(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BISECT_TRIAGE", "builtin")
@@ -181,6 +183,7 @@ FLOODS: dict[str, tuple[Script, bool, str]] = {
 }
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("name", sorted(FLOODS))
 def test_a_response_over_the_cap_is_an_error_and_memory_stays_bounded(name: str) -> None:
     script, stream, why = FLOODS[name]
@@ -204,6 +207,7 @@ def test_a_response_over_the_cap_is_an_error_and_memory_stays_bounded(name: str)
     assert peak < 3 * CAP, f"peak {peak} bytes kept"
 
 
+@pytest.mark.real
 def test_a_reader_behind_pauses_the_socket_and_reads_in_slices() -> None:
     """Backpressure and fair reads: what keeps a flood from holding the loop (and with it every
     other request's timeout) and from filling memory faster than it is read."""
@@ -234,6 +238,7 @@ def test_a_reader_behind_pauses_the_socket_and_reads_in_slices() -> None:
     asyncio.run(go())
 
 
+@pytest.mark.real
 def test_a_trickled_head_ends_at_the_deadline_with_evidence() -> None:
     """The timeout is one deadline on the whole request: a server that sends a byte of its head
     every 10 ms forever never lets a per-read timeout fire, and still ends as a timeout."""
@@ -252,6 +257,7 @@ def test_a_trickled_head_ends_at_the_deadline_with_evidence() -> None:
     assert verdict.evidence == "no complete response within 0.3 s"
 
 
+@pytest.mark.pure
 @pytest.mark.timeout(60)  # the regexes before were quadratic: these lines took ~40 minutes
 def test_huge_log_lines_are_read_in_linear_time() -> None:
     # 2 MB lines of a runaway log that almost match: the old ``transfer.*time(d)?\s*out``
@@ -263,6 +269,7 @@ def test_huge_log_lines_are_read_in_linear_time() -> None:
     assert all(len(e.text) <= MAX_EVENT_TEXT for e in log_events(text))
 
 
+@pytest.mark.pure
 def test_metric_samples_that_are_not_finite_are_gaps_not_values() -> None:
     """Prometheus allows NaN and ±Inf; SQLite stores NaN as NULL, which the store refuses (a
     hit rate of 0/0 would fail the trial's write), and JSON has neither."""
@@ -272,6 +279,7 @@ def test_metric_samples_that_are_not_finite_are_gaps_not_values() -> None:
         ("sglang:num_running_reqs", 3.0)]
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("target", TARGETS, ids=lambda target: target.name)
 def test_parsers_of_server_output_keep_their_promises_on_hostile_input(
         target: Target, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,6 +28,8 @@ from tests.conftest import REPO, free_port, wait_healthy
 from tests.support import garbage_server
 from tests.support.tcp_servers import http_answer, serving
 
+pytestmark = pytest.mark.real
+
 BISECT = str(Path(sys.executable).parent / "bisect")
 ENV = {**{k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"},
        "BISECT_TRIAGE": "builtin"}

@@ -34,6 +34,8 @@ from db.store import Store
 from orchestrator.reports.build import build_report
 from orchestrator.reports.model import Report
 
+pytestmark = pytest.mark.pure
+
 
 def wilson_by_hand(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
     """The Wilson score interval, written out (not the project's scipy call)."""

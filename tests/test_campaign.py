@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from experiments.campaign import Campaign, CampaignError, load_campaign
 from orchestrator.cli import app
 
+pytestmark = pytest.mark.pure
+
 GOOD = """\
 # The seed investigation: bf16 index keys and HiCache under load.
 name: DeepSeek tool-call leaks under load

@@ -20,7 +20,7 @@ from orchestrator.core.verdict import Status
 from orchestrator.demo import twin_pool
 from orchestrator.executor.driver import run_campaign
 from orchestrator.stored import create_campaign
-from tests.test_twin_support import race_faults
+from tests.support.twins import race_faults
 
 HOSTILE_NAME = '<script>alert("x")</script> & [bold]co[/bold]'
 FAULTS = race_faults(seed=3)
@@ -58,6 +58,7 @@ def finished(ray_cluster: None, tmp_path_factory: pytest.TempPathFactory) -> Ite
     yield db_path, campaign_id, campaign
 
 
+@pytest.mark.real
 def test_the_planted_interaction_is_found(finished: tuple[Path, str, Campaign]) -> None:
     db_path, campaign_id, _ = finished
     result = CliRunner().invoke(app, ["verdict", campaign_id, "--store", str(db_path), "--json"])
@@ -68,6 +69,7 @@ def test_the_planted_interaction_is_found(finished: tuple[Path, str, Campaign]) 
     assert verdict["cost"]["trials"] == 8 and verdict["cost"]["sessions"] == 160
 
 
+@pytest.mark.real
 def test_every_session_metric_and_log_event_is_stored(finished: tuple[Path, str, Campaign]) -> None:
     db_path, campaign_id, _ = finished
     with Store.open(str(db_path)) as store:
@@ -93,6 +95,7 @@ def test_every_session_metric_and_log_event_is_stored(finished: tuple[Path, str,
         assert all(server_known.match(s.evidence or "") for s in leaks), leaks[0].evidence
 
 
+@pytest.mark.real
 def test_services_are_stopped_when_the_campaign_ends(
         finished: tuple[Path, str, Campaign]) -> None:
     _, _, campaign = finished
@@ -114,6 +117,7 @@ def _cmdline(pid: str) -> str:
         return ""
 
 
+@pytest.mark.real
 def test_report_escapes_what_came_from_users_and_servers(
         finished: tuple[Path, str, Campaign], tmp_path: Path) -> None:
     db_path, campaign_id, _ = finished
@@ -127,6 +131,7 @@ def test_report_escapes_what_came_from_users_and_servers(
     assert "index_k=bf16" in html and "culprit" in html
 
 
+@pytest.mark.real
 def test_ls_lists_the_campaign(finished: tuple[Path, str, Campaign]) -> None:
     db_path, campaign_id, _ = finished
     result = CliRunner().invoke(app, ["ls", "--store", str(db_path), "--json"])
@@ -138,6 +143,7 @@ def test_ls_lists_the_campaign(finished: tuple[Path, str, Campaign]) -> None:
     assert "[bold]co[/bold]" in table.stdout
 
 
+@pytest.mark.real
 def test_resume_discards_an_unfinished_trial_and_repeats_nothing(
         finished: tuple[Path, str, Campaign]) -> None:
     db_path, campaign_id, _ = finished
@@ -152,6 +158,7 @@ def test_resume_discards_an_unfinished_trial_and_repeats_nothing(
         assert len(store.trials(campaign_id)) == 8
 
 
+@pytest.mark.pure
 def test_unknown_campaign_is_bad_input(tmp_path: Path) -> None:
     Store.open(str(tmp_path / "x.db")).close()  # a store without it (none: "no store at")
     result = CliRunner().invoke(app, ["verdict", "nope", "--store", str(tmp_path / "x.db")])

@@ -78,6 +78,7 @@ def _tree(tmp_path: Path) -> tuple[Path, str]:
     return root, str(tmp_path / "work")
 
 
+@pytest.mark.real
 def test_patch_applies_all_files_and_reverts_byte_exactly(node: Transport,
                                                           tmp_path: Path) -> None:
     root, work = _tree(tmp_path)
@@ -112,6 +113,7 @@ def test_patch_applies_all_files_and_reverts_byte_exactly(node: Transport,
         f"{root}/pkg/new.py has sha256 -, not {files['pkg/new.py']['after']}"]
 
 
+@pytest.mark.real
 def test_a_patch_that_does_not_apply_leaves_every_file_untouched(node: Transport,
                                                                  tmp_path: Path) -> None:
     root, work = _tree(tmp_path)
@@ -129,6 +131,7 @@ def test_a_patch_that_does_not_apply_leaves_every_file_untouched(node: Transport
         (Path(work) / "bisect-variants").iterdir())
 
 
+@pytest.mark.real
 def test_revert_refuses_to_clobber_a_file_changed_since(node: Transport, tmp_path: Path) -> None:
     root, work = _tree(tmp_path)
     original = snapshot(root)
@@ -146,6 +149,7 @@ def test_revert_refuses_to_clobber_a_file_changed_since(node: Transport, tmp_pat
     assert change.revert(node) is True and snapshot(root) == original
 
 
+@pytest.mark.real
 def test_patch_refusals_name_the_file_and_change_nothing(local_node: Transport,
                                                          tmp_path: Path) -> None:
     root, work = _tree(tmp_path)
@@ -176,6 +180,7 @@ def test_patch_refusals_name_the_file_and_change_nothing(local_node: Transport,
     change.revert(local_node)
 
 
+@pytest.mark.pure
 def test_diff_headers_are_read_like_patch_reads_them() -> None:
     # Hunk lines "--- not" / "+++ nor" look like a file header; counting hunk lines tells.
     diff = unified({"x/a b.py": "-- not\n", "y.py": None}, {"x/a b.py": "++ nor\n", "y.py": "1\n"})
@@ -198,6 +203,7 @@ def test_diff_headers_are_read_like_patch_reads_them() -> None:
         FilePatch(diff, "relative/root", "/tmp/w")
 
 
+@pytest.mark.real
 def test_hostile_names_arrive_verbatim_and_run_nothing(node: Transport, tmp_path: Path) -> None:
     root = tmp_path / HOSTILE[0].format(dir=tmp_path)
     work = str(tmp_path / HOSTILE[1].format(dir=tmp_path))
@@ -214,6 +220,7 @@ def test_hostile_names_arrive_verbatim_and_run_nothing(node: Transport, tmp_path
     assert snapshot(root) == before and pwned(tmp_path) == []
 
 
+@pytest.mark.real
 def test_a_large_patch_travels_in_chunks(node: Transport, tmp_path: Path) -> None:
     root, work = _tree(tmp_path)
     big = "".join(f"line {i} {'x' * 60}\n" for i in range(1800))  # ~120 KB: three chunks
@@ -224,6 +231,7 @@ def test_a_large_patch_travels_in_chunks(node: Transport, tmp_path: Path) -> Non
     assert not (root / "pkg" / "big.py").exists()
 
 
+@pytest.mark.real
 def test_hooks_run_with_values_verbatim_and_fail_by_name(node: Transport, tmp_path: Path) -> None:
     value = HOSTILE[0].format(dir=tmp_path)
     cwd = tmp_path / HOSTILE[2].format(dir=tmp_path)
@@ -240,6 +248,7 @@ def test_hooks_run_with_values_verbatim_and_fail_by_name(node: Transport, tmp_pa
     assert pwned(tmp_path) == []
 
 
+@pytest.mark.real
 def test_a_hanging_hook_is_killed_on_the_node(local_node: Transport, tmp_path: Path) -> None:
     marker = tmp_path / "finished"
     hook = Hook(("sh", "-c", f"sleep 5; touch {marker}"), timeout_s=0.3)
@@ -249,6 +258,7 @@ def test_a_hanging_hook_is_killed_on_the_node(local_node: Transport, tmp_path: P
         Hook(("true",), env={"A B": "x"})
 
 
+@pytest.mark.pure
 def test_plan_keeps_the_common_prefix_and_reverts_newest_first(tmp_path: Path) -> None:
     def patch(n: int) -> FilePatch:
         return FilePatch(unified({"a": f"{n}\n"}, {"a": f"{n + 1}\n"}), "/r", str(tmp_path))
@@ -260,6 +270,7 @@ def test_plan_keeps_the_common_prefix_and_reverts_newest_first(tmp_path: Path) -
     assert step.revert == [patch(1), ref] and step.apply[0].fingerprint.endswith("@v2")
 
 
+@pytest.mark.real
 def test_a_node_moves_between_stacks_and_is_restored(node: Transport, tmp_path: Path) -> None:
     repo, work = tmp_path / "src", str(tmp_path / "work")
     v1, v2, v3 = make_repo(repo)

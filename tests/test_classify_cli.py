@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from experiments.markup import MarkupFamily, render
 from orchestrator.cli import app
 
+pytestmark = pytest.mark.pure
+
 CANARY = "K9"
 ARGS = {"path": "a.py", "canary": CANARY}
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -24,6 +25,7 @@ def leak_model(path: Path, probability: float, min_inflight: int) -> Path:
     return path
 
 
+@pytest.mark.real
 def test_console_script_help_lists_every_command() -> None:
     done = subprocess.run([BISECT, "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0
@@ -32,6 +34,7 @@ def test_console_script_help_lists_every_command() -> None:
         assert command in done.stdout
 
 
+@pytest.mark.real
 def test_twin_help_comes_from_the_twin() -> None:
     done = subprocess.run([BISECT, "twin", "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0
@@ -41,6 +44,7 @@ def test_twin_help_comes_from_the_twin() -> None:
     assert bad.returncode == 2 and "--no-such-flag" in bad.stderr
 
 
+@pytest.mark.real
 def test_stress_measures_a_planted_leak_inside_its_interval(twin: TwinFactory,
                                                              tmp_path: Path) -> None:
     model = leak_model(tmp_path / "faults.yaml", probability=0.1, min_inflight=32)
@@ -57,6 +61,7 @@ def test_stress_measures_a_planted_leak_inside_its_interval(twin: TwinFactory,
     assert summary["wall_s"] > 0
 
 
+@pytest.mark.real
 def test_stress_at_concurrency_one_sees_no_race(twin: TwinFactory, tmp_path: Path) -> None:
     model = leak_model(tmp_path / "faults.yaml", probability=1.0, min_inflight=32)
     url = twin("--fault-model", str(model), "--twin-latency-ms", "1")
@@ -66,6 +71,7 @@ def test_stress_at_concurrency_one_sees_no_race(twin: TwinFactory, tmp_path: Pat
     assert summary["corrupted"] == 0 and summary["counts"]["ok"] == 1
 
 
+@pytest.mark.real
 def test_stress_human_output_is_a_table(twin: TwinFactory) -> None:
     url = twin("--twin-latency-ms", "1")
     result = CliRunner().invoke(app, ["stress", url, "--sessions", "4", "--rounds", "2"])
@@ -73,6 +79,7 @@ def test_stress_human_output_is_a_table(twin: TwinFactory) -> None:
     assert "ok" in result.stdout and "leak" in result.stdout
 
 
+@pytest.mark.real
 def test_stress_against_nothing_reports_errors_not_corruption() -> None:
     result = CliRunner().invoke(
         app, ["stress", "http://127.0.0.1:9", "--sessions", "3", "--rounds", "1", "--json"]
@@ -82,6 +89,7 @@ def test_stress_against_nothing_reports_errors_not_corruption() -> None:
     assert summary["counts"]["error"] == 3 and summary["corrupted"] == 0 and summary["judged"] == 0
 
 
+@pytest.mark.pure
 def test_the_readme_campaign_example_is_valid(tmp_path: Path) -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     example = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
@@ -92,6 +100,7 @@ def test_the_readme_campaign_example_is_valid(tmp_path: Path) -> None:
     assert "4 variants" in result.stdout
 
 
+@pytest.mark.pure
 def test_the_real_investigation_campaign_is_valid() -> None:
     path = Path(__file__).parent.parent / "experiments" / "dsv4-index-k.yaml"
     result = CliRunner().invoke(app, ["validate", str(path)])

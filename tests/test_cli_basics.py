@@ -25,6 +25,7 @@ def bisect(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[s
                           check=False)
 
 
+@pytest.mark.real
 def test_version_comes_from_the_package_metadata() -> None:
     done = bisect("--version")
     assert done.returncode == 0 and done.stdout == f"bisect {version('bisect-serving')}\n"
@@ -43,6 +44,7 @@ def _commands(group: Any, ctx: typer.Context) -> list[tuple[str, Any]]:
     return found
 
 
+@pytest.mark.pure
 def test_every_option_and_argument_says_what_it_does() -> None:
     root = typer.main.get_command(app)
     commands = _commands(root, typer.Context(root))
@@ -52,6 +54,7 @@ def test_every_option_and_argument_says_what_it_does() -> None:
     assert not missing, missing
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("command", ["verdict", "run", "demo", "ls", "show", "stress"])
 def test_help_shows_a_flag_as_a_flag(command: str) -> None:
     done = bisect(command, "--help")
@@ -61,6 +64,7 @@ def test_help_shows_a_flag_as_a_flag(command: str) -> None:
     assert "<bool>" not in done.stdout, done.stdout
 
 
+@pytest.mark.real
 def test_sessions_rounds_and_seed_have_help() -> None:
     shown = " ".join(bisect("stress", "--help").stdout.split())
     for option in ("--sessions", "--rounds", "--seed"):
@@ -69,6 +73,7 @@ def test_sessions_rounds_and_seed_have_help() -> None:
         assert len(after.split()) > 3, after  # a sentence, not just its type and default
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("command", [*READERS, "ls"])
 def test_a_read_only_command_never_creates_a_store(command: str, tmp_path: Path) -> None:
     store = tmp_path / "no" / "such" / "bisect.db"
@@ -81,6 +86,7 @@ def test_a_read_only_command_never_creates_a_store(command: str, tmp_path: Path)
     assert list(tmp_path.iterdir()) == []  # not even a report
 
 
+@pytest.mark.real
 def test_ids_by_unique_prefix_and_last_and_an_ambiguous_prefix_names_its_candidates(
         tmp_path: Path) -> None:
     store = tmp_path / "bisect.db"

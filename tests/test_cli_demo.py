@@ -18,6 +18,8 @@ from xml.etree import ElementTree
 
 import pytest
 
+pytestmark = pytest.mark.real
+
 BISECT = str(Path(sys.executable).parent / "bisect")
 
 

@@ -12,10 +12,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from orchestrator.demo import twin_pool
-from tests.test_twin_support import race_faults
+from tests.support.twins import race_faults
+
+pytestmark = pytest.mark.real
 
 BISECT = str(Path(sys.executable).parent / "bisect")
 

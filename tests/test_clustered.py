@@ -5,9 +5,12 @@ effect it implies, on pure values."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from scipy.stats import binom
 
 from orchestrator.core.stats.clustered import INDEPENDENT, Dispersion, dispersion
+
+pytestmark = pytest.mark.pure
 
 
 def _trials(rng: np.random.Generator, p: float, tau2: float, trials: int,

@@ -16,6 +16,8 @@ from orchestrator.core.strategies.commits import (
     posterior,
 )
 
+pytestmark = pytest.mark.pure
+
 
 def bisect_commits(n_commits: int, first_bad: int, rate_bad: float, rate_good: float = 0.0,
                    *, seed: int = 0, max_trials: int = 40,

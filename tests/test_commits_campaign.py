@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -14,19 +12,9 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.demo import twin_pool
+from tests.support.git_trees import commits_campaign, git, new_tree
 
-
-def git(tree: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
-def new_tree(tree: Path) -> None:
-    """An empty git tree whose commits are made by ``t``."""
-    tree.mkdir()
-    git(tree, "init", "-q", "-b", "main")
-    git(tree, "config", "user.email", "t@example.invalid")
-    git(tree, "config", "user.name", "t")
+pytestmark = pytest.mark.real
 
 
 def history(tree: Path, commits: int, first_bad: int, broken: Collection[int] = (),
@@ -59,27 +47,6 @@ def subject_of(index: int) -> str:
     if index == 7:
         return "Fix <script>alert('topk')</script> & \x1b[31mkernel"
     return f"change {index}"
-
-
-# The build step: fails, with its reason, in a commit that carries the file BROKEN.
-BUILD = ["sh", "-c", "if [ -e BROKEN ]; then echo 'BROKEN: this commit does not build'; "
-         "exit 1; fi"]
-
-
-def commits_campaign(tmp_path: Path, tree: Path) -> Path:
-    campaign: dict[str, Any] = {
-        "name": "which commit",
-        "nodes": [{"name": "here", "workdir": str(tmp_path / "services")}],
-        "pools": [twin_pool("p", "here", tree / "faults.yaml", latency_ms=2)],
-        "factors": [{"name": "hicache", "levels": {
-            "off": {}, "on": {"flags": ["--enable-hierarchical-cache"]}}}],
-        "workload": {"sessions": 24, "rounds": 2, "timeout_s": 20},
-        "commits": {"tree": str(tree), "good": "main~11", "bad": "main",
-                    "levels": {"hicache": "on"}, "build": BUILD},
-    }
-    path = tmp_path / "campaign.yaml"
-    path.write_text(yaml.safe_dump(campaign))
-    return path
 
 
 def test_commits_finds_the_first_bad_commit(ray_cluster: None, tmp_path: Path) -> None:

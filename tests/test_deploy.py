@@ -120,6 +120,7 @@ def manager(managers: ManagerFactory, tmp_path: Path) -> ProcessServiceManager:
 # --- the local transport -----------------------------------------------------------------------
 
 
+@pytest.mark.real
 def test_local_transport_runs_an_argv_and_reports_its_outcome() -> None:
     transport = LocalTransport("here")
     result = transport.run(["sh", "-c", 'echo "out $1"; echo err >&2; exit 3', "sh", "a b"])
@@ -130,6 +131,7 @@ def test_local_transport_runs_an_argv_and_reports_its_outcome() -> None:
     assert transport.run(["true"]).check().ok
 
 
+@pytest.mark.real
 def test_local_transport_timeout_raises_transport_error() -> None:
     started = time.monotonic()
     with pytest.raises(TransportError, match="timed out"):
@@ -137,6 +139,7 @@ def test_local_transport_timeout_raises_transport_error() -> None:
     assert time.monotonic() - started < 5
 
 
+@pytest.mark.real
 def test_local_transport_missing_executable_raises_transport_error(tmp_path: Path) -> None:
     with pytest.raises(TransportError, match="cannot run"):
         LocalTransport().run([str(tmp_path / "no-such-program")])
@@ -145,6 +148,7 @@ def test_local_transport_missing_executable_raises_transport_error(tmp_path: Pat
 # --- plain-process services --------------------------------------------------------------------
 
 
+@pytest.mark.real
 def test_start_runs_the_exact_argv_and_env_and_logs_them(
     manager: ProcessServiceManager, child: list[str]
 ) -> None:
@@ -160,6 +164,7 @@ def test_start_runs_the_exact_argv_and_env_and_logs_them(
     assert Path(manager.log_file("svc")).exists()
 
 
+@pytest.mark.real
 def test_second_start_log_offset_points_after_the_first_output(
     manager: ProcessServiceManager, child: list[str]
 ) -> None:
@@ -176,6 +181,7 @@ def test_second_start_log_offset_points_after_the_first_output(
     assert '"first"' in manager.read_log("svc")  # the whole log keeps both starts
 
 
+@pytest.mark.real
 def test_start_while_running_stops_the_old_instance_first(
     manager: ProcessServiceManager, child: list[str]
 ) -> None:
@@ -188,6 +194,7 @@ def test_start_while_running_stops_the_old_instance_first(
     assert manager.is_running("svc") and manager.pid("svc") == new.pid
 
 
+@pytest.mark.real
 def test_stop_kills_the_whole_process_group_including_a_grandchild(
     manager: ProcessServiceManager, tmp_path: Path
 ) -> None:
@@ -208,6 +215,7 @@ def test_stop_kills_the_whole_process_group_including_a_grandchild(
     assert manager.pid("svc") is None
 
 
+@pytest.mark.real
 def test_stop_reaches_children_left_behind_by_an_exited_leader(
     manager: ProcessServiceManager, tmp_path: Path
 ) -> None:
@@ -223,6 +231,7 @@ def test_stop_reaches_children_left_behind_by_an_exited_leader(
     assert not process_alive(orphan)  # ... and so is what it left behind
 
 
+@pytest.mark.real
 def test_is_running_is_false_once_the_service_exits(
     manager: ProcessServiceManager,
 ) -> None:
@@ -231,6 +240,7 @@ def test_is_running_is_false_once_the_service_exits(
     assert manager.read_log("svc") == "bye\n"
 
 
+@pytest.mark.real
 def test_leftovers_and_leaving_as_found_stop_what_bisect_started(
     manager: ProcessServiceManager, child: list[str]
 ) -> None:
@@ -243,6 +253,7 @@ def test_leftovers_and_leaving_as_found_stop_what_bisect_started(
         assert manager.pid("svc") is None
 
 
+@pytest.mark.real
 def test_stop_and_inspect_a_never_started_service_are_no_ops(
     manager: ProcessServiceManager,
 ) -> None:
@@ -252,6 +263,7 @@ def test_stop_and_inspect_a_never_started_service_are_no_ops(
     assert manager.read_log("ghost") == ""
 
 
+@pytest.mark.real
 def test_hostile_values_arrive_verbatim_and_nothing_is_executed(
     manager: ProcessServiceManager, child: list[str], tmp_path: Path
 ) -> None:
@@ -279,6 +291,7 @@ def test_hostile_values_arrive_verbatim_and_nothing_is_executed(
     assert (tmp_path / "keep").is_dir()
 
 
+@pytest.mark.real
 def test_hostile_service_name_and_workdir_stay_in_their_files(
     managers: ManagerFactory, tmp_path: Path, child: list[str]
 ) -> None:
@@ -297,6 +310,7 @@ def test_hostile_service_name_and_workdir_stay_in_their_files(
 # --- rendering a variant -----------------------------------------------------------------------
 
 
+@pytest.mark.pure
 def test_render_appends_flags_in_factor_order_and_merges_env() -> None:
     levels = [
         LevelSettings("index_k", "bf16", env={"BF16_INDEX_K": "1", "SHARED": "from-index"}),
@@ -314,6 +328,7 @@ def test_render_appends_flags_in_factor_order_and_merges_env() -> None:
     )
 
 
+@pytest.mark.pure
 def test_render_skips_levels_for_other_services() -> None:
     levels = [
         LevelSettings("hicache", "on", env={"HICACHE": "1"}, flags=["--enable-hierarchical-cache"],
@@ -329,6 +344,7 @@ def test_render_skips_levels_for_other_services() -> None:
     assert dict(prefill.env) == {"BF16_INDEX_K": "1", "HICACHE": "1"}
 
 
+@pytest.mark.pure
 def test_service_config_is_order_independent_in_env() -> None:
     a = ServiceConfig.of("s", ["x"], {"B": "2", "A": "1"})
     b = ServiceConfig.of("s", ("x",), {"A": "1", "B": "2"})
@@ -366,16 +382,19 @@ def unused_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.real
 def test_wait_healthy_returns_quickly_on_200(health_server: str) -> None:
     waited = wait_healthy(f"{health_server}/health", timeout_s=5)
     assert 0 <= waited < 1
 
 
+@pytest.mark.real
 def test_wait_healthy_keeps_reporting_a_non_200(health_server: str) -> None:
     with pytest.raises(HealthTimeout, match="HTTP 503"):
         wait_healthy(f"{health_server}/starting", timeout_s=0.3, interval_s=0.05)
 
 
+@pytest.mark.real
 def test_wait_healthy_fails_fast_when_the_process_exited() -> None:
     started = time.monotonic()
     with pytest.raises(HealthTimeout, match="exited"):
@@ -384,6 +403,7 @@ def test_wait_healthy_fails_fast_when_the_process_exited() -> None:
     assert time.monotonic() - started < 2
 
 
+@pytest.mark.real
 def test_wait_healthy_times_out() -> None:
     started = time.monotonic()
     with pytest.raises(HealthTimeout, match=r"not healthy after 0\.3s"):
@@ -392,6 +412,7 @@ def test_wait_healthy_times_out() -> None:
     assert time.monotonic() - started < 3
 
 
+@pytest.mark.real
 def test_wait_healthy_on_a_real_service(
     manager: ProcessServiceManager, tmp_path: Path
 ) -> None:

@@ -71,6 +71,7 @@ def kinds(report: dict[str, object]) -> list[str]:
     return [f["kind"] for f in findings]
 
 
+@pytest.mark.pure
 def test_a_finished_campaign_is_healthy(store_path: Path) -> None:
     with Store.open(str(store_path)) as store:
         store.discard_unfinished("c1")
@@ -82,6 +83,7 @@ def test_a_finished_campaign_is_healthy(store_path: Path) -> None:
     assert plain.exit_code == 0 and "healthy: nothing to do" in plain.stdout
 
 
+@pytest.mark.real
 def test_a_dead_drivers_campaign_says_resume(store_path: Path, workdir: Path) -> None:
     # The lock file a driver leaves when it is killed: its record names a pid now gone.
     subprocess.run([sys.executable, "-c", "import sys; from deploy.locks import acquire; "
@@ -100,12 +102,14 @@ def test_a_dead_drivers_campaign_says_resume(store_path: Path, workdir: Path) ->
     assert without_nodes == ["unfinished", "driver_unknown"]
 
 
+@pytest.mark.real
 def test_a_live_driver_is_left_to_its_work(store_path: Path, workdir: Path) -> None:
     acquire(LocalTransport("gpu-a"), "gpu-a", str(workdir), "c1")  # this process: alive
     code, report = doctor(store_path, "--nodes")
     assert (code, kinds(report)) == (0, ["running"])
 
 
+@pytest.mark.real
 def test_orphan_rows_and_a_freed_node_the_store_still_holds(store_path: Path) -> None:
     engine = create_engine(f"sqlite:///{store_path}")
     with engine.begin() as db:
@@ -122,6 +126,7 @@ def test_orphan_rows_and_a_freed_node_the_store_still_holds(store_path: Path) ->
     assert "bisect unlock" in findings[1]["advice"] and "--holder c1" in findings[1]["advice"]
 
 
+@pytest.mark.pure
 def test_a_damaged_store_file(store_path: Path) -> None:
     with Store.open(str(store_path)) as store:  # enough pages that one in the middle is data
         variant = store.variant("c1", {"index_k": "fp8"})
@@ -142,6 +147,7 @@ def test_a_damaged_store_file(store_path: Path) -> None:
     assert "malformed" in findings[0]["message"] and ".recover" in findings[0]["advice"]
 
 
+@pytest.mark.pure
 def test_unknown_campaign_is_bad_input(store_path: Path) -> None:
     done = CliRunner().invoke(app, ["doctor", "nope", "--store", str(store_path)])
     assert done.exit_code == 2 and "no campaign 'nope'" in done.stderr

@@ -51,34 +51,40 @@ def command_of(path: Path) -> list[str]:
     return shlex.split(commands[0])
 
 
+@pytest.mark.pure
 def test_the_folder_holds_what_the_tests_know() -> None:
     known = set(RUNNABLE + FAULT_MODELS + SCRIPTS)
     assert {p.name for p in EXAMPLES.iterdir() if p.name != "__pycache__"} == known
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("name", CAMPAIGNS)
 def test_each_campaign_validates(name: str) -> None:
     result = CliRunner().invoke(app, ["validate", str(EXAMPLES / name)])
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("name", SWEEPS)
 def test_each_sweep_checks(name: str) -> None:
     result = CliRunner().invoke(app, ["sweep", str(EXAMPLES / name), "--check"])
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("name", FAULT_MODELS)
 def test_each_fault_model_loads(name: str) -> None:
     assert faults.load(EXAMPLES / name).rules
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_each_script_compiles_and_is_executable(name: str, tmp_path: Path) -> None:
     py_compile.compile(str(EXAMPLES / name), cfile=str(tmp_path / "x.pyc"), doraise=True)
     assert os.access(EXAMPLES / name, os.X_OK)
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("name", RUNNABLE)
 def test_each_header_prints_one_command_that_runs_it(name: str) -> None:
     path = EXAMPLES / name
@@ -119,6 +125,7 @@ def run_header_command(name: str, tmp_path: Path,
     return done.returncode, json.loads(done.stdout)
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("name", ["factorial.yaml", "probe.yaml"])
 def test_the_example_names_the_interaction(name: str, tmp_path: Path,
                                            environment: dict[str, str]) -> None:

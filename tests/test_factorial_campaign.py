@@ -19,7 +19,9 @@ from orchestrator.core.verdict import Status
 from orchestrator.demo import twin_pool
 from orchestrator.executor.driver import run_campaign
 from orchestrator.stored import create_campaign
-from tests.test_twin_support import race_faults
+from tests.support.twins import race_faults
+
+pytestmark = pytest.mark.real
 
 FAULTS = race_faults(seed=11)
 

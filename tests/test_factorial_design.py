@@ -22,6 +22,8 @@ from orchestrator.core.strategies.factorial import Factorial, decide
 from orchestrator.core.strategies.registry import strategy_for
 from orchestrator.core.verdict import CostModel, Status, Verdict
 
+pytestmark = pytest.mark.pure
+
 COST = CostModel(restart_s=90, workload_s=485, gpus=16)
 NAMES = ["index_k", "hicache", "topk_v2", "cuda_graph", "overlap", "radix", "chunked", "spec",
          "mtp", "dp_attn", "ep_moe"]

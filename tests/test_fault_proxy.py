@@ -19,6 +19,8 @@ import pytest
 from tests.support.fault_proxy import FaultProxy, Toxic
 from tests.support.tcp_servers import echo, read_all, serving, speaker
 
+pytestmark = pytest.mark.real
+
 PAYLOAD = bytes(range(256)) * 200  # 51,200 bytes
 
 

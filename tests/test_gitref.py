@@ -22,6 +22,8 @@ from tests.changes_support import (
     run_value,
 )
 
+pytestmark = pytest.mark.real
+
 node, local_node, ssh_node = support.node, support.local_node, support.ssh_node  # the fixtures
 
 BUILD = ("sh", "-c", f"mkdir -p out && {PY} -B -m pkg.value | tee -a out/builds.log")

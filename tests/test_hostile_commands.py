@@ -131,6 +131,7 @@ def environ(hex_text: object) -> dict[bytes, bytes]:
     return dict(entry.split(b"=", 1) for entry in entries if b"=" in entry)
 
 
+@pytest.mark.real
 def test_hostile_env_names_are_refused_before_anything_runs(node: Node) -> None:
     manager = ProcessServiceManager(node.transport, str(node.workdir))
     argv = [sys.executable, str(node.reporter)]
@@ -147,6 +148,7 @@ def test_hostile_env_names_are_refused_before_anything_runs(node: Node) -> None:
     assert not node.marker.exists()
 
 
+@pytest.mark.real
 def test_option_like_words_reach_the_service_byte_for_byte(node: Node) -> None:
     manager = ProcessServiceManager(node.transport, str(node.workdir))
     words = filled(HOSTILE_WORDS, node.marker)
@@ -168,6 +170,7 @@ def test_option_like_words_reach_the_service_byte_for_byte(node: Node) -> None:
     assert not node.marker.exists()
 
 
+@pytest.mark.real
 def test_what_bisect_writes_on_a_node_is_owner_only(node: Node, tmp_path: Path) -> None:
     manager = ProcessServiceManager(node.transport, str(node.workdir))
     manager.start(ServiceConfig.of("svc", [sys.executable, str(node.reporter)], {}))
@@ -196,6 +199,7 @@ def test_what_bisect_writes_on_a_node_is_owner_only(node: Node, tmp_path: Path) 
     ref.revert(node.transport)
 
 
+@pytest.mark.real
 def test_preflight_never_runs_a_name_and_passes_values_exactly(tmp_path: Path) -> None:
     marker = tmp_path / "PWNED"
     dump = tmp_path / "help-env.json"
@@ -215,6 +219,7 @@ def test_preflight_never_runs_a_name_and_passes_values_exactly(tmp_path: Path) -
     assert not marker.exists()
 
 
+@pytest.mark.real
 def test_hooks_run_exactly_as_written(node: Node) -> None:
     words = filled(HOSTILE_WORDS, node.marker)
     printed = run_hook(node.transport, Hook((sys.executable, "-c",
@@ -256,6 +261,7 @@ def minimal_campaign(tmp_path: Path, **node: str) -> dict[str, object]:
             "pools": [{"name": "p", "endpoint": "http://127.0.0.1:30000", "services": [service]}]}
 
 
+@pytest.mark.real
 def test_git_refs_that_look_like_options_are_refused_by_validation(tmp_path: Path) -> None:
     marker = tmp_path / "PWNED"
     refs = filled(OPTION_REFS, marker)
@@ -275,7 +281,7 @@ def test_git_refs_that_look_like_options_are_refused_by_validation(tmp_path: Pat
     with pytest.raises(CampaignError, match=r"commits\.good: the git ref '--upload-pack=.*"
                                             r"begins with '-'.*\n.*commits\.bad: the git ref '-c'"):
         load_campaign(by_range)
-    # In the deploy layer the refs are passed after `--end-of-options` (tests/test_gitref.py);
+    # In the deploy layer the refs are passed after `--end-of-options` (test_gitref.py);
     # a NUL would cut one short (over SSH, silently): refused before git runs.
     tree = str(git_tree(tmp_path / "src"))
     transport = LocalTransport("here")
@@ -287,6 +293,7 @@ def test_git_refs_that_look_like_options_are_refused_by_validation(tmp_path: Pat
     assert not marker.exists()
 
 
+@pytest.mark.pure
 def test_an_ssh_host_never_becomes_words_of_a_proxy_command(tmp_path: Path) -> None:
     """A common ssh config puts the host among a command's words: `ssh -W %h:%p bastion`.
     (No traffic: the trailing `ProxyCommand=false` is the connection unless the host's words
@@ -345,6 +352,7 @@ factors:
 """
 
 
+@pytest.mark.pure
 def test_validate_names_file_line_and_field_of_every_hostile_word(tmp_path: Path) -> None:
     marker = tmp_path / "PWNED"
     path = tmp_path / "campaign.yaml"
@@ -385,6 +393,7 @@ def systemd_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHTransp
         lab_down(directory)
 
 
+@pytest.mark.real
 def test_systemd_refuses_names_and_passes_words_exactly(systemd_node: SSHTransport,
                                                         tmp_path: Path) -> None:
     marker = Path("/tmp/PWNED_hostile")  # the host's own /tmp (a tmpfs of its container)

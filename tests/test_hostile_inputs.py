@@ -58,6 +58,7 @@ def line_of(text: str, needle: str) -> int:
 # --- aliases -------------------------------------------------------------------------------------
 
 
+@pytest.mark.pure
 def test_aliased_factors_that_would_expand_to_millions_are_refused_unexpanded(
     tmp_path: Path,
 ) -> None:
@@ -66,6 +67,7 @@ def test_aliased_factors_that_would_expand_to_millions_are_refused_unexpanded(
     assert f"expand to more than {MAX_EXPANDED} values" in message
 
 
+@pytest.mark.pure
 def test_more_aliases_than_the_cap_are_refused_on_the_first_one_past_it(tmp_path: Path) -> None:
     markers = ", ".join(["*w"] * (MAX_ALIASES + 1))
     text = VALID.replace("off:\n", f"off: {{log_markers: [&w x, {markers}]}}\n")
@@ -74,12 +76,14 @@ def test_more_aliases_than_the_cap_are_refused_on_the_first_one_past_it(tmp_path
                               f"than {MAX_ALIASES} aliases"), message
 
 
+@pytest.mark.pure
 def test_a_value_that_contains_itself_is_refused(tmp_path: Path) -> None:
     text = VALID.replace("fp8: {env: {BF16_INDEX_K: 0}}", "fp8: {pre: &r [*r]}")
     message = refusal(write(tmp_path, text))
     assert "recursive value" in message and f":{line_of(text, '&r')}:" in message
 
 
+@pytest.mark.pure
 def test_aliases_and_merges_within_the_bounds_still_load(tmp_path: Path) -> None:
     text = VALID.replace("pools:", "pools:\n  - &pool {name: pool-b, endpoint: "
                          "http://127.0.0.1:30001, services: &svcs [{name: s2, node: gpu-a, "
@@ -95,6 +99,7 @@ def test_aliases_and_merges_within_the_bounds_still_load(tmp_path: Path) -> None
 # --- nesting, bytes, tags ----------------------------------------------------------------------
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(("nesting", "lines_down"), [
     ("[" * 500 + "]" * 500, 0),
     ("{a: " * 500 + "1" + "}" * 500, 0),
@@ -109,6 +114,7 @@ def test_nesting_500_deep_names_the_file_and_line(tmp_path: Path, nesting: str,
     assert message == f"{tmp_path / 'campaign.yaml'}:{line}: nested more than {MAX_DEPTH} deep"
 
 
+@pytest.mark.pure
 def test_a_nul_byte_names_the_file_and_line(tmp_path: Path) -> None:
     text = VALID.replace("name: gpu-a", "name: gpu\0a", 1)
     message = refusal(write(tmp_path, text))
@@ -116,6 +122,7 @@ def test_a_nul_byte_names_the_file_and_line(tmp_path: Path) -> None:
                        "character U+0000: YAML text may not contain it")
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("escape", ["\\0", "\\x1b[2J", "\\x9b"])
 def test_an_escaped_control_character_in_a_string_is_refused(tmp_path: Path,
                                                              escape: str) -> None:
@@ -125,6 +132,7 @@ def test_an_escaped_control_character_in_a_string_is_refused(tmp_path: Path,
            "character" in message, message
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(("value", "problem"), [
     ("!!timestamp 2001-12-14", "a date or time is not allowed here"),
     ("!!timestamp 2001-13-45", "a date or time is not allowed here"),
@@ -146,6 +154,7 @@ def test_non_json_values_are_refused_with_file_line_and_field(tmp_path: Path, va
     assert problem in message, message
 
 
+@pytest.mark.pure
 def test_a_plain_date_is_a_string_as_in_yaml_1_2(tmp_path: Path) -> None:
     text = VALID.replace("name: fuzzed", "name: 2001-12-14").replace("fp8:", "2024-01-01:")
     campaign = load_campaign(write(tmp_path, text))
@@ -156,16 +165,19 @@ def test_a_plain_date_is_a_string_as_in_yaml_1_2(tmp_path: Path) -> None:
 # --- size ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.pure
 def test_a_10_mb_line_is_refused_by_its_size(tmp_path: Path) -> None:
     path = write(tmp_path, VALID.replace("name: fuzzed", "name: " + "x" * 10_000_000))
     assert refusal(path) == f"{path}: more than the {MAX_BYTES} bytes a file may have"
 
 
+@pytest.mark.pure
 def test_a_file_past_the_size_cap_is_refused_even_if_every_line_is_short(tmp_path: Path) -> None:
     path = write(tmp_path, VALID + "# a comment line\n" * (MAX_BYTES // 16))
     assert refusal(path) == f"{path}: more than the {MAX_BYTES} bytes a file may have"
 
 
+@pytest.mark.pure
 def test_a_line_past_the_length_cap_names_its_line(tmp_path: Path) -> None:
     text = VALID.replace("startup_timeout_s: 600", "log_markers: [" + "x" * MAX_LINE_CHARS + "]")
     message = refusal(write(tmp_path, text))
@@ -176,6 +188,7 @@ def test_a_line_past_the_length_cap_names_its_line(tmp_path: Path) -> None:
 # --- numbers -------------------------------------------------------------------------------------
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(("old", "new", "field"), [
     ("sessions: 60", "sessions: 1000000000000", "workload.sessions"),
     ("rounds: 4", "rounds: 1000000000", "workload.rounds"),
@@ -199,6 +212,7 @@ def test_absurd_numbers_are_named_by_field(tmp_path: Path, old: str, new: str,
         message
 
 
+@pytest.mark.pure
 def test_numbers_at_their_bounds_still_load(tmp_path: Path) -> None:
     text = VALID.replace("sessions: 60", "sessions: 100000").replace(
         "timeout_s: 30", "timeout_s: 86400").replace("gpus: 16", "gpus: 100000")
@@ -207,6 +221,7 @@ def test_numbers_at_their_bounds_still_load(tmp_path: Path) -> None:
     assert campaign.cost.gpus == 100_000
 
 
+@pytest.mark.pure
 def test_the_schema_states_the_bounds_and_is_a_valid_json_schema() -> None:
     result = CliRunner().invoke(app, ["schema"])
     assert result.exit_code == 0, result.output
@@ -220,6 +235,7 @@ def test_the_schema_states_the_bounds_and_is_a_valid_json_schema() -> None:
 # --- through the CLI ---------------------------------------------------------------------------
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("name", ["bomb", "deep", "nul", "tag"])
 def test_the_console_script_exits_2_with_one_line(tmp_path: Path, name: str) -> None:
     text = {"bomb": aliased_factors(200), "deep": VALID + "x: " + "[" * 1000 + "]" * 1000,
@@ -234,6 +250,7 @@ def test_the_console_script_exits_2_with_one_line(tmp_path: Path, name: str) -> 
     assert done.stderr.startswith(f"error: {path}:"), done.stderr
 
 
+@pytest.mark.pure
 def test_a_file_name_that_looks_like_markup_is_printed_as_it_is(tmp_path: Path) -> None:
     path = write(tmp_path, VALID, name="[bold]campaign.yaml")
     result = CliRunner().invoke(app, ["validate", str(path)])
@@ -241,6 +258,7 @@ def test_a_file_name_that_looks_like_markup_is_printed_as_it_is(tmp_path: Path) 
     assert result.stdout.startswith(f"{path}: ok"), result.stdout
 
 
+@pytest.mark.pure
 def test_a_lab_directory_that_looks_like_markup_is_printed_as_it_is(tmp_path: Path) -> None:
     directory = tmp_path / "[bold]lab"
     result = CliRunner().invoke(app, ["lab", "status", "--dir", str(directory)])
@@ -251,6 +269,7 @@ def test_a_lab_directory_that_looks_like_markup_is_printed_as_it_is(tmp_path: Pa
 # --- the fault model -----------------------------------------------------------------------------
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(("text", "problem"), [
     ("rules: " + "[" * 600 + "]" * 600, f"nested more than {MAX_DEPTH} deep"),
     ("seed: 1\nrules: []\nx: \0", "control character U+0000"),
@@ -269,6 +288,7 @@ def test_a_hostile_fault_model_names_the_file_and_line(tmp_path: Path, text: str
     assert len(message.splitlines()) == 1
 
 
+@pytest.mark.pure
 def test_an_absurd_fault_model_number_is_named_by_field(tmp_path: Path) -> None:
     path = write(tmp_path, "rules:\n  - name: x\n    min_inflight: 1000000000000\n"
                            "    probability: 0.5\n    effect: leak\n", name="faults.yaml")
@@ -280,6 +300,7 @@ def test_an_absurd_fault_model_number_is_named_by_field(tmp_path: Path) -> None:
 
 
 # A deadline far above the slowest input (~0.5 s): a guard against hangs, not a speed test.
+@pytest.mark.pure
 @settings(max_examples=300, deadline=timedelta(seconds=30), database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(content=campaign_texts())
@@ -309,6 +330,7 @@ _VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4) | st.
         lambda d: len({_raw(k) for k in d}) == len(d)), max_leaves=25)
 
 
+@pytest.mark.pure
 @settings(max_examples=200, deadline=timedelta(seconds=30), database=None)
 @given(shared=_VALUES, other=_VALUES, flow=st.sampled_from([None, True, False]))
 def test_what_pyyaml_writes_the_bounded_loader_reads_back(shared: object, other: object,
@@ -321,6 +343,7 @@ def test_what_pyyaml_writes_the_bounded_loader_reads_back(shared: object, other:
     assert json.dumps(loaded) == json.dumps(data) == json.dumps(yaml.safe_load(text))
 
 
+@pytest.mark.pure
 def test_two_spellings_of_one_key_are_refused_as_a_duplicate() -> None:
     # PyYAML keeps `true` and 'true' (a bool and a text) apart; as level names they would be one
     for first, second in (("'true'", "true"), ('"1"', "1")):
@@ -330,6 +353,7 @@ def test_two_spellings_of_one_key_are_refused_as_a_duplicate() -> None:
         assert str(refused.value).endswith("at levels (first on line 2)")
 
 
+@pytest.mark.pure
 def test_a_full_factorial_too_large_to_ever_end_is_refused(tmp_path: Path) -> None:
     factors = "".join(f"  - {{name: f{i}, levels: {{a: {{}}, b: {{}}}}}}\n" for i in range(13))
     head = VALID.split("factors:\n", 1)[0]

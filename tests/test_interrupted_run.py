@@ -20,9 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from deploy.lab import lab_down, net
 from deploy.lab.sshd import start_time
 from tests.lab_fixture import needs_root
+
+pytestmark = pytest.mark.real
 
 REPO = Path(__file__).resolve().parent.parent
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGKILL)

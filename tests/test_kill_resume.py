@@ -35,6 +35,8 @@ from tests.support.kill_points import (
     wait_until,
 )
 
+pytestmark = pytest.mark.real
+
 
 def _before_the_first_trial(bench: Bench) -> bool:  # locks held, preflight or Ray starting
     return (bench.services / ".bisect.lock").exists() and not bench.trials()

@@ -21,6 +21,8 @@ from deploy.services.base import ServiceConfig
 from deploy.services.process import ProcessServiceManager
 from deploy.transports.ssh import SSHTransport
 
+pytestmark = pytest.mark.real
+
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root")
 
 

@@ -11,6 +11,8 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 
+pytestmark = pytest.mark.real
+
 
 @pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"), reason="needs root")
 def test_lab_up_writes_a_valid_campaign_and_down_removes_everything(tmp_path: Path) -> None:

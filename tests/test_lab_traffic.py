@@ -19,6 +19,8 @@ from orchestrator.cli import app
 from tests.conftest import REPO
 from tests.support import network
 
+pytestmark = pytest.mark.real
+
 needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
                                 reason="network namespaces need root")
 

@@ -39,6 +39,7 @@ def sources(folder: str) -> list[Path]:
     return sorted((REPO / folder).rglob("*.py"))
 
 
+@pytest.mark.pure
 def test_the_core_imports_no_io() -> None:
     found = {f"{path.relative_to(REPO)}: {name}"
              for path in sources("orchestrator/core") for name in imported(path)
@@ -46,6 +47,7 @@ def test_the_core_imports_no_io() -> None:
     assert sources("orchestrator/core") and not found, sorted(found)
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("package", ["deploy", "experiments", "db"])
 def test_lower_layers_never_import_the_orchestrator(package: str) -> None:
     found = {f"{path.relative_to(REPO)}: {name}"
@@ -54,6 +56,7 @@ def test_lower_layers_never_import_the_orchestrator(package: str) -> None:
     assert not found, sorted(found)
 
 
+@pytest.mark.pure
 def test_the_executor_is_reached_by_the_driver_and_the_cli_alone() -> None:
     """The core, the store's read path and the reports never import the executor."""
     readers = [*sources("orchestrator/core"), *sources("orchestrator/reports"),
@@ -63,6 +66,7 @@ def test_the_executor_is_reached_by_the_driver_and_the_cli_alone() -> None:
     assert not found, sorted(found)
 
 
+@pytest.mark.real
 def test_reading_a_campaign_loads_neither_ray_nor_ssh() -> None:
     """In a fresh interpreter: the core, the read path, the reports and the CLI itself (every
     command registered) leave Ray and paramiko unloaded; the driver then loads both (the check
@@ -84,6 +88,7 @@ def test_reading_a_campaign_loads_neither_ray_nor_ssh() -> None:
 HEAVY = ("scipy", "numpy", "ray", "paramiko")
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("args", [["--help"], ["--version"], ["verdict", "--help"],
                                   ["run", "--help"], ["schema"], ["ls", "--store", "STORE"]])
 def test_trivial_commands_import_nothing_heavy(args: list[str], tmp_path: Path) -> None:

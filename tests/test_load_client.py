@@ -32,6 +32,8 @@ from experiments.workload.sse import parse_sse_text
 from experiments.workload.stress import run_stress_sync
 from tests.conftest import TwinFactory, free_port
 
+pytestmark = pytest.mark.real
+
 COMPLETION = {"id": "c", "object": "chat.completion", "model": "m", "choices": [
     {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "hi"}}],
     "usage": {"prompt_tokens": 3, "completion_tokens": 1}}

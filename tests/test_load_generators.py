@@ -113,6 +113,7 @@ def trials(data: dict[str, Any], *orders: TrialOrder,
     return reports, node
 
 
+@pytest.mark.pure
 def test_sessions_are_dealt_disjointly_and_the_cap_is_shared() -> None:
     spec = WorkloadSpec(sessions=10, max_concurrency=5)
     shares = split(spec, 3)
@@ -125,6 +126,7 @@ def test_sessions_are_dealt_disjointly_and_the_cap_is_shared() -> None:
     assert len(split(WorkloadSpec(sessions=9, max_concurrency=1), 3)) == 1  # one at a time
 
 
+@pytest.mark.real
 def test_generators_in_a_campaign_file_are_validated(tmp_path: Path) -> None:
     data = campaign_data(tmp_path, generators={"count": 2, "resources": {"CPU": 1}})
     text = yaml.safe_dump(data, sort_keys=False)
@@ -139,6 +141,7 @@ def test_generators_in_a_campaign_file_are_validated(tmp_path: Path) -> None:
     assert Campaign.model_validate(campaign_data(tmp_path)).generators is None  # the default
 
 
+@pytest.mark.real
 def test_a_cluster_that_cannot_place_the_generators_is_refused(load_machine: str,
                                                               tmp_path: Path) -> None:
     campaign = Campaign.model_validate(campaign_data(
@@ -176,6 +179,7 @@ def _shown(db: Path, campaign_id: str) -> tuple[list[dict[str, Any]], str]:
     return json.loads(rows), table
 
 
+@pytest.mark.real
 def test_a_campaign_with_two_generators_runs_the_same_sessions(
         load_machine: str, tmp_path: Path) -> None:
     results, shown = [], []
@@ -213,6 +217,7 @@ def test_a_campaign_with_two_generators_runs_the_same_sessions(
     assert table.count(f" {there} 10/10, {there} 10/10 ") == 8
 
 
+@pytest.mark.real
 def test_early_stop_stops_every_generator(load_machine: str, tmp_path: Path) -> None:
     # Half the sessions leak at once, the others hang for the whole timeout: the stop rule
     # decides on the leaks while every generator still has hanging sessions to give up.
@@ -260,6 +265,7 @@ def _until(done: Callable[[], bool], what: str) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.real
 def test_a_killed_generator_is_an_infrastructure_failure(load_machine: str,
                                                          tmp_path: Path) -> None:
     workload = {"sessions": 40, "rounds": 2, "timeout_s": 120, "seed": 5}

@@ -18,6 +18,8 @@ from deploy.transports.base import Transport
 from deploy.transports.local import LocalTransport
 from deploy.transports.ssh import SSHTransport
 
+pytestmark = pytest.mark.real
+
 HOSTILE = [
     "'; touch {dir}/PWNED_q; '",
     "$(touch {dir}/PWNED_d)",

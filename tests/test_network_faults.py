@@ -27,6 +27,8 @@ from tests.support.fault_campaigns import (
 )
 from tests.support.fault_proxy import FaultProxy, Toxic
 
+pytestmark = pytest.mark.real
+
 P1, P2 = {"page": "p1"}, {"page": "p2"}
 
 

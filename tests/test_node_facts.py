@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from db.store import Store
 from deploy.facts import gpus, node_facts, server_facts
 from deploy.lab import Lab
@@ -82,6 +84,7 @@ def facts_of(store: Store, campaign_id: str) -> list[tuple[dict[str, str], dict[
     return rows
 
 
+@pytest.mark.pure
 def test_the_answers_are_read_as_servers_and_nvidia_smi_give_them() -> None:
     assert server_facts({"version": "0.5.3", "tp_size": 8}) == ("0.5.3", None)
     assert server_facts({"version": "1.2", "build": "cu128 abc"}) == ("1.2", "cu128 abc")
@@ -93,6 +96,7 @@ def test_the_answers_are_read_as_servers_and_nvidia_smi_give_them() -> None:
     assert gpus("No devices were found\n") == (None, None)
 
 
+@pytest.mark.real
 def test_facts_are_read_on_the_node_and_no_value_reaches_a_shell(lab: Lab,
                                                                  tmp_path: Path) -> None:
     tree = hostile_tree(tmp_path)
@@ -121,6 +125,7 @@ def test_facts_are_read_on_the_node_and_no_value_reaches_a_shell(lab: Lab,
     assert not pwned(tmp_path) and not list(Path.cwd().glob("PWNED*"))
 
 
+@pytest.mark.real
 def test_a_local_campaign_records_each_trials_facts(ray_cluster: None, tmp_path: Path) -> None:
     tree = tmp_path / "src"
     old, new, _ = make_repo(tree)

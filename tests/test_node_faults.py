@@ -38,6 +38,8 @@ from tests.support.fault_campaigns import (
 )
 from tests.support.fault_proxy import FaultProxy, Toxic
 
+pytestmark = pytest.mark.real
+
 TWIN_PORT = 30000
 
 

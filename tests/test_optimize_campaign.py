@@ -17,6 +17,8 @@ from orchestrator.cli import app
 from orchestrator.demo import twin_pool
 from tests.sweep_support import builtin_triage  # noqa: F401 - autouse: the built-in parser
 
+pytestmark = pytest.mark.real
+
 ROOT = Path(__file__).resolve().parents[1]
 TRADEOFF = ROOT / "experiments" / "twin" / "tradeoff.example.yaml"
 

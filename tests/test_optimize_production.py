@@ -19,6 +19,8 @@ from tests.support.optimize_planted import (
     trial,
 )
 
+pytestmark = pytest.mark.pure
+
 CLEAR = {"production": [2000, 2020, 1990], "else": [3000, 3030, 2985]}
 CLEAR_PAIRS = [("production", 2010), ("else", 3010), ("else", 2995), ("production", 2005)]
 

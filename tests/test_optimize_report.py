@@ -31,17 +31,14 @@ from orchestrator.reports.markdown import render_markdown
 from orchestrator.reports.model import Report
 from orchestrator.reports.optimize_junit import BEST_CASE
 from orchestrator.stored import verdict_of
+from tests.support.hostile_text import HOSTILE, HOSTILE_LEVEL
+from tests.support.html_checks import assert_inert_html, assert_tables_intact, tags
 from tests.support.optimize_campaigns import (
     OptimizeCampaigns,
     optimize_campaigns_fixture,  # noqa: F401 - the stored searches
 )
-from tests.test_report_hostile import (
-    HOSTILE,
-    HOSTILE_LEVEL,
-    assert_inert_html,
-    assert_tables_intact,
-    tags,
-)
+
+pytestmark = pytest.mark.pure
 
 ORDER = ["max_running", "chunk", "mem", "hicache"]  # bench/knob_space.py's factors
 HOSTILE_KNOB = "hi|<script>k</script>`cache"

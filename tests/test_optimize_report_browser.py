@@ -1,4 +1,4 @@
-"""A search's HTML report in a real headless Chromium (tests/test_report_browser.py's), opened
+"""A search's HTML report in a real headless Chromium (test_report_browser.py's), opened
 as a file with every request but the file itself aborted: the answer first, the ranked table
 with the best configuration marked and sortable, the Pareto chart drawn with its front and
 the rejected configurations, and a screenshot with content.
@@ -15,17 +15,24 @@ import pytest
 from db.store import Store
 from orchestrator.reports.build import build_report
 from orchestrator.reports.model import Report
-from tests import test_report_browser
+from tests.support.browser import (
+    HEIGHT,
+    WIDTH,
+    Loaded,
+    browser_fixture,  # noqa: F401 - its headless Chromium
+    decode_png,
+    written_and_opened,
+)
 from tests.support.optimize_campaigns import (
     OptimizeCampaigns,
     optimize_campaigns_fixture,  # noqa: F401 - the stored searches
 )
-from tests.test_report_browser import HEIGHT, WIDTH, Loaded, _png
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
-browser = test_report_browser.browser  # its headless Chromium, as a fixture of this module
+
+pytestmark = pytest.mark.real
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +44,7 @@ def model(optimize_campaigns: OptimizeCampaigns) -> Report:
 @pytest.fixture(scope="module")
 def search(browser: Browser, optimize_campaigns: OptimizeCampaigns,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
-    yield from test_report_browser.written_and_opened(
+    yield from written_and_opened(
         browser, optimize_campaigns.store_arg, optimize_campaigns.optimum, tmp_path_factory)
 
 
@@ -105,9 +112,9 @@ def test_a_screenshot_has_content(search: Loaded, tmp_path: Path) -> None:
     search.page.locator("#unproven summary").click()
     shot = tmp_path / "optimize.png"
     search.page.screenshot(path=str(shot), full_page=True)
-    width, height, pixels = _png(shot.read_bytes())
+    width, height, pixels = decode_png(shot.read_bytes())
     assert width == WIDTH and height > HEIGHT
     assert len(set(pixels)) > 32
     figure = tmp_path / "pareto.png"
     search.page.locator("#chart-pareto").screenshot(path=str(figure))
-    assert len(set(_png(figure.read_bytes())[2])) > 16
+    assert len(set(decode_png(figure.read_bytes())[2])) > 16

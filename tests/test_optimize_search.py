@@ -33,13 +33,11 @@ from bench.knob_space import (
 from db.store import Store
 from orchestrator.executor.base import TrialReport
 from orchestrator.search.study import DEPLOY_FAILED, ENDED, SEQ, study_name
+from tests.support.knob_search import SEARCH, SHORT
 from tests.support.optimize_planted import Recorder
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTUNA4 = Path(sys.prefix) / "optuna4"  # the Makefile installs Optuna 4.9 there
-SEARCH = {"trials": 40, "max_corruption": 0.05, "seed": 1}
-# What the tests of the search's parts run: the trade-off found or not, a shorter search
-SHORT = {**SEARCH, "trials": 14, "confirm_top": 2}
 
 
 def study_of(directory: Path, campaign_id: str = "knobs") -> optuna.Study:
@@ -62,6 +60,7 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     return directory, run_search(str(directory), SEARCH, seed=2)
 
 
+@pytest.mark.pure
 def test_the_search_names_the_best_safe_configuration_within_its_interval(
         searched: tuple[Path, dict[str, Any]]) -> None:
     _, verdict = searched
@@ -76,6 +75,7 @@ def test_the_search_names_the_best_safe_configuration_within_its_interval(
     assert best["corruption"]["upper"] < 0.05 and best["corruption"]["margin"] > 0
 
 
+@pytest.mark.pure
 def test_fast_corrupt_configurations_are_rejected_with_why(
         searched: tuple[Path, dict[str, Any]]) -> None:
     _, verdict = searched
@@ -91,6 +91,7 @@ def test_fast_corrupt_configurations_are_rejected_with_why(
     assert all(row["stopped_early"] == 0 for row in verdict["optimize"]["ranked"])
 
 
+@pytest.mark.pure
 def test_production_and_known_good_are_measured_first(
         searched: tuple[Path, dict[str, Any]]) -> None:
     directory, _ = searched
@@ -100,6 +101,7 @@ def test_production_and_known_good_are_measured_first(
     assert first == [PRODUCTION, KNOWN_GOOD]
 
 
+@pytest.mark.pure
 def test_the_study_holds_every_trial_with_its_constraints(
         searched: tuple[Path, dict[str, Any]]) -> None:
     directory, verdict = searched
@@ -117,6 +119,7 @@ def test_the_study_holds_every_trial_with_its_constraints(
     assert os.stat(directory / "bisect.optuna.db").st_mode & 0o077 == 0
 
 
+@pytest.mark.pure
 def test_two_objectives_give_the_pareto_front(tmp_path: Path) -> None:
     verdict = run_search(str(tmp_path), {**SHORT, "objectives": [
         "output_throughput", "ttft_p99_ms"]}, seed=2)
@@ -132,6 +135,7 @@ def test_two_objectives_give_the_pareto_front(tmp_path: Path) -> None:
     assert len(study_of(tmp_path).directions) == 2
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("sampler", ["gp", "random"])
 def test_other_samplers(tmp_path: Path, sampler: str) -> None:
     verdict = run_search(str(tmp_path), {**SHORT, "trials": 9, "sampler": sampler,
@@ -144,6 +148,7 @@ def test_other_samplers(tmp_path: Path, sampler: str) -> None:
     assert verdict["optimize"]["sampler"] == sampler
 
 
+@pytest.mark.real
 def test_optuna_4_constraints_func(tmp_path: Path) -> None:
     """The same search on Optuna 4.9, where samplers take constraints_func (5.0 deprecates
     it for trial.set_constraint): the constraints reach the study and steer the answer."""
@@ -183,6 +188,7 @@ class FailingDeploys(KnobPools):
                                  TrialTiming(wall_s=0.0), failure="variant")
 
 
+@pytest.mark.pure
 def test_a_failed_deployment_is_a_failed_trial(tmp_path: Path) -> None:
     verdict = run_search(str(tmp_path), {**SHORT, "sampler": "random"}, seed=4,
                          pools=FailingDeploys(4))
@@ -205,17 +211,13 @@ def done_trials(store: Path) -> int:
         return 0
 
 
-class Slow(KnobPools):
-    def next_report(self) -> tuple[str, TrialReport]:
-        time.sleep(0.15)
-        return super().next_report()
-
-
+@pytest.mark.real
 def test_a_driver_killed_resumes_the_same_study(tmp_path: Path) -> None:
     """SIGKILL mid-search (no cleanup of any kind), then the loop again on the same store:
     the study goes on where it was, every stored trial told once, nothing lost."""
     code = ("import sys; sys.path.insert(0, sys.argv[2]);"
-            "from tests.test_optimize_search import Slow, run_search, SHORT;"
+            "from bench.knob_space import run_search;"
+            "from tests.support.knob_search import Slow, SHORT;"
             "run_search(sys.argv[1], SHORT, pools=Slow(5))")
     child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(ROOT)], cwd=ROOT)
     try:
@@ -248,6 +250,7 @@ def test_a_driver_killed_resumes_the_same_study(tmp_path: Path) -> None:
     assert_never_unsafe(verdict)
 
 
+@pytest.mark.pure
 def test_grid_needs_steps_and_covers_the_space() -> None:
     campaign = knob_campaign({"sampler": "grid"})
     from orchestrator.search.space import grid
@@ -256,6 +259,7 @@ def test_grid_needs_steps_and_covers_the_space() -> None:
     assert [len(values) for values in space.values()] == [16, 8, 5, 2]
 
 
+@pytest.mark.pure
 def test_the_log_tells_each_trial_and_where_its_configuration_stood(
         searched: tuple[Path, dict[str, Any]]) -> None:
     from typer.testing import CliRunner
@@ -282,6 +286,7 @@ def test_the_log_tells_each_trial_and_where_its_configuration_stood(
     assert verdict["optimize"]["versus_production"]["pairs"] == 3
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(("trials", "rerun"), [(1, True), (5, True), (6, False)])
 def test_a_leader_its_trials_cannot_settle_leaves_the_budget_to_the_sampler(
         trials: int, rerun: bool) -> None:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from experiments.campaign import Campaign
 from orchestrator.executor.placement import place, restarts_between
+
+pytestmark = pytest.mark.pure
 
 GOOD = {"index_k": "fp8", "hicache": "off", "topk_v2": "off", "commit": "old"}
 BAD = {"index_k": "bf16", "hicache": "on", "topk_v2": "on", "commit": "old"}

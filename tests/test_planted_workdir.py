@@ -36,6 +36,8 @@ from deploy.workdir import UnsafeWorkdir
 from orchestrator.cli import app
 from orchestrator.demo import twin_pool
 
+pytestmark = pytest.mark.real
+
 OTHER = 65534  # nobody: any local user who is not bisect's
 PRECIOUS = b"root's own file\n"
 SERVICE = ServiceConfig.of("svc", ["sleep", "300"], {})

@@ -50,6 +50,7 @@ class CountingTransport(LocalTransport):
         return super().run(argv, timeout_s=timeout_s)
 
 
+@pytest.mark.real
 def test_every_problem_of_every_node_in_one_call(lab: Lab, tmp_path: Path) -> None:
     workdir = f"{lab.host(1).workdir}/preflight-{tmp_path.name}"
     nobody = lab.subnet.rsplit(".", 1)[0] + ".250"  # on the lab network, no host there
@@ -94,6 +95,7 @@ def test_every_problem_of_every_node_in_one_call(lab: Lab, tmp_path: Path) -> No
     assert not result.ok
 
 
+@pytest.mark.real
 def test_snapshot_records_running_services_and_the_files_to_touch(tmp_path: Path) -> None:
     transport = LocalTransport("gpu-a")
     workdir = str(tmp_path / "work")
@@ -130,6 +132,7 @@ def test_snapshot_records_running_services_and_the_files_to_touch(tmp_path: Path
                             f"logs")
 
 
+@pytest.mark.real
 def test_help_runs_once_per_node_and_build_and_failures_are_named(tmp_path: Path) -> None:
     transport = CountingTransport("gpu-a")
     services = (ServiceCheck("prefill", TWIN, str(tmp_path), LEVELS[:2]),
@@ -150,6 +153,7 @@ def test_help_runs_once_per_node_and_build_and_failures_are_named(tmp_path: Path
                  ">&2; exit 2' --help` exited 2: bad build: 1")]
 
 
+@pytest.mark.pure
 def test_help_command_and_flag_names() -> None:
     assert help_argv(ServiceCheck("s", TWIN, "/w")) == TWIN[:3]
     assert help_argv(ServiceCheck("s", ("sglang", "serve", "--x"), "/w")) == ("sglang", "serve")
@@ -158,6 +162,7 @@ def test_help_command_and_flag_names() -> None:
         "--a", "--b", "--c-d_e"]
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("bad", [".", ""])
 def test_a_workdir_that_does_not_exist_yet_is_measured_on_its_parent(bad: str,
                                                                      tmp_path: Path) -> None:

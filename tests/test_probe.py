@@ -27,6 +27,7 @@ def sh(script: str, tmp_path: Path, timeout_s: float = 30.0) -> tuple[str, ...]:
     return run.judgement, run.outcome.value, run.status().split(" after ")[0], run.output
 
 
+@pytest.mark.real
 @pytest.mark.parametrize(("script", "judged"), [
     ("echo fine; exit 0", ("good", "ok", "exit 0", "fine\n")),
     ("echo broken >&2; exit 1", ("bad", "probe_failed", "exit 1", "broken\n")),
@@ -40,12 +41,14 @@ def test_the_exit_status_judges_as_git_bisect_run_does(tmp_path: Path, script: s
     assert sh(script, tmp_path) == judged
 
 
+@pytest.mark.real
 def test_a_probe_that_cannot_start_is_an_error_not_bad(tmp_path: Path) -> None:
     run = run_probe([str(tmp_path / "gone.sh")], cwd=str(tmp_path), env={}, timeout_s=5)
     assert run.judgement == "error" and run.exit_code is None
     assert "No such file or directory" in run.status()
 
 
+@pytest.mark.real
 def test_a_probe_past_its_timeout_is_killed_with_what_it_started(tmp_path: Path) -> None:
     pid_file = tmp_path / "child.pid"
     began = time.monotonic()
@@ -57,6 +60,7 @@ def test_a_probe_past_its_timeout_is_killed_with_what_it_started(tmp_path: Path)
     assert procs.wait_gone(int(pid_file.read_text()), 5)
 
 
+@pytest.mark.real
 def test_a_child_left_holding_the_output_is_not_waited_for(tmp_path: Path) -> None:
     pid_file = tmp_path / "child.pid"
     run = run_probe(["sh", "-c", f"sleep 60 & echo $! > {pid_file}; exit 0"],
@@ -65,6 +69,7 @@ def test_a_child_left_holding_the_output_is_not_waited_for(tmp_path: Path) -> No
     assert procs.wait_gone(int(pid_file.read_text()), 5)  # its group ended with it
 
 
+@pytest.mark.real
 def test_only_the_tail_of_the_output_is_kept(tmp_path: Path) -> None:
     run = run_probe([sys.executable, "-c", "import sys; sys.stdout.write('a' * 100000 + 'END')"],
                     cwd=str(tmp_path), env=dict(os.environ), timeout_s=30)
@@ -73,6 +78,7 @@ def test_only_the_tail_of_the_output_is_kept(tmp_path: Path) -> None:
     assert run.evidence().startswith("exit 0 after ") and f"[... {run.cut} bytes" in run.evidence()
 
 
+@pytest.mark.pure
 def test_the_probe_is_told_the_variant_in_its_environment() -> None:
     env = probe_env({"PATH": "/bin", "BISECT_LEVEL_STALE": "x"}, variant="index-k=bf16,tp=8",
                     levels={"index-k": "bf16", "tp": "8"}, endpoint="http://127.0.0.1:1",
@@ -84,6 +90,7 @@ def test_the_probe_is_told_the_variant_in_its_environment() -> None:
     assert env_name("a.b") == "BISECT_LEVEL_A_B"
 
 
+@pytest.mark.pure
 def test_a_failing_run_counts_as_corruption() -> None:
     assert Outcome.PROBE_FAILED in CORRUPTION  # the campaign's target (corruption) counts it
 
@@ -109,6 +116,7 @@ def campaign_file(tmp_path: Path, workload: object, **more: object) -> Path:
     return path
 
 
+@pytest.mark.pure
 def test_a_probe_campaign_loads_with_its_directory_and_round_trips(tmp_path: Path) -> None:
     path = campaign_file(tmp_path, {"command": "./probe.sh --quick 'two words'", "runs": 3})
     campaign = load_campaign(path)
@@ -120,6 +128,7 @@ def test_a_probe_campaign_loads_with_its_directory_and_round_trips(tmp_path: Pat
     assert Campaign.model_validate(stored).workload == probe  # as the store gives it back
 
 
+@pytest.mark.real
 @pytest.mark.parametrize(("workload", "more", "field", "says"), [
     ({"command": ""}, {}, "workload.command", "needs a program to run"),
     ({"command": []}, {}, "workload.command", "needs a program to run"),
@@ -155,6 +164,7 @@ def test_a_bad_probe_is_refused_through_the_console_script(
     assert f": {field}: " in first and says in first, first
 
 
+@pytest.mark.real
 def test_a_probe_campaign_is_valid_json_schema_wise(tmp_path: Path) -> None:
     import jsonschema
 

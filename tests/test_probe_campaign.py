@@ -23,7 +23,9 @@ from orchestrator.cli import app
 from orchestrator.demo import twin_pool
 from orchestrator.executor.driver import RunFailed, run_campaign
 from orchestrator.stored import create_campaign
-from tests.test_commits_campaign import git, new_tree
+from tests.support.git_trees import git, new_tree
+
+pytestmark = pytest.mark.real
 
 NO_FAULTS: dict[str, Any] = {"rules": []}
 BISECT = str(Path(sys.executable).parent / "bisect")

@@ -22,6 +22,8 @@ from deploy.transports.base import Transport
 from deploy.transports.local import LocalTransport
 from deploy.transports.ssh import SSHTransport
 
+pytestmark = pytest.mark.real
+
 HELPER_V1 = 'VERSION = "v1"\n'
 HELPER_V2 = 'VERSION = "v2"\n'
 SERVICE = """\

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.real
+
 # A driver as `bisect run` starts Ray (ensure_ray), with one actor as the pools have; it prints
 # what the test needs and waits for its stdin to close.
 DRIVER = """

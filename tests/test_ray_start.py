@@ -16,9 +16,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from db.store import Store
 from tests.conftest import free_port
 from tests.support.fault_campaigns import campaign, twin_service
+
+pytestmark = pytest.mark.real
 
 BISECT = str(Path(sys.executable).parent / "bisect")
 

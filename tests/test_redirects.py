@@ -28,6 +28,8 @@ from experiments.collect import poll_metrics
 from experiments.workload import report
 from tests.support.tcp_servers import http_answer, serving
 
+pytestmark = pytest.mark.real
+
 BISECT = str(Path(sys.executable).parent / "bisect")
 CODES = [301, 302, 303, 307, 308]
 ENV = {**{k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"},

@@ -29,6 +29,8 @@ from orchestrator.core.stats.regression import (
     worst,
 )
 
+pytestmark = pytest.mark.pure
+
 RANK = {Difference.SAME: 0, Difference.UNKNOWN: 1, Difference.DIFFERENT: 2}
 TAIL = 1e-9
 

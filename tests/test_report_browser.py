@@ -1,21 +1,18 @@
 """The HTML report in a real headless Chromium (Debian's, driven by Playwright), opened as a file
 with every request but the file itself aborted.
 
-The real campaign (tests/report_support.py: twins, a corruption culprit and a wedging culprit)
-must show its verdict, its tables and every chart, sort its variants table by mouse and keyboard,
-and load nothing but itself. A hostile campaign, stored through the Store API with a campaign
-name, a server's evidence and log lines that would run script if the report did not escape them,
-must run nothing and show them as text.
+The real campaign (tests/support/report_campaigns.py: twins, a corruption culprit and a wedging
+culprit) must show its verdict, its tables and every chart, sort its variants table by mouse and
+keyboard, and load nothing but itself. A hostile campaign, stored through the Store API with a
+campaign name, a server's evidence and log lines that would run script if the report did not
+escape them, must run nothing and show them as text.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import struct
-import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,80 +26,30 @@ from orchestrator.reports.html import write_report
 from orchestrator.reports.model import Report
 from orchestrator.stored import create_campaign
 from tests.postgres_fixture import unavailable
-from tests.report_support import (
+from tests.support.browser import (
+    HEIGHT,
+    WIDTH,
+    Loaded,
+    browser_fixture,  # noqa: F401 - its headless Chromium
+    decode_png,
+    opened,
+    written_and_opened,
+)
+from tests.support.report_campaigns import (
     CULPRIT,
     WEDGE_CULPRIT,
     ReportCampaigns,
     report_campaigns_fixture,  # noqa: F401 - the real campaigns
 )
-from tests.test_store import TIMING, campaign_spec, metrics, sessions
+from tests.support.stored import TIMING, campaign_spec, metrics, sessions
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, Route
+    from playwright.sync_api import Browser, Page
 
-CHROMIUM = Path("/usr/bin/chromium")  # Debian's (`make system-packages`); Playwright's own
-# browser download cannot work here. The flags keep it from calling home.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 HOSTILE_NAME = "<script>window.PWNED=1</script> </textarea> {{ 7*7 }} ]]>"
 HOSTILE_EVIDENCE = ('<img src=x onerror="window.PWNED=2"></textarea><script>window.PWNED=3'
                     '</script>{{ 7*7 }}]]>' + b"\xff\xfe".decode("utf-8", "replace"))
 HOSTILE_LOG = '<svg onload="window.PWNED=4"></svg> Abort request ]]>'
-WIDTH, HEIGHT = 1200, 900
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not CHROMIUM.exists():
-        unavailable(f"{CHROMIUM} is missing (`make system-packages` installs chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        unavailable("playwright is not installed (the `dev` extra has it)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                              args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@dataclass
-class Loaded:
-    page: Page
-    url: str
-    requests: list[str] = field(default_factory=list)  # every request the page made
-    console: list[str] = field(default_factory=list)  # console errors and page errors
-    dialogs: list[str] = field(default_factory=list)
-
-
-def opened(browser: Browser, report: Path) -> Loaded:
-    """The report opened as a file; any request but the file itself is recorded and aborted."""
-    page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
-    seen = Loaded(page, report.as_uri())
-
-    def route(intercepted: Route) -> None:
-        seen.requests.append(intercepted.request.url)
-        if intercepted.request.url == seen.url:
-            intercepted.continue_()
-        else:
-            intercepted.abort()
-
-    def on_console(message: ConsoleMessage) -> None:
-        if message.type == "error":
-            seen.console.append(message.text)
-
-    def on_dialog(dialog: Dialog) -> None:
-        seen.dialogs.append(f"{dialog.type}: {dialog.message}")
-        dialog.dismiss()
-
-    page.route("**/*", route)
-    page.on("console", on_console)
-    page.on("pageerror", lambda error: seen.console.append(f"page error: {error}"))
-    page.on("dialog", on_dialog)
-    page.goto(seen.url, wait_until="load")
-    return seen
 
 
 @pytest.fixture(scope="module")
@@ -110,17 +57,6 @@ def model(report_campaigns: ReportCampaigns) -> Report:
     """The real campaign's report model: what the page must show."""
     with Store.open(report_campaigns.store_arg) as store:
         return build_report(store, report_campaigns.culprit)
-
-
-def written_and_opened(browser: Browser, store_arg: str, campaign_id: str,
-                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
-    """A module fixture's body: the campaign's report written by ``write_report``, opened."""
-    path = tmp_path_factory.mktemp("report") / "report.html"
-    with Store.open(store_arg) as store:
-        write_report(store, campaign_id, path)
-    seen = opened(browser, path)
-    yield seen
-    seen.page.close()
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +117,7 @@ def _column(page: Page, table: str, header: str) -> list[str]:
     return [row[heads.index(header)] for row in _rows(page, table)]
 
 
+@pytest.mark.real
 def test_the_page_loads_nothing_but_itself_and_logs_no_error(real: Loaded) -> None:
     assert real.requests == [real.url]
     assert real.console == [] and real.dialogs == []
@@ -190,6 +127,7 @@ def test_the_page_loads_nothing_but_itself_and_logs_no_error(real: Loaded) -> No
     assert resources == []
 
 
+@pytest.mark.real
 def test_the_verdict_comes_first_with_its_confidence_culprits_and_cost(real: Loaded) -> None:
     page = real.page
     headline = page.locator("#headline")
@@ -207,6 +145,7 @@ def test_the_verdict_comes_first_with_its_confidence_culprits_and_cost(real: Loa
     assert " AND ".join(f"{f}={lvl}" for f, lvl in WEDGE_CULPRIT.items()) in wedging
 
 
+@pytest.mark.real
 def test_the_variants_table_marks_culprits_and_the_known_variants(real: Loaded) -> None:
     page = real.page
     assert page.locator("#variants").is_visible()
@@ -220,6 +159,7 @@ def test_the_variants_table_marks_culprits_and_the_known_variants(real: Loaded) 
     assert page.locator("#variants .tag.known-bad").count() == 1
 
 
+@pytest.mark.real
 def test_every_chart_is_drawn_and_visible(real: Loaded) -> None:
     page = real.page
     for chart in ("#chart-rates svg", "#chart-interaction svg", "#chart-latency svg"):
@@ -236,6 +176,7 @@ def test_every_chart_is_drawn_and_visible(real: Loaded) -> None:
     assert page.locator("#chart-series g.event").count() > 0
 
 
+@pytest.mark.real
 def test_the_decision_trail_shows_counts_p_values_and_thresholds(real: Loaded,
                                                                   model: Report) -> None:
     page = real.page
@@ -260,6 +201,7 @@ def _p(value: float | None) -> str:
     return "–" if value is None else f"{value:.2g}"
 
 
+@pytest.mark.real
 def test_sorting_by_a_header_orders_the_rows(real: Loaded) -> None:
     page = real.page
 
@@ -288,6 +230,7 @@ def test_sorting_by_a_header_orders_the_rows(real: Loaded) -> None:
                                                                    "index_k"))
 
 
+@pytest.mark.real
 def test_evidence_is_collapsed_until_opened_and_shows_its_triage(real: Loaded) -> None:
     page = real.page
     excerpts = page.locator("#evidence details.excerpt")
@@ -299,6 +242,7 @@ def test_evidence_is_collapsed_until_opened_and_shows_its_triage(real: Loaded) -
     assert first.locator("pre").is_visible() and first.locator("pre").inner_text()
 
 
+@pytest.mark.real
 def test_provenance_names_the_nodes_and_redacts_the_secret(real: Loaded) -> None:
     page = real.page
     assert page.locator("#provenance-facts").is_visible()
@@ -308,14 +252,16 @@ def test_provenance_names_the_nodes_and_redacts_the_secret(real: Loaded) -> None
     assert "factors" in campaign_file and "sk-report-fixture" not in page.content()
 
 
+@pytest.mark.real
 def test_a_screenshot_of_the_whole_report(real: Loaded, tmp_path: Path) -> None:
     shot = tmp_path / "report.png"
     real.page.screenshot(path=str(shot), full_page=True)
-    width, height, pixels = _png(shot.read_bytes())
+    width, height, pixels = decode_png(shot.read_bytes())
     assert width == WIDTH and height > HEIGHT  # the whole report, longer than the window
     assert len(set(pixels)) > 32  # text, tables and colours, not a blank page
 
 
+@pytest.mark.real
 def test_hostile_names_and_evidence_are_text_and_nothing_runs(hostile: Loaded) -> None:
     page = hostile.page
     assert page.evaluate("typeof window.PWNED") == "undefined"
@@ -338,20 +284,7 @@ def test_hostile_names_and_evidence_are_text_and_nothing_runs(hostile: Loaded) -
     assert page.locator("#chart-rates rect.bar").count() == 4
 
 
-def _png(data: bytes) -> tuple[int, int, bytes]:
-    """Width, height and the decompressed image data of a PNG (stdlib only)."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
-    chunks: dict[bytes, bytes] = {}
-    at = 8
-    while at < len(data):
-        (length,) = struct.unpack(">I", data[at:at + 4])
-        kind = data[at + 4:at + 8]
-        chunks[kind] = chunks.get(kind, b"") + data[at + 8:at + 8 + length]
-        at += 12 + length
-    width, height = struct.unpack(">II", chunks[b"IHDR"][:8])
-    return int(width), int(height), zlib.decompress(chunks[b"IDAT"])
-
-
+@pytest.mark.pure
 def test_a_missing_browser_or_server_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="missing"):

@@ -1,6 +1,6 @@
-"""`bisect report`'s formats on real campaigns (twins, Ray, SQLite: tests/report_support.py):
-Markdown, JUnit XML, JSON, two campaigns compared, the index of a store; and bad input, which
-exits 2 with one line and writes nothing."""
+"""`bisect report`'s formats on real campaigns (twins, Ray, SQLite:
+tests/support/report_campaigns.py): Markdown, JUnit XML, JSON, two campaigns compared, the index
+of a store; and bad input, which exits 2 with one line and writes nothing."""
 
 from __future__ import annotations
 
@@ -23,15 +23,17 @@ from orchestrator.reports.answers import DIFFERENT, UNKNOWN, variant_answers
 from orchestrator.reports.build import build_report
 from orchestrator.reports.model import Report
 from orchestrator.stored import create_campaign
-from tests.report_support import (
+from tests.support.html_checks import assert_inert_html, assert_tables_intact, tags
+from tests.support.report_campaigns import (
     CULPRIT,
     REPORT_SECRET,
     WEDGE_CULPRIT,
     ReportCampaigns,
     report_campaigns_fixture,  # noqa: F401 - the fixture, by its name
 )
-from tests.test_report_hostile import assert_inert_html, assert_tables_intact, tags
-from tests.test_store import campaign_spec
+from tests.support.stored import campaign_spec
+
+pytestmark = pytest.mark.real
 
 BISECT = str(Path(sys.executable).parent / "bisect")
 runner = CliRunner()

@@ -7,7 +7,7 @@ store keep out, but a renderer must survive all the same).
 The Markdown tables stay tables (a GFM parser reads every row with its own cells), no markup
 comes from content; the JUnit file is well-formed XML (expat reads it); the HTML pages (report,
 index, compare) hold no tag, attribute or script that the content brought. (Whether anything
-runs in a browser is tests/test_report_browser.py's part.)
+runs in a browser is test_report_browser.py's part.)
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import dataclasses
 import json
 import re
 import xml.etree.ElementTree as ET
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -35,24 +34,17 @@ from orchestrator.reports.junit import render_junit
 from orchestrator.reports.markdown import render_markdown
 from orchestrator.reports.model import Report
 from orchestrator.stored import create_campaign
-from tests.test_store import AT, campaign_spec, metrics, sessions
+from tests.support.hostile_text import HOSTILE, HOSTILE_FACTOR, HOSTILE_LEVEL, LONE
+from tests.support.html_checks import assert_inert_html, assert_tables_intact, tags
+from tests.support.stored import AT, campaign_spec, metrics, sessions
 
-BAD_UTF8 = b"\xff\xfe\xc3( \xed\xa0\x80".decode("utf-8", "replace")  # as a server's bytes decode
-CONTROL = "\x01\x08\x0b\x0c\x1b[31m\x7f\x85"
-HOSTILE = ("<script>window.PWNED=1</script></textarea><img src=x onerror=alert(1)>{{ 7*7 }}"
-           "{% raw %}]]><![CDATA[x]]>|a|b| `code` [link](javascript:alert(1)) *em* $x$ & "
-           f"{BAD_UTF8}{CONTROL}\nsecond line\r\n")
-HOSTILE_FACTOR = "idx|<script>f</script>`"
-HOSTILE_LEVEL = "bf16</textarea>]]>{{x}}|\n"
-LONE = "\udcff\ud800"  # undecodable bytes kept as text (surrogateescape)
+pytestmark = pytest.mark.pure
+
 CULPRIT = {"index_k": "bf16", "hicache": "on"}
-# What content could bring into a page as markup: a tag of these (escaped, it is text).
-INJECTED = re.compile(r"<(script|img|textarea|svg|iframe)[\s>/]", re.I)
-FORBIDDEN = {"img", "iframe", "textarea", "object", "embed", "link", "base", "svg", "a", "form"}
 
 
 def hostile_campaign(store: Store) -> str:
-    """tests/test_store.py's culprit campaign, hostile wherever a store takes text."""
+    """test_store.py's culprit campaign, hostile wherever a store takes text."""
     spec = campaign_spec(HOSTILE)
     spec["factors"][0]["levels"]["bf16"]["env"]["BF16_INDEX_K"] = HOSTILE
     campaign_id = create_campaign(store, Campaign.model_validate(spec), HOSTILE)
@@ -97,90 +89,6 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Report, Repo
     with Store.open(str(db_path)) as store:
         report = build_report(store, hostile_campaign(store))
     return db_path, report, Report.from_json(renamed(report.to_json()))
-
-
-def unescaped_pipes(line: str) -> int:
-    return len(re.findall(r"(?<!\\)\|", line))
-
-
-def assert_tables_intact(markdown: str) -> list[list[list[str]]]:
-    """Every table line has its header's number of cell separators, and a GFM parser reads
-    every table back with one cell per column; no HTML comes out of content. The tables, as
-    rows of cell texts."""
-    for block in re.split(r"\n\s*\n", markdown):
-        lines = [line for line in block.splitlines() if line.startswith("|")]
-        if lines:
-            assert len({unescaped_pipes(line) for line in lines}) == 1, block
-    parser = MarkdownIt("commonmark").enable("table")
-    tokens = parser.parse(markdown)
-    own = {"<details><summary>", "</summary>", "</details>", "<sub>", "</sub>"}
-    raw = [t.content for t in tokens if t.type == "html_block"]
-    raw += [c.content for t in tokens for c in t.children or [] if c.type == "html_inline"]
-    assert all(any(piece.strip().startswith(o) or piece.strip().endswith(o) for o in own)
-               for piece in raw), raw
-    rendered = parser.render(markdown)
-    assert not INJECTED.search(rendered), INJECTED.search(rendered)
-    for tag, attrs in tags(rendered).tags:  # no link, no image, no handler
-        assert tag not in FORBIDDEN | {"script"}, (tag, attrs)
-        # a number column's alignment, a diff's code block: nothing else
-        assert attrs in ({}, {"style": "text-align:right"}, {"class": "language-diff"}), attrs
-    tables: list[list[list[str]]] = []
-    row: list[str] | None = None
-    for token in tokens:
-        if token.type == "table_open":
-            tables.append([])
-        elif token.type == "tr_open":
-            row = []
-        elif token.type == "inline" and row is not None:
-            row.append(token.content)
-        elif token.type == "tr_close" and row is not None:
-            tables[-1].append(row)
-            row = None
-    return tables
-
-
-class Tags(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[tuple[str, dict[str, str | None]]] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, dict(attrs)))
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
-
-
-def tags(page: str) -> Tags:
-    parsed = Tags()
-    parsed.feed(page)
-    parsed.close()
-    return parsed
-
-
-def assert_inert_html(page: str, shown_braces: bool = True) -> str:
-    """No tag or attribute from content: the only script is the page's own (no src), no
-    event handler, no ``javascript:`` link; the CSP allows nothing from outside. Its text."""
-    parsed = tags(page)
-    scripts = 0
-    for tag, attrs in parsed.tags:
-        assert not any(name.startswith("on") for name in attrs), (tag, attrs)
-        assert not (attrs.get("href") or "").lower().strip().startswith("javascript"), attrs
-        assert tag not in FORBIDDEN - {"a", "svg"}, (tag, attrs)
-        if tag == "script":
-            scripts += 1
-            assert not attrs.get("src"), attrs
-        if tag == "a":  # the index's links: a report's file beside it, or a fragment
-            assert re.fullmatch(r"#[\w-]+|[\w.-]+\.html", attrs.get("href") or ""), attrs
-    assert scripts <= 1
-    [csp] = [a["content"] for t, a in parsed.tags if t == "meta"
-             and (a.get("http-equiv") or "").lower() == "content-security-policy"]
-    assert csp is not None and csp.startswith("default-src 'none'")
-    text = "".join(parsed.text)
-    if shown_braces:  # the hostile campaign's: shown, never run as a template
-        assert "{{ 7*7 }}" in text and "49" not in text.replace("0.49", "")
-    return text
 
 
 def test_the_markdown_tables_stay_tables(stored: tuple[Path, Report, Report]) -> None:

@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from db.records import GeneratorRow, SessionRow, StepRow, TrialTiming
 from db.store import Store
 from experiments.campaign import Campaign
@@ -18,7 +20,7 @@ from orchestrator.reports.model import REPORT_VERSION, Report
 from orchestrator.reports.observed import MAX_EXCERPTS, MAX_POINTS, excerpt
 from orchestrator.reports.provenance import campaign_file
 from orchestrator.stored import create_campaign, verdict_of
-from tests.report_support import (
+from tests.support.report_campaigns import (
     CULPRIT,
     FACTORS,
     REPORT_SECRET,
@@ -28,6 +30,8 @@ from tests.report_support import (
     report_campaign,
     report_campaigns_fixture,  # noqa: F401 - the shared fixture
 )
+
+pytestmark = pytest.mark.real
 
 
 def _built(campaigns: ReportCampaigns, campaign_id: str) -> tuple[Report, dict[str, Any]]:

@@ -18,6 +18,8 @@ from db.store import Store
 from orchestrator.stored import trial_seed
 from tests.support import kill_points
 
+pytestmark = pytest.mark.real
+
 BISECT = str(Path(sys.executable).parent / "bisect")
 
 

@@ -34,13 +34,13 @@ from orchestrator.stored import (
     trial_seed,
 )
 from orchestrator.sweeps.run import run_seed
+from tests.support.twins import FAST
 from tests.sweep_support import (
     RealSweep,
     commit_faults,
     real_sweep_fixture,  # noqa: F401 - the session's runs
     sweep_file,
 )
-from tests.test_twin_support import FAST
 
 SESSIONS = 12
 # a leak in about a third of the sessions of any variant, drawn from each session's key
@@ -107,6 +107,7 @@ def drawn(trials: list[TrialRecord]) -> dict[int, tuple[int, dict[str, int]]]:
     return {t.seq: (t.seed, t.counts) for t in trials if t.status == "done"}
 
 
+@pytest.mark.real
 def test_each_campaign_draws_its_own_run_seed_and_stores_it(tmp_path: Path) -> None:
     campaign = Campaign.model_validate(spec(tmp_path))
     with Store.open(str(tmp_path / "bisect.db")) as store:
@@ -125,6 +126,7 @@ def test_each_campaign_draws_its_own_run_seed_and_stores_it(tmp_path: Path) -> N
         assert not by_run[0] & by_run[1] and not by_run[1] & by_run[2]  # no session shared
 
 
+@pytest.mark.real
 def test_a_seed_set_in_the_file_or_given_replays_the_draw(tmp_path: Path) -> None:
     explicit = Campaign.model_validate(spec(tmp_path, seed=0))  # set, even to the default
     unset = Campaign.model_validate(spec(tmp_path))
@@ -141,6 +143,7 @@ def test_a_seed_set_in_the_file_or_given_replays_the_draw(tmp_path: Path) -> Non
         assert len({tuple(counts.items()) for _, counts in first.values()}) > 1  # not one draw
 
 
+@pytest.mark.real
 def test_a_resume_goes_on_with_the_run_seed(tmp_path: Path) -> None:
     """Interrupted after two trials, resumed: every trial's seed is the one the same seq had
     in the uninterrupted run of the same draw, and so are its sessions."""
@@ -165,6 +168,7 @@ def test_a_resume_goes_on_with_the_run_seed(tmp_path: Path) -> None:
         assert len(common) >= 4 and all(after[seq] == before[seq] for seq in common)
 
 
+@pytest.mark.pure
 def test_a_trial_seed_always_fits_the_store() -> None:
     assert trial_seed(5000, 7) == 5000 * 1_000_003 + 7  # what stored campaigns' trials used
     assert trial_seed(0, 3) == 3 and trial_seed(-2, 1) == -2 * 1_000_003 + 1
@@ -172,6 +176,7 @@ def test_a_trial_seed_always_fits_the_store() -> None:
         assert -(2**63) <= trial_seed(seed, 9) < 2**63  # wrapped, never an overflow
 
 
+@pytest.mark.real
 def test_the_report_s_campaign_file_replays_the_draw(tmp_path: Path) -> None:
     campaign = Campaign.model_validate(spec(tmp_path, seed=0))
     with Store.open(str(tmp_path / "bisect.db")) as store:
@@ -186,6 +191,7 @@ def test_the_report_s_campaign_file_replays_the_draw(tmp_path: Path) -> None:
             shown["workload"]["seed"]
 
 
+@pytest.mark.real
 def test_each_sweep_run_has_its_own_seed(tmp_path: Path) -> None:
     """Without a seed in the sweep file each run's campaign draws one; with one, run k's is
     derived from it and k (reproducible, one draw per run); `--seed` gives it exactly."""
@@ -204,6 +210,7 @@ def test_each_sweep_run_has_its_own_seed(tmp_path: Path) -> None:
     assert run_seed(seeded, 2, seed=seeds[0]) == seeds[0]  # --seed: run 1's draw, replayed
 
 
+@pytest.mark.real
 def test_real_sweep_runs_and_their_hunt_draw_independently(real_sweep: RealSweep) -> None:
     runs = (real_sweep.first, real_sweep.second, real_sweep.third)
     seeds = [run["seed"] for run in runs]
@@ -229,6 +236,7 @@ def _run(path: Path, store: Path, *args: str) -> tuple[dict[str, Any], list[dict
     return verdict, json.loads(shown.stdout)
 
 
+@pytest.mark.real
 def test_bisect_run_draws_anew_and_seed_replays_on_twins(ray_cluster: None,
                                                          tmp_path: Path) -> None:
     path, store = tmp_path / "campaign.yaml", tmp_path / "bisect.db"

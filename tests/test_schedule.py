@@ -51,6 +51,7 @@ def add(*args: str) -> tuple[int, str, str]:
 
 # -- the units --
 
+@pytest.mark.real
 def test_the_units_pass_systemd_analyze_verify_and_read_back_exactly(tmp_path: Path) -> None:
     sweep = write_sweep(tmp_path / HOSTILE_DIR)
     made = schedule(sweep, store=str(tmp_path / "store %h $USER.db"), calendar="Mon..Fri 9:00")
@@ -79,6 +80,7 @@ def test_the_units_pass_systemd_analyze_verify_and_read_back_exactly(tmp_path: P
     assert failed.returncode != 0 and "/no/bisect" in failed.stderr
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("word", ["plain", "a b", "100%", "$X ${Y} $$", '"q" \\ \\n', "tab\t",
                                   "ünï ☃", "%h%n", "-x", ""])
 def test_unit_quoting_reads_back_every_word(word: str) -> None:
@@ -88,6 +90,7 @@ def test_unit_quoting_reads_back_every_word(word: str) -> None:
     assert unit_unquote(line) == [word, "next"]
 
 
+@pytest.mark.pure
 def test_user_units_have_no_network_target_and_the_program_is_absolute(tmp_path: Path) -> None:
     made = schedule(write_sweep(tmp_path), user=True)
     assert "network-online" not in render_service(made)
@@ -97,6 +100,7 @@ def test_user_units_have_no_network_target_and_the_program_is_absolute(tmp_path:
 
 # -- the crontab line --
 
+@pytest.mark.real
 @pytest.mark.parametrize(("expression", "fields"), [
     ("*-*-* 03:00", "0 3 * * *"), ("*-*-* 03:07:00", "7 3 * * *"), ("daily", "0 0 * * *"),
     ("hourly", "0 * * * *"), ("weekly", "0 0 * * 1"), ("monthly", "0 0 1 * *"),
@@ -108,6 +112,7 @@ def test_common_calendars_become_crontab_fields(expression: str, fields: str) ->
     assert calendar.cron_fields(expression) == fields
 
 
+@pytest.mark.real
 @pytest.mark.parametrize(("expression", "why"), [
     ("*-*-* 03:00:30", "seconds"), ("*:*:0/5", "seconds"), ("2099-*-* 03:00", "years"),
     ("*-*~01", "end of the month"), ("*-*-* 03:00 Europe/Berlin", "time zone"),
@@ -123,6 +128,7 @@ def test_what_cron_cannot_say_is_refused_with_exit_2(tmp_path: Path, expression:
     assert "--on-calendar" in stderr and "no crontab equivalent" in stderr and why in stderr
 
 
+@pytest.mark.real
 def test_crontab_prints_one_line_that_runs_what_the_service_would(tmp_path: Path) -> None:
     sweep = write_sweep(tmp_path / "a dir 100%")
     code, stdout, stderr = add("nightly", str(sweep), "--on-calendar", "Mon..Fri 03:00",
@@ -143,6 +149,7 @@ def test_crontab_prints_one_line_that_runs_what_the_service_would(tmp_path: Path
 
 # -- bad input: exit 2, nothing written --
 
+@pytest.mark.pure
 @pytest.mark.parametrize("name", ["a b", "../x", "-x", ".hidden", "x/y", "é", "", "x" * 101,
                                   "a;b", "a$b"])
 def test_a_name_that_is_not_safe_is_refused(tmp_path: Path, name: str) -> None:
@@ -151,12 +158,14 @@ def test_a_name_that_is_not_safe_is_refused(tmp_path: Path, name: str) -> None:
     assert code == 2 and "NAME" in stderr and "Traceback" not in stderr
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("expression", ["bogus", "*-*-* 25:00", "2001-01-01", "daily%", "a\nb"])
 def test_a_bad_calendar_is_refused_naming_on_calendar(tmp_path: Path, expression: str) -> None:
     code, _, stderr = add("n", str(write_sweep(tmp_path)), "--on-calendar", expression)
     assert code == 2 and stderr.startswith("error: --on-calendar:"), stderr
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("url", ["postgresql://bisect:s3cr3t@127.0.0.1/bisect",
                                  "postgresql://bisect@127.0.0.1/bisect?password=s3cr3t"])
 def test_a_store_url_with_a_password_is_refused(tmp_path: Path, url: str) -> None:
@@ -166,6 +175,7 @@ def test_a_store_url_with_a_password_is_refused(tmp_path: Path, url: str) -> Non
     assert ".pgpass" in stderr and "PGPASSFILE" in stderr and "s3cr3t" not in stderr
 
 
+@pytest.mark.pure
 def test_stores_become_absolute_and_a_url_without_a_password_stays(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch
                                                                    ) -> None:
@@ -178,6 +188,7 @@ def test_stores_become_absolute_and_a_url_without_a_password_stays(tmp_path: Pat
         unit_store("a\nb.db")
 
 
+@pytest.mark.real
 def test_a_missing_or_invalid_sweep_file_is_refused_naming_it(tmp_path: Path) -> None:
     code, _, stderr = add("n", str(tmp_path / "none.yaml"), "--on-calendar", "daily")
     assert code == 2 and "no sweep file" in stderr
@@ -187,6 +198,7 @@ def test_a_missing_or_invalid_sweep_file_is_refused_naming_it(tmp_path: Path) ->
     assert code == 2 and f"{bad}:2: nodes" in stderr, stderr
 
 
+@pytest.mark.pure
 def test_run_and_rm_of_an_unknown_schedule_and_half_the_run_options_are_refused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
@@ -203,6 +215,7 @@ def utc(*args: int) -> datetime:
     return datetime(*args, tzinfo=UTC)
 
 
+@pytest.mark.real
 def test_missed_slots_are_all_but_the_one_this_run_serves() -> None:
     previous, now = utc(2024, 1, 1, 3, 0, 5), utc(2024, 1, 4, 3, 0, 2)
     assert calendar.slots("*-*-* 03:00", previous, now) == [
@@ -215,6 +228,7 @@ def test_missed_slots_are_all_but_the_one_this_run_serves() -> None:
         utc(2024, 1, 8, 3)]  # Fri -> Tue: Mon missed, Sat and Sun are no slots
 
 
+@pytest.mark.real
 def test_slots_follow_the_local_time_zone_as_timers_do(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TZ", "Europe/Berlin")  # 03:00 there: 02:00 UTC in winter, 01:00 in summer
     assert calendar.slots("*-*-* 03:00", utc(2024, 1, 1), utc(2024, 1, 2)) == [utc(2024, 1, 1, 2)]
@@ -223,6 +237,7 @@ def test_slots_follow_the_local_time_zone_as_timers_do(monkeypatch: pytest.Monke
         utc(2024, 7, 1, 3)]
 
 
+@pytest.mark.real
 def test_slots_over_many_batches_are_counted_once() -> None:
     found = calendar.slots("*:*:0/5", utc(2024, 1, 1), utc(2024, 1, 1, 2))
     assert len(found) == 2 * 3600 // 5 and len(set(found)) == len(found)
@@ -231,6 +246,7 @@ def test_slots_over_many_batches_are_counted_once() -> None:
 
 # -- a run --
 
+@pytest.mark.real
 def test_a_run_records_the_missed_slots_once(tmp_path: Path) -> None:
     sweep = write_sweep(tmp_path)
     made = schedule(sweep, store=str(tmp_path / "bisect.db"))
@@ -250,6 +266,7 @@ def test_a_run_records_the_missed_slots_once(tmp_path: Path) -> None:
     assert all(r.status == "missed" and r.trigger == "schedule" for r in rows)
 
 
+@pytest.mark.real
 def test_a_run_passes_its_exit_code_and_keeps_its_log_owner_only(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -273,6 +290,7 @@ def test_a_run_passes_its_exit_code_and_keeps_its_log_owner_only(
     assert len(list(directory.glob("run-*.log"))) == scheduled.LOGS_KEPT
 
 
+@pytest.mark.real
 def test_ls_lists_installed_schedules_even_where_systemd_does_not_answer(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
@@ -296,6 +314,7 @@ def test_ls_lists_installed_schedules_even_where_systemd_does_not_answer(
     assert shown.exit_code == 0 and "nightly  'hourly'" in shown.stdout
 
 
+@pytest.mark.real
 def test_what_systemctl_refuses_is_undone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                           ) -> None:
     """No user manager answers here: a new schedule's units go again, a replaced one's come

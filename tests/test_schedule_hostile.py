@@ -44,6 +44,8 @@ from orchestrator.sweeps.schedule import (
 )
 from tests.support.schedules import write_sweep
 
+pytestmark = pytest.mark.real
+
 runner = CliRunner()
 BISECT = typer.main.get_command(app)  # built once: typer's runner.invoke builds it every time
 WHEN = "Mon..Fri 9:00"

@@ -27,6 +27,8 @@ from deploy.transports.ssh import SSHTransport
 from orchestrator.sweeps import calendar
 from tests.support.schedules import VENV_BISECT, write_sweep, write_twin_sweep
 
+pytestmark = pytest.mark.real
+
 STATE = "/var/lib/bisect/schedules"
 UNITS = "/etc/systemd/system"
 

@@ -91,6 +91,7 @@ def planted(ray_cluster: None, tmp_path_factory: pytest.TempPathFactory) -> Iter
            "id": campaign_id, "tokens": (token, file_token), "outputs": outputs}
 
 
+@pytest.mark.real
 def test_the_twin_received_the_key_and_the_service_its_secret_env(
         planted: dict[str, Any]) -> None:
     code, stdout, stderr = planted["outputs"]["run"]
@@ -104,6 +105,7 @@ def test_the_twin_received_the_key_and_the_service_its_secret_env(
     assert all(t["counts"].get("ok") == 6 for t in trials)  # env (secrets included) matched
 
 
+@pytest.mark.real
 def test_a_resume_reads_the_secret_again_and_refuses_without_it(
         planted: dict[str, Any]) -> None:
     code, _, stderr = planted["outputs"]["resume without the secret"]
@@ -111,6 +113,7 @@ def test_a_resume_reads_the_secret_again_and_refuses_without_it(
     assert f"${TOKEN_VAR}" in stderr and "pools[0].api_key_env" in stderr
 
 
+@pytest.mark.real
 def test_the_planted_secret_is_in_no_artifact(planted: dict[str, Any]) -> None:
     workdir: Path = planted["workdir"]
     artifacts: dict[str, bytes] = {}
@@ -139,6 +142,7 @@ def test_the_planted_secret_is_in_no_artifact(planted: dict[str, Any]) -> None:
     assert stored["campaign"] == planted["id"]
 
 
+@pytest.mark.real
 def test_the_store_and_the_report_are_owner_only(planted: dict[str, Any]) -> None:
     with Store.open(str(planted["db"])) as store:  # -wal and -shm exist while it is open
         store.list_campaigns()
@@ -148,6 +152,7 @@ def test_the_store_and_the_report_are_owner_only(planted: dict[str, Any]) -> Non
             assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
 
 
+@pytest.mark.real
 def test_a_missing_secret_is_bad_input_naming_field_and_variable(tmp_path: Path) -> None:
     campaign_file = tmp_path / "c.yaml"
     data = planted_campaign(tmp_path, tmp_path / "absent.key")
@@ -169,6 +174,7 @@ def test_a_missing_secret_is_bad_input_naming_field_and_variable(tmp_path: Path)
         del os.environ[TOKEN_VAR]
 
 
+@pytest.mark.real
 def test_the_store_keeps_the_reference_never_the_value(tmp_path: Path) -> None:
     data = planted_campaign(tmp_path, Path("/run/key"))
     campaign = Campaign.model_validate(data)
@@ -178,6 +184,7 @@ def test_the_store_keeps_the_reference_never_the_value(tmp_path: Path) -> None:
     assert Campaign.model_validate(dumped) == campaign  # as the store reads it back
 
 
+@pytest.mark.real
 def test_the_secret_tag_is_the_reference_written_short(tmp_path: Path) -> None:
     data = planted_campaign(tmp_path, tmp_path / "k")
     written = yaml.safe_dump(data, sort_keys=False)
@@ -190,6 +197,7 @@ def test_the_secret_tag_is_the_reference_written_short(tmp_path: Path) -> None:
     assert load_campaign(tagged) == Campaign.model_validate(data)
 
 
+@pytest.mark.real
 def test_credentials_in_a_url_are_refused_pointing_to_api_key_env(tmp_path: Path) -> None:
     data = planted_campaign(tmp_path, tmp_path / "k")
     data["pools"][0]["endpoint"] = "http://user:hunter2@127.0.0.1:30000"
@@ -202,6 +210,7 @@ def test_credentials_in_a_url_are_refused_pointing_to_api_key_env(tmp_path: Path
     assert code == 2 and "--api-key-env" in stderr and "Traceback" not in stderr
 
 
+@pytest.mark.real
 def test_stress_sends_the_key_only_when_asked(twin: TwinFactory,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     key = secrets.token_hex(8)
@@ -220,6 +229,7 @@ def test_stress_sends_the_key_only_when_asked(twin: TwinFactory,
     assert code == 2 and "BISECT_TEST_NO_SUCH_KEY" in stderr
 
 
+@pytest.mark.pure
 def test_what_a_trial_reports_is_redacted_before_it_is_stored() -> None:
     value = f"leaked-{secrets.token_hex(8)}"
     remember(value, "<secret X>")
@@ -233,6 +243,7 @@ def test_what_a_trial_reports_is_redacted_before_it_is_stored() -> None:
     assert redact(f"a{value}b") == "a<secret X>b"
 
 
+@pytest.mark.pure
 def test_rays_files_go_under_a_directory_only_the_user_enters(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch,
                                                               ) -> None:

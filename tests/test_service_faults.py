@@ -35,6 +35,8 @@ from tests.support.fault_campaigns import (
 )
 from tests.support.fault_proxy import FaultProxy, Toxic
 
+pytestmark = pytest.mark.real
+
 P1 = {"page": "p1"}
 
 

@@ -24,6 +24,8 @@ from deploy.services.systemd import UNIT_DIR, StartFailed, SystemdServiceManager
 from deploy.transports.ssh import SSHTransport
 from orchestrator.cli import app
 
+pytestmark = pytest.mark.real
+
 needs_root = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
                                 reason="a systemd lab host needs root")
 PY = sys.executable

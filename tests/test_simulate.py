@@ -30,6 +30,7 @@ MODEL = {
 }
 
 
+@pytest.mark.real
 @pytest.mark.parametrize(("flags", "env"), [
     (["--enable-hierarchical-cache"], {"BF16_INDEX_K": "1"}),
     (["--enable-hierarchical-cache", "--disable-cuda-graph"], {"BF16_INDEX_K": "1"}),
@@ -61,6 +62,7 @@ PER_REQUEST = {
 }
 
 
+@pytest.mark.real
 def test_per_request_draws_match_the_twin_round_by_round(twin: TwinFactory,
                                                          tmp_path: Path) -> None:
     path = tmp_path / "faults.yaml"
@@ -89,6 +91,7 @@ def test_per_request_draws_match_the_twin_round_by_round(twin: TwinFactory,
     assert "client disconnected" in text
 
 
+@pytest.mark.pure
 def test_a_model_without_per_request_rules_draws_as_before() -> None:
     # The per-session draw keeps its payload: stored seeds give the outcomes they always gave.
     from experiments.twin.faults import FaultModel, draw

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from db.store import Store
@@ -21,6 +22,8 @@ from orchestrator.core.verdict import Status
 from orchestrator.demo import twin_pool
 from orchestrator.executor.driver import run_campaign
 from orchestrator.stored import create_campaign
+
+pytestmark = pytest.mark.real
 
 
 def model(probability: float) -> str:

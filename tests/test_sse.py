@@ -9,6 +9,8 @@ import pytest
 
 from experiments.workload.sse import SSEError, StreamAccumulator, parse_sse_text
 
+pytestmark = pytest.mark.pure
+
 
 def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
     body = {

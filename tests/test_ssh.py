@@ -42,6 +42,7 @@ def source_of(transport: SSHTransport) -> tuple[str, str]:
     return words[0], words[1]
 
 
+@pytest.mark.real
 def test_exec_returns_stdout_stderr_and_exit_status(lab: Lab) -> None:
     with_ssh = SSHTransport(lab.target(1))
     try:
@@ -54,6 +55,7 @@ def test_exec_returns_stdout_stderr_and_exit_status(lab: Lab) -> None:
         with_ssh.close()
 
 
+@pytest.mark.real
 def test_values_arrive_verbatim_and_nothing_runs(lab: Lab, tmp_path: Path) -> None:
     transport = SSHTransport(lab.target(1))
     try:
@@ -68,6 +70,7 @@ def test_values_arrive_verbatim_and_nothing_runs(lab: Lab, tmp_path: Path) -> No
         transport.close()
 
 
+@pytest.mark.real
 def test_service_over_ssh_runs_in_the_host_and_is_reachable(lab: Lab, tmp_path: Path) -> None:
     host = lab.host(1)
     (tmp_path / "index.txt").write_text("served from the lab\n")
@@ -97,6 +100,7 @@ def test_service_over_ssh_runs_in_the_host_and_is_reachable(lab: Lab, tmp_path: 
     manager.transport.close()
 
 
+@pytest.mark.real
 def test_unknown_host_key_is_refused_under_strict(lab: Lab, tmp_path: Path) -> None:
     known = tmp_path / "known_hosts"
     known.write_text("")
@@ -106,6 +110,7 @@ def test_unknown_host_key_is_refused_under_strict(lab: Lab, tmp_path: Path) -> N
     assert "accept_new" in str(caught.value) and known.read_text() == ""
 
 
+@pytest.mark.real
 def test_accept_new_records_the_key_then_strict_accepts_it(lab: Lab, tmp_path: Path) -> None:
     known = tmp_path / "sub" / "known_hosts"  # missing, like a fresh ~/.ssh
     first = SSHTransport(lab.target(2, known_hosts=str(known), host_key_policy="accept_new"))
@@ -119,6 +124,7 @@ def test_accept_new_records_the_key_then_strict_accepts_it(lab: Lab, tmp_path: P
     second.close()
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("policy", ["strict", "accept_new"])
 def test_changed_host_key_is_always_refused(lab: Lab, tmp_path: Path,
                                             policy: HostKeyPolicy) -> None:
@@ -132,6 +138,7 @@ def test_changed_host_key_is_always_refused(lab: Lab, tmp_path: Path,
     assert len(known.read_text().splitlines()) == 1
 
 
+@pytest.mark.real
 def test_wrong_key_is_refused(lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)  # no agent keys to fall back on
     write_keypair(str(tmp_path / "stranger"), "stranger")
@@ -148,6 +155,7 @@ def test_wrong_key_is_refused(lab: Lab, tmp_path: Path, monkeypatch: pytest.Monk
         SSHTransport(missing).run(["true"])
 
 
+@pytest.mark.real
 def test_unreachable_address_fails_fast(lab: Lab) -> None:
     nobody = lab.subnet.rsplit(".", 1)[0] + ".250"  # on the lab network, but no host there
     transport = SSHTransport(SSHTarget(node="gone", host=nobody, known_hosts=lab.known_hosts,
@@ -161,6 +169,7 @@ def test_unreachable_address_fails_fast(lab: Lab) -> None:
         closed_port.run(["true"])
 
 
+@pytest.mark.real
 def test_proxyjump_alias_goes_through_the_jump_host(lab: Lab, tmp_path: Path) -> None:
     config = tmp_path / "ssh_config"
     config.write_text(
@@ -181,6 +190,7 @@ def test_proxyjump_alias_goes_through_the_jump_host(lab: Lab, tmp_path: Path) ->
     direct.close()
 
 
+@pytest.mark.real
 def test_dropped_connection_is_reestablished(lab: Lab) -> None:
     transport = SSHTransport(lab.target(2))
     try:
@@ -210,6 +220,7 @@ def test_dropped_connection_is_reestablished(lab: Lab) -> None:
         transport.close()
 
 
+@pytest.mark.real
 def test_command_timeout_leaves_the_connection_usable(lab: Lab) -> None:
     transport = SSHTransport(lab.target(1, node="slow"))
     try:
@@ -222,6 +233,7 @@ def test_command_timeout_leaves_the_connection_usable(lab: Lab) -> None:
         transport.close()
 
 
+@pytest.mark.pure
 def test_node_model_ssh_fields() -> None:
     node = Node.model_validate({"name": "gpu-a", "transport": "ssh", "host": "gpu-a.lab",
                                 "workdir": "/var/tmp/bisect"})
@@ -237,6 +249,7 @@ def test_node_model_ssh_fields() -> None:
                              "host_key_policy": "yes"})
 
 
+@pytest.mark.real
 def test_transport_for_nodes(lab: Lab) -> None:
     local = Node.model_validate({"name": "here", "workdir": "/tmp"})
     remote = Node.model_validate(lab.node(1))

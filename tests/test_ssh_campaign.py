@@ -15,6 +15,8 @@ from experiments.twin.server import VERSION
 from orchestrator.cli import app
 from orchestrator.lab_campaign import lab_pool
 
+pytestmark = pytest.mark.real
+
 FAULTS = {"rules": [{
     "name": "race", "when": {"env": {"BF16_INDEX_K": "1"},
                              "flags": {"enable-hierarchical-cache": True}},
@@ -64,7 +66,7 @@ def test_a_campaign_over_ssh_finds_the_culprit_and_leaves_the_hosts_clean(
         assert {t.pool for t in trials} == {"pool-1", "pool-2"}
         startup = [e.text for t in trials for e in store.log_events(t.id) if e.kind == "startup"]
         assert startup, "the service log was read back over SSH"
-        # each trial's node facts, read over SSH on the node of its pool (tests/test_node_facts.py
+        # each trial's node facts, read over SSH on the node of its pool (test_node_facts.py
         # reads a GPU, a tree and a bare node over SSH function by function)
         steps = store.campaign_steps(campaign.id)
         for trial in trials:

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -34,35 +34,18 @@ from db.models import Base
 from experiments.campaign import Campaign
 from orchestrator.cli import app
 from orchestrator.stored import create_campaign, evidence, verdict_of
+from tests.support.stored import AT, TIMING, campaign_spec, metrics, sessions
 
 TABLES = {"campaign", "variant", "trial", "session", "metric_sample", "log_event", "node_lock",
           "trial_generator", "trial_step", "sweep", "sweep_run", "sweep_hunt", "sweep_lock"}
 OUTCOMES = ["ok", "leak", "no_tool", "lost_plot", "bad_args", "error", "timeout"]
 BAD = {"index_k": "bf16", "hicache": "on"}
 GOOD = {"index_k": "fp8", "hicache": "on"}
-
-
-def sessions(n: int, leaks: int = 0) -> list[SessionRow]:
-    return [
-        SessionRow(idx=i, key=f"s{i}", outcome="leak" if i < leaks else "ok", turns=4,
-                   first_bad_turn=2 if i < leaks else None,
-                   evidence="<｜DSML｜invoke" if i < leaks else None, latency_s=0.5 + i / 100)
-        for i in range(n)
-    ]
-
-
-def metrics(n: int) -> list[MetricRow]:
-    return [MetricRow(service="decode", t=i * 0.5, name="sglang:num_running_reqs",
-                      labels={"tp_rank": str(i % 2)}, value=float(i)) for i in range(n)]
-
-
 LOGS = [
     LogRow(service="prefill", line_no=1, kind="startup", text="The server is fired up"),
     LogRow(service="decode", line_no=412, kind="abort", text="Abort request <b>rid=7</b>"),
 ]
-TIMING = TrialTiming(wall_s=12.5, restart_s=3.0, workload_s=9.0, restarts=2)
 NODE_A, NODE_B = "a" * 56, "b" * 56  # Ray node ids are 56 hex digits
-AT = datetime(2026, 12, 1, 10, 0, 0, 125000, tzinfo=UTC)
 STEPS = [StepRow("apply", None, AT, 0.5, "ok", {"restarting": ["p"]}),
          StepRow("prove", "p", AT, 0.25, "failed",
                  {"checks": {"argv": ["python", "-m", "x"], "env": {"K": "v\x00"},
@@ -455,12 +438,14 @@ class TestStore:
         assert current_revision(store_url) == "0001"
 
 
+@pytest.mark.pure
 def test_variant_key_is_canonical_and_unambiguous() -> None:
     assert variant_key({"b": "y", "a": "x"}) == "a=x,b=y"
     assert variant_key({"a": "x,b=y"}) != variant_key({"a": "x", "b": "y"})
     assert variant_key({}) == ""
 
 
+@pytest.mark.pure
 def test_sqlite_file_is_wal_with_foreign_keys(tmp_path: Path) -> None:
     path = tmp_path / "nested" / "bisect.db"
     with Store.open(str(path)) as store:
@@ -472,6 +457,7 @@ def test_sqlite_file_is_wal_with_foreign_keys(tmp_path: Path) -> None:
             assert connection.execute(text("PRAGMA busy_timeout")).scalar() == 30000
 
 
+@pytest.mark.pure
 def test_unknown_schema_revision_is_a_store_error(tmp_path: Path) -> None:
     path = tmp_path / "bisect.db"
     Store.open(str(path)).close()
@@ -487,27 +473,6 @@ def test_unknown_schema_revision_is_a_store_error(tmp_path: Path) -> None:
 
 CULPRIT = {"index_k": "bf16", "hicache": "on"}
 LEAK = '<｜DSML｜function_calls><｜DSML｜invoke name="read_file">'
-
-
-def campaign_spec(name: str) -> dict[str, Any]:
-    """A valid campaign file (as `bisect validate` takes it): two factors, one pool."""
-    service = {"name": "sglang", "node": "gpu-a",
-               "start": "python -m sglang.launch_server --port 30000",
-               "health_url": "http://127.0.0.1:30000/health"}
-    return {
-        "name": name,
-        "nodes": [{"name": "gpu-a", "workdir": "/var/tmp/bisect"}],
-        "pools": [{"name": "pool-1", "endpoint": "http://127.0.0.1:30000", "services": [service]}],
-        "factors": [
-            {"name": "index_k", "levels": {"fp8": {"env": {"BF16_INDEX_K": "0"}},
-                                           "bf16": {"env": {"BF16_INDEX_K": "1"}}}},
-            {"name": "hicache", "levels": {"off": None,
-                                           "on": {"flags": "--enable-hierarchical-cache"}}},
-        ],
-        "workload": {"sessions": 80, "rounds": 4, "timeout_s": 60},
-        "strategy": {"kind": "factorial", "repeats": 3},
-        "cost": {"restart_s": 90, "workload_s": 485, "gpus": 16},
-    }
 
 
 def culprit_campaign(store: Store, name: str = "bf16 index keys vs HiCache",
@@ -539,6 +504,7 @@ def culprit_campaign(store: Store, name: str = "bf16 index keys vs HiCache",
     return campaign_id
 
 
+@pytest.mark.real
 def test_the_cli_reads_a_postgresql_store(postgres_url: str, tmp_path: Path) -> None:
     with Store.open(postgres_url) as store:
         campaign_id = culprit_campaign(store)
@@ -591,11 +557,13 @@ def test_show_says_where_each_trial_s_load_ran(store_url: str) -> None:
     assert table.count("driver") == 12
 
 
+@pytest.mark.pure
 def test_a_missing_driver_is_a_store_error() -> None:
     with pytest.raises(StoreError, match=r"cannot open the store.*No module named"):
         Store.open("mysql+mysqldb://bisect@127.0.0.1/bisect")
 
 
+@pytest.mark.pure
 def test_node_locks_are_rows_until_released(tmp_path: Path) -> None:
     with Store.open(str(tmp_path / "locks.db")) as store:
         store.create_campaign("c1", "locks", {}, "test")

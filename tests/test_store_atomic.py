@@ -26,6 +26,8 @@ from orchestrator.cli import app
 from orchestrator.demo import twin_pool
 from tests.support import kill_points
 
+pytestmark = pytest.mark.real
+
 # From too small for the first page to enough for the whole schema: every size fails at a
 # different statement of the migrations (measured: 48 KiB stops at the first CREATE TABLE,
 # 128 KiB at the last indexes).

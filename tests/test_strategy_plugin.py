@@ -38,6 +38,8 @@ from orchestrator.demo import twin_pool
 from orchestrator.executor.driver import run_campaign
 from orchestrator.stored import create_campaign
 
+pytestmark = pytest.mark.real
+
 GOOD = {"index_k": "fp8", "topk_v2": "off"}
 BAD = {"index_k": "bf16", "topk_v2": "on"}
 FAULTS = {"seed": 11, "rules": [{

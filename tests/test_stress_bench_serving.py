@@ -21,8 +21,10 @@ from aiohttp import web
 from experiments.agent import TOOLS, find_canary
 from experiments.workload.spec import WorkloadSpec
 from experiments.workload.stress import run_stress
-from tests.test_stress_cli import BISECT, CLEAN_ENV, served
-from tests.test_workload import AgentServer, serve
+from tests.support.agent_server import AgentServer, serve
+from tests.support.cli import BISECT, CLEAN_ENV, served
+
+pytestmark = pytest.mark.real
 
 REPO = Path(__file__).resolve().parent.parent
 CLIENT = REPO / "bench" / "bench_serving_client.py"

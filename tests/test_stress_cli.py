@@ -9,11 +9,7 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,45 +18,10 @@ from aiohttp import web
 
 from experiments.workload.agent_tools import CANARY_RULE
 from tests.conftest import TwinFactory, free_port
-from tests.test_workload import AgentServer, Misbehave, call, completion, serve
+from tests.support.agent_server import AgentServer, Misbehave, call, completion
+from tests.support.cli import BISECT, CLEAN_ENV, bisect, served
 
-BISECT = str(Path(sys.executable).parent / "bisect")
-# bisect must not pick up a key from the environment the tests run in
-CLEAN_ENV = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-# No leak to triage in these runs: the built-in parser spares each run the seconds of importing
-# SGLang's detectors before its sessions start (the Popen runs below keep the default).
-QUICK_ENV = {**CLEAN_ENV, "BISECT_TRIAGE": "builtin"}
-
-
-def bisect(*args: str, env: dict[str, str] | None = None,
-           timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([BISECT, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**QUICK_ENV, **(env or {})}, check=False)
-
-
-@contextmanager
-def served(server: AgentServer) -> Iterator[str]:
-    """``server`` on a free port, in a thread with its own loop: for a bisect subprocess."""
-    loop = asyncio.new_event_loop()
-    urls: list[str] = []
-    ready = threading.Event()
-    stop: asyncio.Future[None] = loop.create_future()
-
-    async def main() -> None:
-        async with serve(server) as url:
-            urls.append(url)
-            ready.set()
-            await stop
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    try:
-        yield urls[0]
-    finally:
-        loop.call_soon_threadsafe(stop.set_result, None)
-        thread.join(10)
-        loop.close()
+pytestmark = pytest.mark.real
 
 
 def test_an_sdk_base_url_a_key_and_the_servers_model(twin: TwinFactory) -> None:

@@ -19,7 +19,7 @@ from experiments.workload.agent_tools import (
     load_agent,
 )
 from experiments.workload.spec import WorkloadSpec
-from tests.test_workload import AgentServer, call, completion, stress
+from tests.support.agent_server import AgentServer, call, completion, stress
 
 
 def tool(name: str, **properties: str) -> dict[str, Any]:
@@ -34,6 +34,7 @@ SHOP = [tool("lookup_order", order_id="string", verbose="boolean"), tool("now"),
         tool("refund", order_id="string", amount="number", canary="string")]
 
 
+@pytest.mark.pure
 def test_the_built_in_agent_is_the_contract_as_it_was() -> None:
     assert agent_from(None, None) is BUILT_IN
     assert (BUILT_IN.tools, BUILT_IN.system_prompt) == (TOOLS, SYSTEM_PROMPT)
@@ -43,6 +44,7 @@ def test_the_built_in_agent_is_the_contract_as_it_was() -> None:
     assert own.system_prompt == f"You are a careful shop assistant.\n\n{CANARY_RULE}"
 
 
+@pytest.mark.pure
 def test_user_tools_are_sent_as_given_and_sorted_by_where_the_canary_rides() -> None:
     agent = agent_from(json.dumps(SHOP), None)
     assert agent.tools == SHOP  # not a property added: the schema the parser sees is theirs
@@ -54,6 +56,7 @@ def test_user_tools_are_sent_as_given_and_sorted_by_where_the_canary_rides() -> 
     assert agent_from(json.dumps(body), None).tools == [SHOP[0]]
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(("text", "why"), [
     ("[", "not JSON"),
     ("[]", "non-empty JSON list"),
@@ -70,6 +73,7 @@ def test_a_tools_file_that_cannot_work_is_refused_saying_why(text: str, why: str
         agent_from(text, None)
 
 
+@pytest.mark.pure
 def test_load_agent_names_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "tools.json"
     bad.write_text("[]")
@@ -83,6 +87,7 @@ def test_load_agent_names_the_file(tmp_path: Path) -> None:
         load_agent(tmp_path / "missing.json", None)
 
 
+@pytest.mark.real
 def test_the_canary_rides_in_any_string_argument_of_a_users_tool() -> None:
     """A server that answers with the user's tools: the canary inside ``order_id`` is on the
     plot; a stale one there is lost_plot; a tool with a `canary` argument is checked there;

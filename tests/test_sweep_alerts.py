@@ -11,23 +11,28 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
 from db.store import Store
 from db.sweeps import Sweeps
 from orchestrator.cli import app
+from tests.postgres_fixture import BOTH_REAL
+from tests.support.twins import FAST
 from tests.sweep_support import (
     builtin_triage,  # noqa: F401 - autouse
     commit_faults,
     run_sweep_cli,
     sweep_file,
 )
-from tests.test_twin_support import FAST
+
+pytestmark = pytest.mark.real
 
 RUNS = 5  # after the accepted one: each a pool actor, a twin and 2 to 4 trials (seconds)
 
 
+@pytest.mark.parametrize("store_url", BOTH_REAL, indirect=True)  # git runs, on both
 def test_an_overlapping_run_is_refused_and_recorded(store_url: str, tmp_path: Path) -> None:
     tree = tmp_path / "src"
     commit_faults(tree, 0.0, "first")
@@ -45,6 +50,7 @@ def test_an_overlapping_run_is_refused_and_recorded(store_url: str, tmp_path: Pa
         assert db.list_campaigns() == []  # nothing started
 
 
+@pytest.mark.parametrize("store_url", BOTH_REAL, indirect=True)  # Ray and twins, on both
 def test_a_throughput_regression_is_found_and_confirmed(ray_cluster: None, store_url: str,
                                                         tmp_path: Path) -> None:
     tree = tmp_path / "src"

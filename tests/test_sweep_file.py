@@ -15,6 +15,8 @@ from experiments.strategy_config import SweepConfig
 from experiments.sweep import SweepError, load_sweep, sweep_campaign
 from orchestrator.cli import app
 
+pytestmark = pytest.mark.pure
+
 
 def sweep_data(**changes: Any) -> dict[str, Any]:
     data: dict[str, Any] = {

@@ -1,7 +1,7 @@
 """The sweep report (`bisect sweep-report`): its model built from a sweep's store, every format,
 hostile text from a commit subject, a node fact and a run's reason, the command line; and once
 end to end, on what real runs of `bisect sweep` on twins stored (``real_sweep`` of
-tests/sweep_support.py: the runs tests/test_sweep_run.py checks).
+tests/sweep_support.py: the runs test_sweep_run.py checks).
 
 The store (tests/sweep_report_support.py) holds six runs of one sweep made of `bisect sweep`'s
 own parts: accepted, clean, skipped, missed, a confirmed regression with its hunt, and a run
@@ -32,6 +32,7 @@ from orchestrator.reports.sweep_render import (
     render_sweep_junit,
     render_sweep_markdown,
 )
+from tests.support.html_checks import assert_inert_html, assert_tables_intact, tags
 from tests.sweep_report_support import (
     HOSTILE_FACT,
     HOSTILE_REASON,
@@ -44,7 +45,6 @@ from tests.sweep_support import (
     RealSweep,
     real_sweep_fixture,  # noqa: F401 - real runs of `bisect sweep`, shared with test_sweep_run
 )
-from tests.test_report_hostile import assert_inert_html, assert_tables_intact, tags
 
 BRACES = "{{ 7*7 }}"
 
@@ -65,6 +65,7 @@ def sweep_report_cli(*args: str) -> tuple[int, str, str]:
 # --- the model ---------------------------------------------------------------------------------
 
 
+@pytest.mark.real
 def test_the_answer_comes_first_with_its_exit_code(reports: dict[int, SweepReport]) -> None:
     regression = reports[5]
     assert regression.answer.title == "REGRESSION confirmed"
@@ -82,6 +83,7 @@ def test_the_answer_comes_first_with_its_exit_code(reports: dict[int, SweepRepor
     assert (reports[4].answer.title, reports[4].answer.exit_code) == ("Missed", None)
 
 
+@pytest.mark.real
 def test_each_variant_is_compared_metric_by_metric(reports: dict[int, SweepReport]) -> None:
     report = reports[5]
     assert [(v.name, v.state) for v in report.variants] == [
@@ -108,6 +110,7 @@ def test_each_variant_is_compared_metric_by_metric(reports: dict[int, SweepRepor
     assert new.detection is None and new.now is not None and new.now > 0  # measured, compared not
 
 
+@pytest.mark.real
 def test_the_comparisons_are_recomputed_and_agree_with_what_the_run_stored(
         sweep_store: SweepStore, reports: dict[int, SweepReport]) -> None:
     for seq in (1, 2, 5):
@@ -128,6 +131,7 @@ def test_the_comparisons_are_recomputed_and_agree_with_what_the_run_stored(
     assert "cannot be read again" in fallback.history[-1].note
 
 
+@pytest.mark.real
 def test_what_changed_since_the_baseline(sweep_store: SweepStore,
                                          reports: dict[int, SweepReport]) -> None:
     report = reports[5]
@@ -143,6 +147,7 @@ def test_what_changed_since_the_baseline(sweep_store: SweepStore,
     assert reports[2].changed_facts == [] and reports[2].changed_variants == []
 
 
+@pytest.mark.real
 def test_the_hunt_names_the_first_bad_commit(sweep_store: SweepStore,
                                              reports: dict[int, SweepReport]) -> None:
     hunt = reports[5].hunt
@@ -156,6 +161,7 @@ def test_the_hunt_names_the_first_bad_commit(sweep_store: SweepStore,
     assert reports[2].hunt is None
 
 
+@pytest.mark.real
 def test_the_history_holds_every_run(sweep_store: SweepStore,
                                      reports: dict[int, SweepReport]) -> None:
     history = reports[5].history
@@ -176,6 +182,7 @@ def test_the_history_holds_every_run(sweep_store: SweepStore,
     assert 990 < (history[1].variants["production"].throughput or 0) < 1010
 
 
+@pytest.mark.real
 def test_a_long_history_is_cut_around_the_reported_run(sweep_store: SweepStore,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sweep_build, "MAX_HISTORY", 3)
@@ -187,6 +194,7 @@ def test_a_long_history_is_cut_around_the_reported_run(sweep_store: SweepStore,
     assert "3 runs of the sweep are left out" in render_sweep_html(report)
 
 
+@pytest.mark.real
 def test_the_json_reads_back(reports: dict[int, SweepReport]) -> None:
     for report in reports.values():
         document = json.loads(json.dumps(report.to_json(), allow_nan=False))
@@ -199,6 +207,7 @@ def test_the_json_reads_back(reports: dict[int, SweepReport]) -> None:
 # --- the formats, hostile text included --------------------------------------------------------
 
 
+@pytest.mark.real
 def test_the_markdown_says_the_answer_first_and_its_tables_stay_tables(
         reports: dict[int, SweepReport]) -> None:
     markdown = render_sweep_markdown(reports[5])
@@ -214,6 +223,7 @@ def test_the_markdown_says_the_answer_first_and_its_tables_stay_tables(
     assert HOSTILE_REASON in "".join(tags(MarkdownIt("commonmark").render(skipped)).text)
 
 
+@pytest.mark.real
 def test_the_junit_fails_a_confirmed_regression_only(sweep_store: SweepStore,
                                                      reports: dict[int, SweepReport]) -> None:
     root = ET.fromstring(render_sweep_junit(reports[5]).encode())  # expat: strict XML 1.0
@@ -238,6 +248,7 @@ def test_the_junit_fails_a_confirmed_regression_only(sweep_store: SweepStore,
     assert first.get("failures") == "0" and first.get("skipped") == "8"  # nothing to compare
 
 
+@pytest.mark.real
 def test_the_html_is_self_contained_and_holds_no_markup_from_content(
         reports: dict[int, SweepReport]) -> None:
     for report in reports.values():
@@ -253,6 +264,7 @@ def test_the_html_is_self_contained_and_holds_no_markup_from_content(
     assert "<a " not in render_sweep_html(reports[5])  # no hunt report beside: no link
 
 
+@pytest.mark.pure
 def test_a_history_chart_escapes_its_labels_and_breaks_at_a_run_that_measured_nothing() -> None:
     runs = [RunMark(1, "clean", accepted=True), RunMark(2, "skipped", note="<b>held</b>"),
             RunMark(3, "clean", baseline=True), RunMark(4, "regression", current=True)]
@@ -268,6 +280,7 @@ def test_a_history_chart_escapes_its_labels_and_breaks_at_a_run_that_measured_no
 # --- the command line --------------------------------------------------------------------------
 
 
+@pytest.mark.real
 def test_the_cli_writes_every_format(sweep_store: SweepStore, tmp_path: Path,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     store = sweep_store.store_arg
@@ -301,6 +314,7 @@ def test_the_cli_writes_every_format(sweep_store: SweepStore, tmp_path: Path,
     assert code == 0 and "Clean" in (tmp_path / "bisect-sweep-report.html").read_text()
 
 
+@pytest.mark.real
 def test_bad_input_is_one_sentence_and_exit_2(sweep_store: SweepStore, tmp_path: Path) -> None:
     store = sweep_store.store_arg
     for args, said in (
@@ -320,6 +334,7 @@ def test_bad_input_is_one_sentence_and_exit_2(sweep_store: SweepStore, tmp_path:
 # --- end to end --------------------------------------------------------------------------------
 
 
+@pytest.mark.real
 def test_the_report_of_a_real_sweep_says_what_bisect_sweep_said(real_sweep: RealSweep,
                                                                 tmp_path: Path) -> None:
     """The real runs of `bisect sweep` on twins (``real_sweep``, tests/sweep_support.py):

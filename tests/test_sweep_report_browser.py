@@ -1,4 +1,4 @@
-"""The sweep report in a real headless Chromium (tests/test_report_browser.py's), opened as a
+"""The sweep report in a real headless Chromium (test_report_browser.py's), opened as a
 file with every request but the file itself aborted.
 
 The regression run of tests/sweep_report_support.py's sweep, written by `bisect sweep-report`
@@ -20,7 +20,12 @@ from typer.testing import CliRunner
 import orchestrator.cli.sweep_report_view  # noqa: F401 - registers `bisect sweep-report`
 from orchestrator.cli import app
 from orchestrator.reports.sweep_render import hunt_file_name
-from tests import test_report_browser
+from tests.support.browser import (
+    HEIGHT,
+    Loaded,
+    browser_fixture,  # noqa: F401 - its headless Chromium
+    opened,
+)
 from tests.sweep_report_support import (
     HOSTILE_FACT,
     HOSTILE_REASON,
@@ -29,13 +34,13 @@ from tests.sweep_report_support import (
     SweepStore,
     sweep_store_fixture,  # noqa: F401 - the store of six runs
 )
-from tests.test_report_browser import HEIGHT, Loaded, opened
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
+pytestmark = pytest.mark.real
+
 TYPEOF_PWNED = "typeof window.PWNED"
-browser = test_report_browser.browser  # its headless Chromium, as a fixture of this module
 
 
 @pytest.fixture(scope="module")

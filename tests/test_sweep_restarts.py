@@ -19,6 +19,8 @@ from orchestrator.core.strategies.sweep import (
 )
 from tests.support.sweep_trials import NOW, THEN, plan, trial
 
+pytestmark = pytest.mark.pure
+
 ONE_IN_80 = BaselineTrial(variant="production", counts={"ok": 79, "leak": 1})
 PRODUCTION = {"hicache": "off"}
 THROUGHPUT_ONLY = Thresholds(corruption=None, wedging=None, throughput=0.15, p99_latency=None)

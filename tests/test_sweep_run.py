@@ -7,6 +7,8 @@ report's end-to-end test reads the same store."""
 
 from __future__ import annotations
 
+import pytest
+
 from db.store import Store
 from db.sweeps import Sweeps
 from tests.sweep_support import (
@@ -14,6 +16,8 @@ from tests.sweep_support import (
     git,
     real_sweep_fixture,  # noqa: F401 - the session's runs
 )
+
+pytestmark = pytest.mark.real
 
 
 def test_a_sweep_finds_confirms_and_hunts_a_regression(real_sweep: RealSweep) -> None:

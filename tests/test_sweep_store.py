@@ -24,6 +24,7 @@ from db.store import Store
 from db.sweep_records import SweepRunRecord
 from db.sweeps import SweepLocked, Sweeps
 from tests.conftest import REPO
+from tests.postgres_fixture import BOTH_REAL
 
 SWEEP_TABLES = {"sweep", "sweep_run", "sweep_hunt", "sweep_lock"}
 RESULT = {"variants": {"production": "same", "hicache-off": "different"}, "p": float("nan"),
@@ -219,6 +220,7 @@ def _rebooted(url: str) -> None:
 
 @pytest.mark.parametrize("died", [_dead_orchestrator, _reused_pid, _rebooted],
                          ids=["pid-gone", "pid-reused", "rebooted"])
+@pytest.mark.parametrize("store_url", BOTH_REAL, indirect=True)  # pid-gone runs a process
 def test_a_dead_holder_s_lock_on_this_host_is_taken_over(
         died: Callable[[str], None], store_url: str, sweeps: Sweeps) -> None:
     died(store_url)
@@ -324,6 +326,7 @@ def tables(url: str) -> set[str]:
         engine.dispose()
 
 
+@pytest.mark.real
 def test_two_orchestrators_opening_a_new_postgresql_store_at_once(postgres_url: str) -> None:
     """Both create the tables at the same moment: one migrates, the other waits and finds it
     done (a migration lock), neither fails."""

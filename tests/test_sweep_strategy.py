@@ -18,6 +18,8 @@ from orchestrator.reports.sweep_model import MetricRow
 from orchestrator.sweeps.baseline import unrestorable
 from tests.support.sweep_trials import NOW, THEN, clean_baseline, plan, trial
 
+pytestmark = pytest.mark.pure
+
 
 def test_a_first_run_measures_and_names_no_baseline() -> None:
     strategy = SweepStrategy(plan([]))

@@ -46,12 +46,14 @@ SLEEPER = [PY, "-c", "import sys, time; print('argv', sys.argv[1:], flush=True);
 
 # -- the quoting on its own (no root needed) --
 
+@pytest.mark.pure
 def test_unit_quote_escapes_what_systemd_interprets() -> None:
     assert unit_quote('a "b" \\c %h $X', expand_dollar=True) == '"a \\"b\\" \\\\c %%h $$X"'
     assert unit_quote("$X %h", expand_dollar=False) == '"$X %%h"'  # Environment= keeps $
     assert unit_quote("a\nb\tc\x01", expand_dollar=False) == '"a\\nb\\tc\\x01"'
 
 
+@pytest.mark.pure
 def test_render_dropin_resets_execstart_and_refuses_what_systemd_cannot_hold() -> None:
     config = ServiceConfig.of("s", ["/bin/x", "a b"], {"K": "v %"})
     text = render_dropin(config, "/run/e")
@@ -98,6 +100,7 @@ def twin_argv(lab: Lab, *flags: str) -> list[str]:
             "--twin-startup-delay", "0", *flags]
 
 
+@pytest.mark.real
 @needs_root
 def test_the_host_runs_systemd_as_pid_1_over_ssh(systemd_lab: Lab,
                                                   systemd_node: SSHTransport) -> None:
@@ -110,6 +113,7 @@ def test_the_host_runs_systemd_as_pid_1_over_ssh(systemd_lab: Lab,
     assert status.state == "up" and status.hosts[0].systemd and status.hosts[0].sshd
 
 
+@pytest.mark.real
 @needs_root
 def test_variants_start_exactly_replace_each_other_and_log_per_start(
     systemd_lab: Lab, manager: SystemdServiceManager
@@ -144,6 +148,7 @@ def test_variants_start_exactly_replace_each_other_and_log_per_start(
     assert "Stopped twin.service" in manager.read_log("twin", b.log_offset + len(log.encode()))
 
 
+@pytest.mark.real
 @needs_root
 def test_hostile_values_arrive_verbatim_and_run_nothing(
     systemd_lab: Lab, systemd_node: SSHTransport, manager: SystemdServiceManager
@@ -160,6 +165,7 @@ def test_hostile_values_arrive_verbatim_and_run_nothing(
     assert pwned == "" and not list(Path("/tmp").glob("PWNED_*"))
 
 
+@pytest.mark.real
 @needs_root
 def test_removing_the_dropin_restores_the_unit_exactly(
     systemd_node: SSHTransport, twin_unit: str, manager: SystemdServiceManager
@@ -183,6 +189,7 @@ def test_removing_the_dropin_restores_the_unit_exactly(
     assert "X" not in env and env["PYTHONUNBUFFERED"] == "1"
 
 
+@pytest.mark.real
 @needs_root
 def test_leaving_a_unit_as_found_keeps_a_running_one_running_and_a_stopped_one_stopped(
     systemd_lab: Lab, systemd_node: SSHTransport, twin_unit: str, manager: SystemdServiceManager
@@ -209,6 +216,7 @@ def test_leaving_a_unit_as_found_keeps_a_running_one_running_and_a_stopped_one_s
     assert systemd_node.run(["test", "-e", f"{UNIT_DIR}/twin.service.d"]).returncode == 1
 
 
+@pytest.mark.real
 @needs_root
 def test_a_missing_unit_or_an_overriding_environment_is_refused(
     systemd_lab: Lab, systemd_node: SSHTransport, twin_unit: str
@@ -238,6 +246,7 @@ def test_a_missing_unit_or_an_overriding_environment_is_refused(
         manager.remove_dropin("unset")
 
 
+@pytest.mark.real
 @needs_root
 def test_the_variants_environment_is_in_no_unit_property_and_never_on_disk(
     systemd_lab: Lab, systemd_node: SSHTransport, manager: SystemdServiceManager
@@ -281,6 +290,7 @@ def mount_namespaces_and_pids() -> set[tuple[int, int]]:
     return found
 
 
+@pytest.mark.real
 @needs_root
 def test_lab_up_systemd_from_the_cli_and_down_leaves_nothing(tmp_path: Path) -> None:
     runner = CliRunner()
@@ -319,6 +329,7 @@ def test_lab_up_systemd_from_the_cli_and_down_leaves_nothing(tmp_path: Path) -> 
     assert lab_status(directory).state == "down"
 
 
+@pytest.mark.real
 @needs_root
 def test_a_campaign_through_systemd_units_finds_the_culprit_and_restores_the_unit(
         systemd_lab: Lab, systemd_node: SSHTransport, twin_unit: str, ray_cluster: None,
@@ -363,6 +374,7 @@ def test_a_campaign_through_systemd_units_finds_the_culprit_and_restores_the_uni
     assert not manager.is_running("twin")  # it was not running before the campaign
 
 
+@pytest.mark.real
 @needs_root
 def test_a_unit_that_unsets_the_variant_s_env_makes_it_unresolvable_not_a_stopped_run(
         systemd_lab: Lab, systemd_node: SSHTransport, ray_cluster: None, tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Leak triage on the corpus of markup shapes (tests/corpus_markup.py), through SGLang's
 detectors and the built-in parser: family detection, the two paths, the fallback when sglang is
 broken, and what classify_turn records. Whether each text parses, and with which parser, is
-checked against SGLang's own detectors in tests/test_triage_parsers.py. The sglang path is not
+checked against SGLang's own detectors in test_triage_parsers.py. The sglang path is not
 optional: `make test` installs the extra, and a missing sglang fails these tests."""
 
 from __future__ import annotations
@@ -40,12 +40,14 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("name", list(FAMILY))
 def test_every_shape_is_found_with_its_family(name: str) -> None:
     assert find_markup(CORPUS[name]) is not None, name
     assert markup_family(CORPUS[name]) == FAMILY[name]
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("name", list(FAMILY))
 def test_triage_of_every_shape(name: str, backend: str) -> None:
     triage = triage_leak(CORPUS[name], backend=backend)
@@ -61,6 +63,7 @@ def test_triage_of_every_shape(name: str, backend: str) -> None:
         assert triage.form == "malformed" and triage.reason  # no parser known: no mismatch
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("name", list(FAMILY))
 def test_both_paths_agree(name: str) -> None:
     require_sglang()
@@ -70,6 +73,7 @@ def test_both_paths_agree(name: str) -> None:
         builtin.form, builtin.family, builtin.calls, builtin.parsed_as)
 
 
+@pytest.mark.pure
 def test_well_formed_calls_carry_the_arguments(backend: str) -> None:
     text = blk("tool_calls", inv() + inv("search_code", p("query", "x") + p("canary", C)))
     triage = triage_leak(text, backend=backend)
@@ -79,6 +83,7 @@ def test_well_formed_calls_carry_the_arguments(backend: str) -> None:
     ]
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("family", list(MarkupFamily))
 def test_what_the_twin_leaks_is_well_formed(family: MarkupFamily, backend: str) -> None:
     text = render(family, "read_file", {"path": "a", "canary": C})
@@ -86,11 +91,13 @@ def test_what_the_twin_leaks_is_well_formed(family: MarkupFamily, backend: str) 
     assert triage_leak(text[: len(text) // 2], backend=backend).form == "malformed"
 
 
+@pytest.mark.pure
 def test_clean_text_is_no_family() -> None:
     triage = triage_leak("Nothing to see <b>here</b>.", backend="builtin")
     assert (triage.form, triage.family, triage.calls) == ("malformed", None, [])
 
 
+@pytest.mark.pure
 def test_tools_decide_which_names_are_known(backend: str) -> None:
     text = blk("function_calls", inv("deploy", p("canary", C)))
     assert triage_leak(text, backend=backend).form == "malformed"
@@ -98,6 +105,7 @@ def test_tools_decide_which_names_are_known(backend: str) -> None:
     assert triage_leak(text, tools, backend=backend).form == "well_formed"
 
 
+@pytest.mark.pure
 def test_env_forces_the_builtin_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV, "builtin")
     assert triage_leak(blk("function_calls", inv())).source == "builtin"
@@ -112,6 +120,7 @@ def test_env_forces_the_builtin_path(monkeypatch: pytest.MonkeyPatch) -> None:
         triage_leak(blk("function_calls", inv()))
 
 
+@pytest.mark.pure
 def test_auto_uses_sglang_when_it_imports(monkeypatch: pytest.MonkeyPatch) -> None:
     require_sglang()
     monkeypatch.delenv(ENV, raising=False)
@@ -124,6 +133,7 @@ BROKEN_SGLANG = {
 }
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("kind", list(BROKEN_SGLANG))
 def test_a_broken_sglang_falls_back_to_builtin(tmp_path: Path, kind: str) -> None:
     # A real broken package ahead of any installed sglang on the path, in a fresh interpreter.
@@ -144,6 +154,7 @@ def test_a_broken_sglang_falls_back_to_builtin(tmp_path: Path, kind: str) -> Non
     assert status and (source, form) == ("builtin", "well_formed")
 
 
+@pytest.mark.pure
 def test_classify_turn_records_the_triage(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV, backend)
     for text, form in ((blk("tool_calls", inv()), "well_formed"), (inv()[:30], "malformed")):
@@ -154,6 +165,7 @@ def test_classify_turn_records_the_triage(backend: str, monkeypatch: pytest.Monk
         assert verdict.leak_family == ("dsml" if form == "malformed" else "v4")
 
 
+@pytest.mark.pure
 def test_classify_turn_without_a_canary_skips_the_check() -> None:
     call = {
         "id": "c1",

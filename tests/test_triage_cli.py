@@ -8,9 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from experiments.markup import MarkupFamily, render
-from tests.test_stress_cli import bisect, served
-from tests.test_workload import AgentServer, completion
+from tests.support.agent_server import AgentServer, completion
+from tests.support.cli import bisect, served
+
+pytestmark = pytest.mark.real
 
 ARGS = {"path": "a.py", "canary": "K9"}
 V31 = render(MarkupFamily.V31, "read_file", ARGS)

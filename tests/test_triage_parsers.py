@@ -33,6 +33,8 @@ from experiments.workload.triage_builtin import PARSERS as BUILTIN_PARSERS
 from experiments.workload.triage_builtin import count_openings
 from tests.corpus_markup import B31, CORPUS, E31, TRUNCATED, WHOLE, blk, c3, c31, inv
 
+pytestmark = pytest.mark.pure
+
 DEEPSEEK = ("deepseekv3", "deepseekv31", "deepseekv32", "deepseekv4", "deepseekv41")
 
 

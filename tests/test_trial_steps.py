@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from db.store import Store
@@ -15,6 +16,8 @@ from orchestrator.cli import app
 from orchestrator.demo import DEMO_FACTORS, twin_pool
 from orchestrator.executor.driver import run_campaign
 from orchestrator.stored import MAX_FAILED_ATTEMPTS, create_campaign, evidence
+
+pytestmark = pytest.mark.real
 
 SERVICE = "sglang-p"
 CHAIN = ["apply", "restart", "health", "prove", "hooks", "facts", "stress", "collect"]

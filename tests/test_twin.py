@@ -23,7 +23,7 @@ from experiments import agent
 from experiments.markup import find_markup
 from experiments.twin import faults
 from experiments.twin.agent_script import build_reply
-from tests.test_twin_support import FAST, Procs, start_twins
+from tests.support.twins import FAST, Procs, start_twins
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -198,6 +198,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 # --- endpoints ---------------------------------------------------------------------------------
 
 
+@pytest.mark.real
 def test_health_is_503_until_the_startup_delay_passed(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -225,6 +226,7 @@ def test_health_is_503_until_the_startup_delay_passed(tmp_path: Path) -> None:
         assert proc.wait(timeout=10) == 0
 
 
+@pytest.mark.real
 def test_openai_client_gets_the_scripted_tool_calls(fleet: Fleet) -> None:
     from openai import OpenAI
 
@@ -275,6 +277,7 @@ def test_openai_client_gets_the_scripted_tool_calls(fleet: Fleet) -> None:
     client.close()  # no kept-alive connection for the twin to wait on at its shutdown
 
 
+@pytest.mark.real
 def test_bad_requests_get_400_with_an_error_body(fleet: Fleet) -> None:
     url = fleet["fp8"]
     payloads: list[Any] = [b"not json", {"messages": []}, {"messages": [{"role": "wizard"}]}, [1]]
@@ -284,6 +287,7 @@ def test_bad_requests_get_400_with_an_error_body(fleet: Fleet) -> None:
         assert answer["error"]["message"] and answer["object"] == "error"
 
 
+@pytest.mark.real
 def test_server_info_and_models(fleet: Fleet) -> None:
     url = fleet["leak"]
     info = json.loads(get(url, "/get_server_info")[1])
@@ -293,6 +297,7 @@ def test_server_info_and_models(fleet: Fleet) -> None:
     assert models["data"][0]["id"] == "deepseek-ai/DeepSeek-V4-twin"
 
 
+@pytest.mark.real
 def test_metrics_parse_and_running_requests_rise_under_load(fleet: Fleet) -> None:
     url = fleet["metrics"]
     assert metric(url, "sglang:num_running_reqs") == 0
@@ -317,6 +322,7 @@ def test_metrics_parse_and_running_requests_rise_under_load(fleet: Fleet) -> Non
     assert metric(url, "sglang:num_queue_reqs") == 0
 
 
+@pytest.mark.real
 def test_max_running_requests_queues_the_rest(fleet: Fleet) -> None:
     url = fleet["queue"]
 
@@ -337,6 +343,7 @@ def test_max_running_requests_queues_the_rest(fleet: Fleet) -> None:
 # --- the fault model ----------------------------------------------------------------------------
 
 
+@pytest.mark.real
 def test_planted_leak_needs_bf16_and_hicache(fleet: Fleet) -> None:
     bad = fleet["leak"]
     status, answer = post(bad, body(opening("leaky")))
@@ -356,6 +363,7 @@ def hits(url: str, keys: list[str]) -> set[str]:
     return {key for key in keys if is_leak(post(url, body(opening(key)))[1])}
 
 
+@pytest.mark.real
 def test_decisions_are_deterministic_per_session_and_seed(fleet: Fleet) -> None:
     keys = [f"det-{i}" for i in range(30)]
     first, second, reseeded = fleet["half-1"], fleet["half-2"], fleet["half-reseeded"]
@@ -366,12 +374,14 @@ def test_decisions_are_deterministic_per_session_and_seed(fleet: Fleet) -> None:
     assert hits(reseeded, keys) != hit
 
 
+@pytest.mark.real
 def test_probability_is_honoured_over_many_sessions(fleet: Fleet) -> None:
     url = fleet["half-1"]
     count = len(hits(url, [f"many-{i}" for i in range(200)]))
     assert 72 <= count <= 128  # 100 expected; +-4 standard deviations
 
 
+@pytest.mark.real
 def test_min_inflight_is_respected(fleet: Fleet) -> None:
     url = fleet["inflight"]
     sequential = [post(url, body(opening(f"seq-{i}")))[1] for i in range(4)]
@@ -380,6 +390,7 @@ def test_min_inflight_is_respected(fleet: Fleet) -> None:
     assert sum(is_leak(a) for a in concurrent) >= 10  # all but the first arrivals
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("effect", ["no_tool", "lost_plot", "bad_args", "error"])
 def test_each_effect_has_its_shape(fleet: Fleet, effect: str) -> None:
     filler = "x" * 4 * (EFFECT_CONTEXT[effect] - 290)
@@ -401,6 +412,7 @@ def test_each_effect_has_its_shape(fleet: Fleet, effect: str) -> None:
             json.loads(arguments)
 
 
+@pytest.mark.real
 def test_wedge_hangs_until_the_client_leaves(fleet: Fleet) -> None:
     url = fleet["wedge-60"]
 
@@ -427,6 +439,7 @@ def test_wedge_hangs_until_the_client_leaves(fleet: Fleet) -> None:
     assert metric(url, "sglang:num_running_reqs") == 0
 
 
+@pytest.mark.real
 def test_wedge_times_out_with_an_error(fleet: Fleet) -> None:
     url = fleet["wedge-0.3"]
     status, answer = post(url, body(opening("stuck")))
@@ -434,6 +447,7 @@ def test_wedge_times_out_with_an_error(fleet: Fleet) -> None:
     assert "waiting timeout" in fleet.log("wedge-0.3")
 
 
+@pytest.mark.pure
 def test_example_fault_model_is_valid() -> None:
     model = faults.load(REPO / "experiments" / "twin" / "faults.example.yaml")
     assert model.rules[0].name == "bf16-hicache-race"
@@ -442,11 +456,13 @@ def test_example_fault_model_is_valid() -> None:
 # --- CLI and start-up log -------------------------------------------------------------------------
 
 
+@pytest.mark.real
 def test_unknown_flag_exits_2() -> None:
     result = run_cli("--no-such-flag")
     assert result.returncode == 2 and "unrecognized arguments: --no-such-flag" in result.stderr
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("text", "field"),
     [
@@ -482,6 +498,7 @@ def test_bad_fault_model_exits_2_naming_the_field(
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.pure
 def test_bad_fault_model_error_names_the_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("seed: 1\nrules:\n  - name: x\n    probability: 2\n    effect: leak\n")
@@ -489,6 +506,7 @@ def test_bad_fault_model_error_names_the_line(tmp_path: Path) -> None:
         faults.load(path)
 
 
+@pytest.mark.pure
 def test_help_and_schema(capsys: pytest.CaptureFixture[str]) -> None:
     code, help_text, _ = cli(capsys, "--help")
     assert code == 0
@@ -504,6 +522,7 @@ def test_help_and_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert {"seed", "rules", "noise"} <= set(document["properties"])
 
 
+@pytest.mark.real
 def test_startup_log_shows_what_was_loaded(fleet: Fleet) -> None:
     text = fleet.log("leak")
     for line in ("server_args=ServerArgs(", "enable_hierarchical_cache=True",
@@ -522,6 +541,7 @@ def test_startup_log_shows_what_was_loaded(fleet: Fleet) -> None:
 # --- pure parts ---------------------------------------------------------------------------------
 
 
+@pytest.mark.pure
 def test_conditions_compare_like_the_yaml_reads() -> None:
     model = faults.FaultModel.model_validate({"rules": [{
         "name": "r", "probability": 1.0, "effect": "leak",
@@ -543,6 +563,7 @@ def test_conditions_compare_like_the_yaml_reads() -> None:
     assert not hit({"BF16_INDEX_K": "1"}, **{"hicache-ratio": 3.0})
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(("parser", "fragment"), [
     ("deepseekv31", "<｜tool▁calls▁begin｜>"),
     ("deepseekv32", "<｜DSML｜function_calls>"),

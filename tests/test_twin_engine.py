@@ -23,7 +23,7 @@ from experiments.twin import engine
 from experiments.twin.engine import EngineError, EngineSettings, IndexKRead, settings
 from experiments.twin.index_k import VALUES, RaceEngine, SlotPool, step, turn_value
 from experiments.twin.standin import StandinDevice, standin_device
-from tests.test_twin_support import (
+from tests.support.twins import (
     FAST,
     body,
     is_leak,
@@ -56,12 +56,14 @@ def run_steps(cfg: EngineSettings, *batches: list[IndexKRead]) -> list[list[engi
 EVICTING = ([read("a", 1)], [read("b", 1)], [read("a", 2)])
 
 
+@pytest.mark.pure
 def test_bytes_per_token_and_the_slot_follow_bf16_index_k() -> None:
     assert config(bf16=False).bytes_per_token == 132  # 128 B key + 4 B scale
     assert config(bf16=True).bytes_per_token == 256
     assert config(bf16=True, **{engine.SLOT_TOKENS_ENV: "1024"}).slot_bytes == 1024 * 256
 
 
+@pytest.mark.pure
 def test_a_lone_reload_races_with_bf16_and_not_with_fp8() -> None:
     # 64K tokens at 50 GB/s: fp8 lands in 173 us, inside the 250 us of attention; bf16 in 336.
     fp8 = run_steps(config(bf16=False, pool_slots=1), *EVICTING)[-1][0]
@@ -74,11 +76,13 @@ def test_a_lone_reload_races_with_bf16_and_not_with_fp8() -> None:
     assert bf16.expected % nbytes == 0 and bf16.expected // nbytes in VALUES
 
 
+@pytest.mark.pure
 def test_the_fix_waits_on_the_copy_and_reads_whole_slots() -> None:
     fixed = run_steps(config(bf16=True, wait=True, pool_slots=1), *EVICTING)[-1][0]
     assert fixed.reloaded and not fixed.stale and fixed.got == fixed.expected
 
 
+@pytest.mark.pure
 def test_no_race_without_a_reload() -> None:
     # HiCache off: the evicted prefix is recomputed on the main stream, nothing is loaded.
     off = run_steps(config(pool_slots=1), [read("a", 1, False)], [read("b", 1, False)],
@@ -89,6 +93,7 @@ def test_no_race_without_a_reload() -> None:
     assert [r.reloaded or r.stale for batch in kept for r in batch] == [False] * 3
 
 
+@pytest.mark.pure
 def test_a_batch_serialises_its_copies_behind_its_attention() -> None:
     # Two reloads in one step, layer-wise: each session's copy, its own 250 us of attention,
     # its read. bf16's copies (336 us each) are read before they land; fp8's (173 us) are not.
@@ -104,6 +109,7 @@ def test_a_batch_serialises_its_copies_behind_its_attention() -> None:
     assert [(r.reloaded, r.stale) for r in mixed] == [(False, False), (True, True)]
 
 
+@pytest.mark.pure
 def test_the_pool_evicts_the_least_recently_used_slot_not_pinned() -> None:
     pool = SlotPool(2)
     assert pool.assign("a", set()) == (0, False)
@@ -113,6 +119,7 @@ def test_the_pool_evicts_the_least_recently_used_slot_not_pinned() -> None:
     assert pool.assign("b", {1}) == (0, False)  # c's slot is pinned by this step: a goes
 
 
+@pytest.mark.pure
 def test_a_turn_value_never_equals_what_the_slot_holds() -> None:
     for old in (0, *VALUES):
         for round_ in range(1, 30):
@@ -120,6 +127,7 @@ def test_a_turn_value_never_equals_what_the_slot_holds() -> None:
             assert value in VALUES and value != old
 
 
+@pytest.mark.pure
 def test_the_fix_switch_env_then_the_tree(tmp_path: Path) -> None:
     source = tmp_path / engine.INDEXER_SOURCE
     assert engine.wait_for_load({}, None) == (False, f"{engine.WAIT_ENV} unset, no tree")
@@ -143,11 +151,13 @@ def test_the_fix_switch_env_then_the_tree(tmp_path: Path) -> None:
         settings("gpu", {}, None, {engine.POOL_SLOTS_ENV: "0"})
 
 
+@pytest.mark.pure
 def test_the_planted_engine_reads_nothing(tmp_path: Path) -> None:
     planted = engine.make("planted", {engine.WAIT_ENV: "not even checked"}, tmp_path)
     assert asyncio.run(planted.read(read("a", 2))) == engine.CLEAN
 
 
+@pytest.mark.pure
 def test_the_race_engine_serves_concurrent_reads_from_its_thread() -> None:
     lines: list[str] = []
     racing = RaceEngine("cpu-standin", config(bf16=True, pool_slots=2), standin_device,
@@ -174,6 +184,7 @@ def test_the_race_engine_serves_concurrent_reads_from_its_thread() -> None:
     assert len(stale_lines) == stats.stale and "(HiCache load not awaited)" in stale_lines[0]
 
 
+@pytest.mark.pure
 def test_a_device_that_cannot_start_fails_every_read() -> None:
     def broken(_: EngineSettings) -> StandinDevice:
         raise EngineError("no device here")
@@ -214,6 +225,7 @@ def turns(url: str, rounds: int = 2, keys: tuple[str, ...] = ("a", "b")) -> dict
     return answers
 
 
+@pytest.mark.real
 def test_twins_leak_on_a_stale_read_only_with_bf16_hicache_and_no_wait(tmp_path: Path) -> None:
     bf16 = {**STANDIN_ENV, "BF16_INDEX_K": "1"}
     with processes(tmp_path) as procs:
@@ -248,6 +260,7 @@ def test_twins_leak_on_a_stale_read_only_with_bf16_hicache_and_no_wait(tmp_path:
     assert "Twin engine" not in planted_log  # the default engine is today's twin
 
 
+@pytest.mark.real
 def test_the_fix_comes_from_the_twins_tree_when_the_env_is_silent(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     source = tree / engine.INDEXER_SOURCE
@@ -264,6 +277,7 @@ def test_the_fix_comes_from_the_twins_tree_when_the_env_is_silent(tmp_path: Path
     assert f"{engine.WAIT_ENV} unset, {source} waits" in log
 
 
+@pytest.mark.real
 def test_a_decode_reads_its_index_keys_with_its_prefills_hicache(tmp_path: Path) -> None:
     env = {**STANDIN_ENV, "BF16_INDEX_K": "1"}
     with processes(tmp_path) as procs:
@@ -276,6 +290,7 @@ def test_a_decode_reads_its_index_keys_with_its_prefills_hicache(tmp_path: Path)
     assert log.count("stale index-K read") == 2
 
 
+@pytest.mark.real
 def test_the_gpu_engine_without_cuda_answers_500_and_says_why(tmp_path: Path) -> None:
     with processes(tmp_path) as procs:
         [url] = start_twins(procs, ("gpu", ["--engine", "gpu", *FAST], {}))
@@ -286,6 +301,7 @@ def test_the_gpu_engine_without_cuda_answers_500_and_says_why(tmp_path: Path) ->
     assert "Traceback" not in log
 
 
+@pytest.mark.real
 def test_the_gpu_benchmarks_campaigns_render_and_the_hunt_removes_one_wait(
         tmp_path: Path) -> None:
     # bench/gpu/campaigns.py renders what run.sh runs on the device: checked here so that the
@@ -309,6 +325,7 @@ def test_the_gpu_benchmarks_campaigns_render_and_the_hunt_removes_one_wait(
     assert f"good: {shas[0]}" in hunt and f"bad: {shas[-1]}" in hunt and "--twin-tree" in hunt
 
 
+@pytest.mark.real
 @pytest.mark.parametrize(("name", "value"), [("BISECT_TWIN_GPU_POOL_SLOTS", "0"),
                                              ("SGLANG_HICACHE_WAIT_LOAD", "maybe")])
 def test_a_bad_engine_setting_is_refused_at_start(name: str, value: str) -> None:

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from experiments.twin import faults
 from experiments.twin.conditions import FileFacts
 from orchestrator.cli import app
-from tests.test_commits_campaign import commits_campaign, git
-from tests.test_twin_support import (
+from tests.support.git_trees import commits_campaign, git
+from tests.support.twins import (
     FAST,
     body,
     get,
@@ -73,6 +73,7 @@ def source_history(tree: Path, commits: int, first_bad: int,
     return shas
 
 
+@pytest.mark.real
 def test_a_twin_on_each_commit_shows_the_fault_from_the_source_change_on(
         tmp_path: Path) -> None:
     tree = tmp_path / "src-tree"
@@ -123,6 +124,7 @@ def test_a_twin_on_each_commit_shows_the_fault_from_the_source_change_on(
     assert effect(None) is None  # facts never read match nothing, not even "absent"
 
 
+@pytest.mark.real
 def test_the_tree_can_be_named_apart_from_the_fault_model(tmp_path: Path) -> None:
     tree = tmp_path / "checkout"
     source_history(tree, commits=4, first_bad=3, model={})
@@ -138,6 +140,7 @@ def test_the_tree_can_be_named_apart_from_the_fault_model(tmp_path: Path) -> Non
         assert info["files"] == {"src/attention.py": {"sha256": None, "found": []}}
 
 
+@pytest.mark.real
 def test_a_decode_without_a_model_decides_on_the_files_its_prefill_read(tmp_path: Path) -> None:
     tree = tmp_path / "checkout"
     source_history(tree, commits=4, first_bad=3, model=file_model())
@@ -148,6 +151,7 @@ def test_a_decode_without_a_model_decides_on_the_files_its_prefill_read(tmp_path
         assert "Bootstrap: prefill at" in procs.log("decode")
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(("files", "field", "message"), [
     ({"/etc/passwd": {"contains": "root"}}, "rules[0].when.files", "must be relative"),
     ({"src/../../x": {"contains": "a"}}, "rules[0].when.files", "must be relative"),
@@ -170,6 +174,7 @@ def test_bad_file_conditions_name_the_file_and_field(
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.pure
 def test_files_that_cannot_be_read_stop_the_start(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     from experiments.twin.cli import main
@@ -193,6 +198,7 @@ def test_files_that_cannot_be_read_stop_the_start(tmp_path: Path,
         assert f"fault model {path}, field rules[0].when.files.{wanted}" in err
 
 
+@pytest.mark.pure
 def test_schema_describes_file_conditions_and_per_request_draws() -> None:
     document = faults.schema()
     assert document["$defs"]["Rule"]["properties"]["per"]["default"] == "session"
@@ -201,6 +207,7 @@ def test_schema_describes_file_conditions_and_per_request_draws() -> None:
     assert {"sha256", "contains"} <= set(document["$defs"]["FileCondition"]["properties"])
 
 
+@pytest.mark.real
 def test_bisect_commits_names_the_commit_that_changed_the_source(ray_cluster: None,
                                                                  tmp_path: Path) -> None:
     tree = tmp_path / "src"

@@ -21,7 +21,7 @@ from experiments.twin.args import FORK_FLAGS_ENV
 from experiments.twin.simulate import server_view
 from orchestrator.demo import twin_pool
 from orchestrator.executor.nodes import PreflightFailed, check_nodes
-from tests.test_twin_support import (
+from tests.support.twins import (
     FAST,
     REPO,
     body,
@@ -32,6 +32,8 @@ from tests.test_twin_support import (
     processes,
     start_twins,
 )
+
+pytestmark = pytest.mark.real
 
 FORK = "--bf16-index-k --index-k-block=TOKENS"
 MODEL = {"rules": [{

@@ -24,7 +24,7 @@ from experiments.twin.args import build_parser
 from experiments.twin.cli import main as twin_main
 from experiments.twin.conditions import Condition
 from experiments.twin.latency import LatencyModel, PrefixCache, ServerLatency
-from tests.test_twin_support import (
+from tests.support.twins import (
     FAST,
     Procs,
     body,
@@ -60,6 +60,7 @@ def tokens_per_s(lat: LatencyModel, running: int, prompt: int, output: int) -> f
 # --- the time model ----------------------------------------------------------------------------
 
 
+@pytest.mark.pure
 def test_defaults_keep_the_old_time_model() -> None:
     lat = model()
     assert lat.prefill_s(3000, 1000, 1.0) == pytest.approx(0.020 + (2000 + 100) * 5e-6)
@@ -72,6 +73,7 @@ def test_defaults_keep_the_old_time_model() -> None:
     assert model("--disable-decode-cuda-graph").graph_max_bs_decode == 0
 
 
+@pytest.mark.pure
 def test_throughput_grows_with_running_requests_until_the_kv_pool_saturates() -> None:
     prompt, output = 8000, 200
     lat = model("--mem-fraction-static", "0.62")
@@ -96,6 +98,7 @@ def test_throughput_grows_with_running_requests_until_the_kv_pool_saturates() ->
     assert max(tokens_per_s(bigger, n, prompt, output) for n in range(1, 257)) > rates[best]
 
 
+@pytest.mark.pure
 def test_chunked_prefill_trades_ttft_against_itl() -> None:
     prompt = 32_000
     small = model("--chunked-prefill-size", "1024")
@@ -112,6 +115,7 @@ def test_chunked_prefill_trades_ttft_against_itl() -> None:
     assert whole.decode_step_s(32, 1.0, **busy) > large.decode_step_s(32, 1.0, **busy)
 
 
+@pytest.mark.pure
 def test_decode_batches_above_the_graph_bound_run_eager() -> None:
     lat = model("--cuda-graph-max-bs-decode", "32")
     assert lat.decode_step_s(32, 1.0) == pytest.approx(model().decode_step_s(32, 1.0))
@@ -126,6 +130,7 @@ def test_decode_batches_above_the_graph_bound_run_eager() -> None:
                  ).graph_max_bs_decode == 0
 
 
+@pytest.mark.pure
 def test_prefill_chunks_above_the_prefill_graph_bound_run_eager() -> None:
     base = model("--chunked-prefill-size", "2048")
     graphed = model("--chunked-prefill-size", "2048", "--cuda-graph-max-bs-prefill", "2048")
@@ -144,6 +149,7 @@ def session_hits(cache: PrefixCache, sessions: int, rounds: int, prompt: int) ->
     return cache.hit_tokens
 
 
+@pytest.mark.pure
 def test_a_larger_hicache_ratio_keeps_more_prefixes() -> None:
     def host_tokens(ratio: str) -> int:
         ns = parse("--enable-hierarchical-cache", "--mem-fraction-static", "0.6",
@@ -164,6 +170,7 @@ def test_a_larger_hicache_ratio_keeps_more_prefixes() -> None:
     assert logs.capacity(ns, {}).hicache_tokens == int(10e9 / (61 * (656 + 132)))
 
 
+@pytest.mark.pure
 def test_prompts_being_prefilled_expire_with_their_prefill() -> None:
     now = [0.0]
     lat = ServerLatency(model("--chunked-prefill-size", "4096"), lambda: 0, clock=lambda: now[0])
@@ -191,6 +198,7 @@ def holds(when: dict[str, Any], flags: dict[str, Any] | None = None,
     return Condition.model_validate(when).holds(flags or {}, env or {})
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(("op", "bound", "true_at", "false_at"), [
     ("gt", 96, [97, 96.5, "128"], [96, 95, None, True, "x"]),
     ("ge", 96, [96, 97], [95.99, None, False]),
@@ -208,6 +216,7 @@ def test_flag_bounds_hold_exactly_at_their_boundaries(op: str, bound: float,
                          {"max-running-requests": value}), value
 
 
+@pytest.mark.pure
 def test_comparisons_combine_and_mix_with_exact_values() -> None:
     when = {"flags": {"max-running-requests": {"gt": 64, "le": 128},
                       "enable-hierarchical-cache": True,
@@ -232,6 +241,7 @@ def test_comparisons_combine_and_mix_with_exact_values() -> None:
         {"chunked-prefill-size": 2048}, {})})
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(("when", "message"), [
     ("flags: {max-running-requests: {gt: many}}",
      "flags.max-running-requests: comparison gt: a bound must be a finite number, not 'many'"),
@@ -254,6 +264,7 @@ def test_a_bad_comparison_is_a_clear_error_naming_the_field(tmp_path: Path, when
     assert message in text and "\n" not in text
 
 
+@pytest.mark.pure
 def test_the_cli_exits_2_on_a_bad_comparison(tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "bad.yaml"
@@ -265,6 +276,7 @@ def test_the_cli_exits_2_on_a_bad_comparison(tmp_path: Path,
     assert "Traceback" not in err
 
 
+@pytest.mark.pure
 def test_the_schema_describes_comparisons() -> None:
     document = faults.schema()
     defs = document["$defs"]
@@ -275,6 +287,7 @@ def test_the_schema_describes_comparisons() -> None:
     assert "EnvCompare" in json.dumps(defs["RoleCondition"]["properties"]["env"])
 
 
+@pytest.mark.pure
 def test_the_tradeoff_example_plants_corruption_above_96_with_hicache() -> None:
     planted = faults.load(TRADEOFF)
     [rule] = planted.rules
@@ -343,6 +356,7 @@ def decode_lines(procs: Procs, name: str) -> list[str]:
     return [line for line in procs.log(name).splitlines() if "Decode batch." in line]
 
 
+@pytest.mark.real
 def test_a_batch_above_the_decode_graph_bound_logs_eager(
         knobs: tuple[dict[str, str], Procs]) -> None:
     urls, procs = knobs
@@ -354,6 +368,7 @@ def test_a_batch_above_the_decode_graph_bound_logs_eager(
         lines
 
 
+@pytest.mark.real
 def test_prompts_beyond_the_kv_pool_are_retracted(knobs: tuple[dict[str, str], Procs]) -> None:
     urls, procs = knobs
     ns = parse("--mem-fraction-static", SMALL_POOL)
@@ -377,6 +392,7 @@ def second_turn(url: str, key: str) -> list[dict[str, Any]]:
                                "content": agent.tool_result_message("read_file", "S2")}]
 
 
+@pytest.mark.real
 def test_a_larger_host_pool_turns_more_repeated_prefixes_into_hits(
         knobs: tuple[dict[str, str], Procs]) -> None:
     urls, _ = knobs
@@ -393,6 +409,7 @@ def test_a_larger_host_pool_turns_more_repeated_prefixes_into_hits(
     assert cached["host-large"] > 4 * 7000
 
 
+@pytest.mark.real
 def test_numeric_fault_rule_over_http_from_the_tradeoff_example(
         knobs: tuple[dict[str, str], Procs]) -> None:
     urls, _ = knobs

@@ -24,7 +24,7 @@ from experiments.twin import faults
 from experiments.workload.classify import classify_turn
 from experiments.workload.spec import WorkloadSpec
 from experiments.workload.stress import run_stress
-from tests.test_twin_support import (
+from tests.support.twins import (
     FAST,
     Procs,
     body,
@@ -111,6 +111,7 @@ rules:
         procs.close()
 
 
+@pytest.mark.real
 def test_min_context_tokens(twins: dict[str, str]) -> None:
     url = twins["planted"]  # its long-context rule; the planted one needs 32 in flight
     assert not is_leak(post_chat(url, body(opening("ctx-short")))[1])
@@ -118,6 +119,7 @@ def test_min_context_tokens(twins: dict[str, str]) -> None:
     assert is_leak(post_chat(url, body(opening("ctx-long", filler=long_log)))[1])
 
 
+@pytest.mark.real
 def test_scale_with_inflight_raises_the_hit_rate_with_concurrency(twins: dict[str, str]) -> None:
     url = twins["scaled"]
 
@@ -134,6 +136,7 @@ def test_scale_with_inflight_raises_the_hit_rate_with_concurrency(twins: dict[st
     assert low <= 6 and high >= 10 and high / 40 > low / 20, (low, high)
 
 
+@pytest.mark.real
 def test_planted_rate_is_measured_under_load_and_absent_alone(twins: dict[str, str]) -> None:
     url = twins["planted"]
     result = asyncio.run(run_stress(url, WorkloadSpec(sessions=64, rounds=3, seed=11)))
@@ -151,6 +154,7 @@ def test_planted_rate_is_measured_under_load_and_absent_alone(twins: dict[str, s
     assert all(s.outcome is Outcome.OK for run in alone for s in run.sessions)
 
 
+@pytest.mark.real
 def test_streaming_and_plain_answers_give_the_same_outcomes(twins: dict[str, str]) -> None:
     url = twins["mixed"]
     keys = [f"parity-{i}" for i in range(30)]
@@ -187,6 +191,7 @@ async def timed_stream(http: aiohttp.ClientSession, url: str,
     return first - started, end - first, payload
 
 
+@pytest.mark.real
 def test_disable_cuda_graph_slows_decode(twins: dict[str, str]) -> None:
     async def decode_times(url: str) -> list[float]:
         async with aiohttp.ClientSession() as http:
@@ -202,6 +207,7 @@ def test_disable_cuda_graph_slows_decode(twins: dict[str, str]) -> None:
     assert statistics.median(eager) > 1.25 * statistics.median(graphs), (graphs, eager)
 
 
+@pytest.mark.real
 def test_hicache_speeds_up_the_prefill_of_a_repeated_prefix(twins: dict[str, str]) -> None:
     pasted = "a long build log line that the agent pasted into its first prompt\n" * 120
 
@@ -231,6 +237,7 @@ def test_hicache_speeds_up_the_prefill_of_a_repeated_prefix(twins: dict[str, str
 # --- pure parts ---------------------------------------------------------------------------------
 
 
+@pytest.mark.pure
 def test_role_conditions_scaling_and_context_in_decide() -> None:
     model = faults.FaultModel.model_validate({"rules": [{
         "name": "pd", "probability": 1.0, "effect": "leak", "min_context_tokens": 100,
@@ -257,6 +264,7 @@ def test_role_conditions_scaling_and_context_in_decide() -> None:
     assert faults.InflightScale(reference=10, power=2).factor(5) == 0.25
 
 
+@pytest.mark.pure
 def test_unknown_role_flags_are_named_and_schema_covers_the_new_fields() -> None:
     model = faults.FaultModel.model_validate({"rules": [{
         "name": "r", "probability": 0.1, "effect": "wedge",

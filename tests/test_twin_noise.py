@@ -27,7 +27,7 @@ from experiments.twin.simulate import server_view, session_outcomes
 from experiments.twin.variation import Drift, RestartNoise, Variability, Variation
 from experiments.workload.spec import WorkloadSpec
 from experiments.workload.stress import run_stress
-from tests.test_twin_support import (
+from tests.support.twins import (
     FAST,
     body,
     get,
@@ -58,6 +58,7 @@ def _starts(spec: Variability, count: int, seed: int = 1) -> list[Variation]:
 # --- pure parts ---------------------------------------------------------------------------------
 
 
+@pytest.mark.pure
 def test_a_fault_model_without_noise_between_trials_is_todays_twin() -> None:
     rules = [{"name": "r", "probability": 0.2, "effect": "leak"}]
     for noise in (None, {"probability": 0.05, "effect": "no_tool"}, {"seed": 3}):
@@ -78,6 +79,7 @@ def test_a_fault_model_without_noise_between_trials_is_todays_twin() -> None:
     assert plain.base_s == unit.base_s == 0.02
 
 
+@pytest.mark.pure
 def test_restart_multipliers_have_the_spread_the_file_sets() -> None:
     spec = _spec(restart={"rate_spread": 0.7, "speed_spread": 0.2})
     drawn = _starts(spec, 4000)
@@ -100,6 +102,7 @@ def test_restart_multipliers_have_the_spread_the_file_sets() -> None:
     assert {v.restart_rate for v in flat} == {1.0} and len({v.restart_speed for v in flat}) == 5
 
 
+@pytest.mark.pure
 def test_a_seed_in_the_file_makes_the_start_reproducible() -> None:
     spec = _spec(seed=12, restart={"rate_spread": 0.7})
     one = variation.start(spec, twin_seed=0, node="n")
@@ -110,6 +113,7 @@ def test_a_seed_in_the_file_makes_the_start_reproducible() -> None:
     assert other.restart_rate != one.restart_rate  # --twin-seed joins the source
 
 
+@pytest.mark.pure
 def test_node_offsets_apply_to_the_node_the_twin_is_told() -> None:
     spec = _spec(seed=1, restart={"rate_spread": 0.5},
                  node={"gpu-a": {"rate": 2.0, "speed": 0.5}, "gpu-b": {"speed": 1.25}})
@@ -129,6 +133,7 @@ def test_node_offsets_apply_to_the_node_the_twin_is_told() -> None:
     assert variation.node_name({}) == socket.gethostname()
 
 
+@pytest.mark.pure
 def test_drift_moves_speed_and_rate_with_wall_time() -> None:
     drift = Drift(since=datetime(2026, 1, 1), speed_per_hour=0.1, rate_per_hour=-0.05)
     assert drift.since.tzinfo is not None  # no zone: UTC
@@ -154,6 +159,7 @@ def test_drift_moves_speed_and_rate_with_wall_time() -> None:
     assert latency.prefill_s(10, 0, 1.0) == pytest.approx(0.0055)
 
 
+@pytest.mark.pure
 def test_the_multiplier_scales_every_rate_clamped_at_one() -> None:
     model = faults.FaultModel.model_validate({
         "seed": 2, "rules": [{"name": "r", "probability": 0.2, "effect": "leak"}],
@@ -178,6 +184,7 @@ def test_the_multiplier_scales_every_rate_clamped_at_one() -> None:
     assert sum(o.value != "ok" for o in doubled) > 1.5 * sum(o.value != "ok" for o in plain)
 
 
+@pytest.mark.pure
 def test_a_start_is_reported_and_read_back() -> None:
     drift = Drift(since=datetime(2026, 1, 1, tzinfo=UTC), speed_per_hour=0.01)
     drawn = Variation(7, "urandom", 1.5, 0.9, "gpu-a", 2.0, 1.1, drift)
@@ -189,6 +196,7 @@ def test_a_start_is_reported_and_read_back() -> None:
     assert "node gpu-a: rate x2 speed x1.1" in line and "drift since 2026-01-01" in line
 
 
+@pytest.mark.pure
 def test_the_schema_describes_the_noise_between_trials() -> None:
     document = faults.schema()
     noise = document["$defs"]["Noise"]["properties"]
@@ -210,6 +218,7 @@ def test_the_schema_describes_the_noise_between_trials() -> None:
     assert RestartNoise().rate_spread == 0.0
 
 
+@pytest.mark.pure
 def test_the_examples_noise_section_is_valid_once_uncommented() -> None:
     example = Path(faults.__file__).with_name("faults.example.yaml").read_text()
     head, _, tail = example.partition("  # The noise between trials")
@@ -220,6 +229,7 @@ def test_the_examples_noise_section_is_valid_once_uncommented() -> None:
     assert model.noise.node["gpu-a"].rate == 2.0 and model.noise.drift is not None
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(("noise", "line", "field", "message"), [
     ({"restart": {"rate_spread": -0.5}}, 3, "noise.restart.rate_spread",
      "greater than or equal to 0"),
@@ -255,6 +265,7 @@ def _info(url: str) -> dict[str, Any]:
     return dict(json.loads(get(f"{url}/get_server_info")[1])["twin"])
 
 
+@pytest.mark.real
 def test_two_starts_draw_apart_and_say_so(tmp_path: Path) -> None:
     noisy = tmp_path / "noisy.yaml"
     noisy.write_text(yaml.safe_dump({
@@ -290,6 +301,7 @@ def test_two_starts_draw_apart_and_say_so(tmp_path: Path) -> None:
             == "gpu-a"
 
 
+@pytest.mark.real
 def test_sessions_are_drawn_at_the_rate_this_start_drew(tmp_path: Path) -> None:
     model = {"seed": 9, "rules": [{"name": "r", "probability": 0.15, "effect": "leak"}],
              "noise": {"seed": 4, "restart": {"rate_spread": 0.7},
@@ -311,6 +323,7 @@ def test_sessions_are_drawn_at_the_rate_this_start_drew(tmp_path: Path) -> None:
     assert simulated != session_outcomes(loaded, server_view([], {}), sessions=60, seed=5)
 
 
+@pytest.mark.real
 def test_the_node_speed_paces_the_time_model(tmp_path: Path) -> None:
     path = tmp_path / "fast-node.yaml"
     path.write_text(yaml.safe_dump({"noise": {"node": {"gpu-a": {"speed": 4.0}}}}))
@@ -333,6 +346,7 @@ def test_the_node_speed_paces_the_time_model(tmp_path: Path) -> None:
         assert took(fast) < 0.6 * took(slow)  # 75 ms against 300 ms, modelled
 
 
+@pytest.mark.real
 def test_a_decode_deciding_with_its_prefills_model_uses_the_prefills_draw(
         tmp_path: Path) -> None:
     path = tmp_path / "faults.yaml"

@@ -22,7 +22,7 @@ from experiments import agent
 from experiments.outcomes import CORRUPTION, Outcome
 from experiments.workload.spec import WorkloadSpec
 from experiments.workload.stress import run_stress
-from tests.test_twin_support import (
+from tests.support.twins import (
     REPO,
     PDPool,
     Procs,
@@ -35,6 +35,8 @@ from tests.test_twin_support import (
     post_chat,
     start_pd_pool,
 )
+
+pytestmark = pytest.mark.real
 
 FAULTS = """
 seed: 3

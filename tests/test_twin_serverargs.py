@@ -18,6 +18,8 @@ import pytest
 from experiments.twin.args import TWIN_ONLY, build_parser
 from experiments.twin.cli import main as twin_main
 
+pytestmark = pytest.mark.pure
+
 REPO = Path(__file__).resolve().parent.parent
 # The twin's flags that are not `--twin-*` and that SGLang does not have (`--engine`: what
 # decides the corruption, experiments/twin/engine.py).

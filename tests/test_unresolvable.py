@@ -17,6 +17,8 @@ from orchestrator.executor.driver import run_campaign
 from orchestrator.executor.nodes import PreflightFailed
 from orchestrator.stored import MAX_FAILED_ATTEMPTS, create_campaign
 
+pytestmark = pytest.mark.real
+
 
 def one_pool(tmp_path: Path, name: str, factors: list[dict[str, Any]]) -> dict[str, Any]:
     """A small factorial campaign on one twin pool with an empty fault model, as data."""

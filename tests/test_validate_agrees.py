@@ -21,6 +21,8 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from orchestrator.demo import twin_pool
 
+pytestmark = pytest.mark.real
+
 Data = dict[str, Any]
 
 

@@ -22,6 +22,8 @@ from orchestrator.core.stats.proportions import newcombe_difference, wilson
 from orchestrator.core.strategies.factorial import Factorial, decide, gray_order
 from orchestrator.core.verdict import CostModel, Status, judged_trials
 
+pytestmark = pytest.mark.pure
+
 FACTORS = {
     "index_k": ["fp8", "bf16"],
     "hicache": ["off", "on"],

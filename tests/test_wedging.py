@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -15,6 +16,8 @@ from orchestrator.core.evidence import failing_for
 from orchestrator.demo import twin_pool
 from orchestrator.executor.driver import run_campaign
 from orchestrator.stored import create_campaign, evidence
+
+pytestmark = pytest.mark.real
 
 
 def _eager_decode_5xx(tmp_path: Path, name: str, strategy: dict[str, str]) -> Campaign:

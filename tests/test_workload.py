@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -19,7 +17,7 @@ from aiohttp import web
 from rich.console import Console
 from scipy.stats import binomtest
 
-from experiments.agent import TOOLS, find_canary, find_session_key
+from experiments.agent import TOOLS
 from experiments.markup import MarkupFamily, find_markup, render
 from experiments.outcomes import STRESS_OUTCOMES, Outcome
 from experiments.workload.classify import EVIDENCE_LIMIT, classify_turn
@@ -30,178 +28,20 @@ from experiments.workload.stress import (
     run_stress,
     summary_table,
 )
-
-CANARY = "ABCDEFGH12"
-
-
-# ---------------------------------------------------------------- helpers: responses and server
-
-
-def call(name: str = "read_file", arguments: Any = None, call_id: str = "call_0") -> dict[str, Any]:
-    """One OpenAI tool call; dict arguments are JSON-encoded, strings are sent as they are."""
-    if arguments is None:
-        arguments = {"path": "setup.py", "canary": CANARY}
-    encoded = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": encoded}}
-
-
-def completion(
-    content: str | None = None,
-    tool_calls: list[dict[str, Any]] | None = None,
-    reasoning_content: str | None = None,
-) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if tool_calls is not None:
-        message["tool_calls"] = tool_calls
-    if reasoning_content is not None:
-        message["reasoning_content"] = reasoning_content
-    finish = "tool_calls" if tool_calls else "stop"
-    return {
-        "id": "cmpl-1", "object": "chat.completion", "model": "m",
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 12, "total_tokens": 112},
-    }
-
-
-def _pieces(text: str, count: int = 3) -> list[str]:
-    step = max(1, -(-len(text) // count))
-    return [text[i : i + step] for i in range(0, len(text), step)]
-
-
-def sse_chunks(answer: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
-    """The chat.completion.chunk events a server streams for ``answer`` (as SGLang splits it)."""
-    choice = answer["choices"][0]
-    message = choice["message"]
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {"id": answer["id"], "object": "chat.completion.chunk", "model": answer["model"],
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-
-    chunks = [chunk({"role": "assistant", "content": ""})]
-    for field in ("reasoning_content", "content"):
-        chunks += [chunk({field: piece}) for piece in _pieces(message.get(field) or "")]
-    for index, tool_call in enumerate(message.get("tool_calls") or []):
-        head = {"index": index, "id": tool_call.get("id"), "type": "function",
-                "function": {"name": tool_call.get("function", {}).get("name"), "arguments": ""}}
-        chunks.append(chunk({"tool_calls": [head]}))
-        arguments = tool_call.get("function", {}).get("arguments", "")
-        chunks += [chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-                   for piece in _pieces(arguments if isinstance(arguments, str) else "")]
-    chunks.append(chunk({}, choice["finish_reason"]))
-    if include_usage:
-        chunks.append({"id": answer["id"], "object": "chat.completion.chunk",
-                       "model": answer["model"], "choices": [], "usage": answer["usage"]})
-    return chunks
-
-
-# misbehave(key, turn, canary) -> None to follow the contract, or a JSON dict / a web response.
-Misbehave = Callable[[str, int, str], Awaitable[dict[str, Any] | web.StreamResponse | None]]
-
-
-class AgentServer:
-    """A chat-completions server that follows the agent contract unless ``misbehave`` says not."""
-
-    def __init__(self, misbehave: Misbehave | None = None, models: list[str] | None = None,
-                 chunk_delay: float = 0.0):
-        self.misbehave = misbehave
-        self.models = models  # None: /v1/models answers 404
-        self.chunk_delay = chunk_delay  # seconds between streamed chunks
-        self.requests: list[dict[str, Any]] = []  # key, turn, canary, at, body of every request
-        self.model_queries = 0
-        self.model_queried_at = 0.0
-        self.cancelled = 0
-        self.inflight = 0
-        self.max_inflight = 0
-        self.started = time.monotonic()
-
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        self.inflight += 1
-        self.max_inflight = max(self.max_inflight, self.inflight)
-        try:
-            return await self._chat(request)
-        finally:
-            self.inflight -= 1
-
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        messages = body["messages"]
-        key = find_session_key(messages[1]["content"]) or "?"
-        turn = 1 + sum(1 for m in messages if m["role"] == "assistant")
-        last = next(m for m in reversed(messages) if m["role"] in ("user", "tool"))
-        canary = find_canary(last["content"]) or ""
-        self.requests.append({"key": key, "turn": turn, "canary": canary, "body": body,
-                              "at": time.monotonic() - self.started})
-        try:
-            answer = await self.misbehave(key, turn, canary) if self.misbehave else None
-            if isinstance(answer, web.StreamResponse):
-                return answer
-            if answer is None:
-                answer = completion(None, [call(arguments={"path": "a.py", "canary": canary},
-                                                call_id=f"call_{key}_{turn}")])
-            if body.get("stream"):
-                return await self.stream(request, answer, body)
-        except asyncio.CancelledError:
-            self.cancelled += 1
-            raise
-        return web.json_response(answer)
-
-    async def stream(self, request: web.Request, answer: dict[str, Any],
-                     body: dict[str, Any]) -> web.StreamResponse:
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        for number, chunk in enumerate(sse_chunks(answer, include_usage)):
-            if number and self.chunk_delay:
-                await asyncio.sleep(self.chunk_delay)
-            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
-
-    async def list_models(self, request: web.Request) -> web.StreamResponse:
-        self.model_queries += 1
-        self.model_queried_at = time.monotonic() - self.started
-        if self.models is None:
-            raise web.HTTPNotFound()
-        return web.json_response({"object": "list",
-                                  "data": [{"id": m, "object": "model"} for m in self.models]})
-
-    def keys_by_turn(self, turn: int) -> set[str]:
-        return {r["key"] for r in self.requests if r["turn"] == turn}
-
-
-@asynccontextmanager
-async def serve(server: AgentServer) -> AsyncIterator[str]:
-    """Serve ``server`` on a free 127.0.0.1 port in the running loop; yields its base URL."""
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", server.chat)
-    app.router.add_get("/v1/models", server.list_models)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
-
-
-def stress(server: AgentServer, spec: WorkloadSpec, **kwargs: Any) -> StressResult:
-    async def go() -> StressResult:
-        async with serve(server) as url:
-            return await run_stress(url, spec, **kwargs)
-
-    return asyncio.run(go())
-
-
-def by_key(result: StressResult) -> dict[str, SessionResult]:
-    return {s.key: s for s in result.sessions}
-
+from tests.support.agent_server import (
+    CANARY,
+    AgentServer,
+    by_key,
+    call,
+    completion,
+    serve,
+    stress,
+)
 
 # ---------------------------------------------------------------- (a) the pure classifier
 
 
+@pytest.mark.pure
 def test_ok_turn_returns_the_parsed_call() -> None:
     verdict = classify_turn(completion(None, [call()]), CANARY, TOOLS)
     assert verdict.outcome is Outcome.OK and verdict.evidence is None
@@ -209,6 +49,7 @@ def test_ok_turn_returns_the_parsed_call() -> None:
                                  "arguments": {"path": "setup.py", "canary": CANARY}}
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("family", list(MarkupFamily))
 def test_every_markup_family_in_content_is_a_leak(family: MarkupFamily) -> None:
     text = "Let me look. " + render(family, "read_file", {"path": "a.py", "canary": CANARY})
@@ -218,6 +59,7 @@ def test_every_markup_family_in_content_is_a_leak(family: MarkupFamily) -> None:
     assert classify_turn(completion(text, [call()]), CANARY, TOOLS).outcome is Outcome.LEAK
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("family", list(MarkupFamily))
 @pytest.mark.parametrize("cut", [0.3, 0.5, 0.9])
 def test_truncated_markup_is_a_leak(family: MarkupFamily, cut: float) -> None:
@@ -226,6 +68,7 @@ def test_truncated_markup_is_a_leak(family: MarkupFamily, cut: float) -> None:
     assert classify_turn(completion(fragment), CANARY, TOOLS).outcome is Outcome.LEAK
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("fragment", [
     '<｜DSML｜tool_calls><｜DSML｜invoke name="read_file">',
     '<｜DSML｜function_calls>\n<｜DSML｜invoke name="run_tests"><｜DSML｜parameter name="tar',
@@ -240,6 +83,7 @@ def test_unterminated_fragments_are_a_leak(fragment: str) -> None:
     assert verdict.outcome is Outcome.LEAK and verdict.evidence == fragment
 
 
+@pytest.mark.pure
 def test_markup_in_reasoning_content_is_a_leak() -> None:
     leaked = render(MarkupFamily.V4, "read_file", {"path": "a", "canary": CANARY})
     response = completion(None, [call()], reasoning_content="plan: " + leaked)
@@ -247,6 +91,7 @@ def test_markup_in_reasoning_content_is_a_leak() -> None:
     assert verdict.outcome is Outcome.LEAK and leaked in (verdict.evidence or "")
 
 
+@pytest.mark.pure
 def test_leak_evidence_is_bounded_and_shows_the_markup() -> None:
     text = "x" * 5000 + "<｜DSML｜tool_calls>" + "y" * 5000
     verdict = classify_turn(completion(text), CANARY, TOOLS)
@@ -255,12 +100,14 @@ def test_leak_evidence_is_bounded_and_shows_the_markup() -> None:
     assert "<｜DSML｜tool_calls>" in verdict.evidence
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("calls", [None, []])
 def test_plain_text_is_no_tool(calls: list[dict[str, Any]] | None) -> None:
     verdict = classify_turn(completion("I will read the file now.", calls), CANARY, TOOLS)
     assert verdict.outcome is Outcome.NO_TOOL and "read the file" in (verdict.evidence or "")
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("bad_call", [
     call(name="delete_repo"),
     call(arguments='{"path": "a", "canary": '),  # invalid JSON
@@ -277,11 +124,13 @@ def test_malformed_calls_are_bad_args(bad_call: Any) -> None:
     assert verdict.outcome is Outcome.BAD_ARGS and verdict.evidence
 
 
+@pytest.mark.pure
 def test_one_bad_call_among_good_ones_is_bad_args() -> None:
     calls = [call(), call(arguments="{oops", call_id="call_1")]
     assert classify_turn(completion(None, calls), CANARY, TOOLS).outcome is Outcome.BAD_ARGS
 
 
+@pytest.mark.pure
 def test_wrong_canary_is_lost_plot() -> None:
     response = completion(None, [call(arguments={"path": "a", "canary": "ZZZZZZZZZZ"})])
     verdict = classify_turn(response, CANARY, TOOLS)
@@ -290,6 +139,7 @@ def test_wrong_canary_is_lost_plot() -> None:
     assert verdict.tool_call is not None and verdict.tool_call["name"] == "read_file"
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("response", [
     {}, {"choices": []}, {"choices": [{}]}, {"choices": [{"message": "hi"}]},
     {"error": {"message": "overloaded"}}, [], "text",
@@ -308,6 +158,7 @@ def test_malformed_response_is_error(response: Any) -> None:
     assert verdict.outcome is Outcome.ERROR and verdict.evidence
 
 
+@pytest.mark.pure
 def test_find_markup_agrees_with_the_classifier_on_clean_text() -> None:
     clean = "Calling read_file with canary=ABC; <b>bold</b> and think about </thinking"
     assert find_markup(clean) is None
@@ -317,6 +168,7 @@ def test_find_markup_agrees_with_the_classifier_on_clean_text() -> None:
 # ---------------------------------------------------------------- spec and accounting
 
 
+@pytest.mark.pure
 def test_spec_defaults_and_validation() -> None:
     spec = WorkloadSpec()
     assert (spec.sessions, spec.rounds, spec.timeout_s, spec.model) == (80, 4, 60, None)
@@ -330,6 +182,7 @@ def _session(index: int, outcome: Outcome) -> SessionResult:
     return SessionResult(index, f"s0-{index}", outcome, 1, None, None, 0.1)
 
 
+@pytest.mark.pure
 def test_summary_counts_corruption_and_infra_separately() -> None:
     outcomes = ([Outcome.OK] * 69 + [Outcome.LEAK] * 3 + [Outcome.LOST_PLOT, Outcome.BAD_ARGS,
                 Outcome.NO_TOOL] + [Outcome.ERROR] * 3 + [Outcome.TIMEOUT] * 2)
@@ -346,6 +199,7 @@ def test_summary_counts_corruption_and_infra_separately() -> None:
     json.dumps(summary)  # plain values only
 
 
+@pytest.mark.pure
 def test_summary_with_nothing_judged() -> None:
     empty = StressResult((), 0.0, True).summary()
     assert empty["rate"] == 0.0 and empty["ci95"] == [0.0, 1.0]
@@ -354,6 +208,7 @@ def test_summary_with_nothing_judged() -> None:
     assert infra_only.summary()["judged"] == 0 and infra_only.summary()["ci95"] == [0.0, 1.0]
 
 
+@pytest.mark.pure
 def test_summary_table_renders_every_outcome() -> None:
     result = StressResult((_session(0, Outcome.OK), _session(1, Outcome.LEAK)), 3.0, False)
     console = Console(record=True, width=120)
@@ -367,6 +222,7 @@ def test_summary_table_renders_every_outcome() -> None:
 # ---------------------------------------------------------------- (b) the harness over real HTTP
 
 
+@pytest.mark.real
 def test_clean_server_all_ok_and_the_contract_is_followed() -> None:
     server = AgentServer(models=["served-model"])
     result = stress(server, WorkloadSpec(sessions=12, rounds=3, filler_tokens=40, seed=7))
@@ -388,6 +244,7 @@ def test_clean_server_all_ok_and_the_contract_is_followed() -> None:
     assert result.summary()["rate"] == 0.0
 
 
+@pytest.mark.real
 def test_same_seed_same_canaries_other_seed_differs() -> None:
     def canaries(seed: int) -> list[tuple[str, int, str]]:
         server = AgentServer()
@@ -399,6 +256,7 @@ def test_same_seed_same_canaries_other_seed_differs() -> None:
     assert {c for _, _, c in first}.isdisjoint({c for _, _, c in other})
 
 
+@pytest.mark.real
 def test_model_from_spec_and_fallback_to_default() -> None:
     server = AgentServer(models=["served"])
     stress(server, WorkloadSpec(sessions=1, rounds=1, model="explicit"))
@@ -408,6 +266,7 @@ def test_model_from_spec_and_fallback_to_default() -> None:
     assert server.model_queries == 1 and server.requests[0]["body"]["model"] == "default"
 
 
+@pytest.mark.real
 def test_leak_on_third_turn_of_one_session() -> None:
     leaked = render(MarkupFamily.V4, "read_file", {"path": "a", "canary": "X"})
 
@@ -428,6 +287,7 @@ def test_leak_on_third_turn_of_one_session() -> None:
     assert summary["rate"] == pytest.approx(0.1)
 
 
+@pytest.mark.real
 def test_wrong_canary_is_lost_plot_over_http() -> None:
     async def misbehave(key: str, turn: int, canary: str) -> dict[str, Any] | None:
         if key == "s0-2" and turn == 2:
@@ -441,6 +301,7 @@ def test_wrong_canary_is_lost_plot_over_http() -> None:
     assert result.counts()["ok"] == 3
 
 
+@pytest.mark.real
 def test_http_500_invalid_json_and_disconnect_are_errors_not_corruption() -> None:
     async def misbehave(key: str, turn: int, canary: str) -> web.StreamResponse | None:
         if key == "s0-1":
@@ -460,6 +321,7 @@ def test_http_500_invalid_json_and_disconnect_are_errors_not_corruption() -> Non
         2, 0, 3, 0.0)
 
 
+@pytest.mark.real
 def test_dropped_connection_is_error() -> None:
     class Dropper(AgentServer):
         async def chat(self, request: web.Request) -> web.StreamResponse:
@@ -477,6 +339,7 @@ def test_dropped_connection_is_error() -> None:
     assert all(s.evidence for s in result.sessions)
 
 
+@pytest.mark.real
 def test_connection_refused_is_error() -> None:
     async def go() -> StressResult:
         async with serve(AgentServer()) as url:
@@ -487,6 +350,7 @@ def test_connection_refused_is_error() -> None:
     assert result.counts()["error"] == 3
 
 
+@pytest.mark.real
 def test_slow_turn_is_timeout() -> None:
     async def misbehave(key: str, turn: int, canary: str) -> None:
         if key == "s0-0" and turn == 2:
@@ -500,6 +364,7 @@ def test_slow_turn_is_timeout() -> None:
     assert result.counts()["ok"] == 2 and result.summary()["infra"] == 1
 
 
+@pytest.mark.real
 def test_early_stop_cancels_in_flight_sessions() -> None:
     async def misbehave(key: str, turn: int, canary: str) -> None:
         if int(key.split("-")[1]) >= 8:
@@ -532,6 +397,7 @@ def test_early_stop_cancels_in_flight_sessions() -> None:
     assert server.cancelled == 12
 
 
+@pytest.mark.real
 def test_on_session_sees_every_session_when_it_never_stops() -> None:
     seen: list[str] = []
 
@@ -543,6 +409,7 @@ def test_on_session_sees_every_session_when_it_never_stops() -> None:
     assert not result.stopped_early
 
 
+@pytest.mark.real
 def test_two_calls_in_one_turn_get_two_tool_results() -> None:
     async def misbehave(key: str, turn: int, canary: str) -> dict[str, Any] | None:
         if turn == 1:

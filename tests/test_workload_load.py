@@ -23,11 +23,12 @@ from experiments.workload.metrics import RequestMetrics, aggregate
 from experiments.workload.results import SessionResult, StressResult
 from experiments.workload.spec import SLO, Arrival, WorkloadSpec, parse_slo
 from experiments.workload.stress import arrival_offsets, summary_table, write_jsonl
-from tests.test_workload import AgentServer, completion, stress
+from tests.support.agent_server import AgentServer, completion, stress
 
 # ---------------------------------------------------------------- the spec
 
 
+@pytest.mark.pure
 def test_new_spec_fields_validate() -> None:
     spec = WorkloadSpec()
     assert (spec.stream, spec.arrival, spec.max_concurrency, spec.context, spec.slo) == (
@@ -44,6 +45,7 @@ def test_new_spec_fields_validate() -> None:
             WorkloadSpec.model_validate(bad)
 
 
+@pytest.mark.pure
 def test_parse_slo() -> None:
     assert parse_slo("ttft_ms=500, itl_ms=50,e2e_ms=8000") == SLO(ttft_ms=500, itl_ms=50,
                                                                    e2e_ms=8000)
@@ -57,6 +59,7 @@ def test_parse_slo() -> None:
 # ---------------------------------------------------------------- arrivals and concurrency
 
 
+@pytest.mark.pure
 def test_poisson_offsets_are_seeded_with_the_asked_rate() -> None:
     spec = WorkloadSpec(sessions=4000, arrival=Arrival.POISSON, request_rate=20)
     offsets = arrival_offsets(spec, seed=5)
@@ -72,6 +75,7 @@ async def slow(key: str, turn: int, canary: str) -> None:
     await asyncio.sleep(0.02)
 
 
+@pytest.mark.real
 def test_poisson_with_max_concurrency_never_exceeds_the_bound() -> None:
     server = AgentServer(slow)
     spec = WorkloadSpec(sessions=14, rounds=2, arrival=Arrival.POISSON, request_rate=200,
@@ -82,6 +86,7 @@ def test_poisson_with_max_concurrency_never_exceeds_the_bound() -> None:
     assert len(server.requests) == 28
 
 
+@pytest.mark.real
 def test_poisson_arrivals_are_spread_over_time() -> None:
     server = AgentServer()
     spec = WorkloadSpec(sessions=8, rounds=1, arrival=Arrival.POISSON, request_rate=25, seed=4)
@@ -94,6 +99,7 @@ def test_poisson_arrivals_are_spread_over_time() -> None:
         assert at - server.model_queried_at >= offset
 
 
+@pytest.mark.real
 def test_burst_without_a_bound_has_every_session_in_flight() -> None:
     arrived = asyncio.Event()
     server: AgentServer
@@ -122,6 +128,7 @@ def context_chars(body: dict[str, Any]) -> int:
     return total
 
 
+@pytest.mark.real
 @pytest.mark.parametrize(("start", "end", "rounds"), [(500, 5000, 4), (2000, 80000, 3)])
 def test_context_grows_from_start_to_end(start: int, end: int, rounds: int) -> None:
     server = AgentServer()
@@ -140,6 +147,7 @@ def test_context_grows_from_start_to_end(start: int, end: int, rounds: int) -> N
     assert find_canary(last["body"]["messages"][-1]["content"]) == last["canary"] != ""
 
 
+@pytest.mark.real
 def test_context_filler_is_deterministic_by_seed() -> None:
     def texts(seed: int) -> list[str]:
         server = AgentServer()
@@ -155,6 +163,7 @@ def test_context_filler_is_deterministic_by_seed() -> None:
 # ---------------------------------------------------------------- metrics and goodput
 
 
+@pytest.mark.pure
 def test_aggregate_matches_numpy_and_counts_only_completed() -> None:
     e2e = [0.1, 0.2, 0.3, 0.4, 1.0]
     requests = [RequestMetrics(1, True, e, ttft_s=e / 2, itl_s=(0.01, 0.03),
@@ -186,6 +195,7 @@ def test_aggregate_matches_numpy_and_counts_only_completed() -> None:
     assert aggregate(requests, 2.0, SLO(itl_ms=20))["good_requests"] == 0  # the 30 ms gap
 
 
+@pytest.mark.pure
 def test_the_peaks_count_output_chunks_and_requests_in_one_second_buckets() -> None:
     # bench_serving's max_output_tokens_per_s and max_concurrent_requests: buckets of one
     # second from the first request sent; a chunk at TTFT and one after each ITL gap
@@ -202,6 +212,7 @@ def test_the_peaks_count_output_chunks_and_requests_in_one_second_buckets() -> N
     assert aggregate([], 1.0)["max_concurrent_requests"] == 0
 
 
+@pytest.mark.pure
 def test_a_trial_stores_throughput_goodput_and_latency_percentiles() -> None:
     e2e = [0.1, 0.2, 0.3, 0.4, 1.0]
 
@@ -231,6 +242,7 @@ def test_a_trial_stores_throughput_goodput_and_latency_percentiles() -> None:
     assert all(nothing[name] is None for name in ("ttft", "tpot", "itl", "e2e"))
 
 
+@pytest.mark.real
 def test_goodput_counts_only_requests_within_the_slo() -> None:
     async def late(key: str, turn: int, canary: str) -> None:
         if key in ("s0-1", "s0-3") and turn == 2:
@@ -251,6 +263,7 @@ def test_goodput_counts_only_requests_within_the_slo() -> None:
 # ---------------------------------------------------------------- outputs
 
 
+@pytest.mark.real
 def test_jsonl_has_one_record_per_session(tmp_path: Path) -> None:
     async def leak_one(key: str, turn: int, canary: str) -> dict[str, Any] | None:
         return completion("<｜DSML｜tool_calls>") if (key, turn) == ("s0-2", 2) else None
@@ -268,6 +281,7 @@ def test_jsonl_has_one_record_per_session(tmp_path: Path) -> None:
     assert 0 <= request["ttft_ms"] <= request["e2e_ms"] and request["completion_tokens"] == 12
 
 
+@pytest.mark.real
 def test_summary_keeps_its_keys_and_the_table_shows_latencies() -> None:
     result = stress(AgentServer(), WorkloadSpec(sessions=3, rounds=1, slo=SLO(e2e_ms=5000)))
     summary = result.summary()

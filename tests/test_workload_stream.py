@@ -19,7 +19,9 @@ from experiments.markup import MarkupFamily, render
 from experiments.outcomes import Outcome
 from experiments.workload.spec import WorkloadSpec
 from experiments.workload.stress import SessionResult, StressResult, run_stress
-from tests.test_workload import AgentServer, by_key, call, completion, serve, stress
+from tests.support.agent_server import AgentServer, by_key, call, completion, serve, stress
+
+pytestmark = pytest.mark.real
 
 LEAK = render(MarkupFamily.DSML, "read_file", {"path": "a", "canary": "X"})
 

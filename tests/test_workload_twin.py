@@ -6,6 +6,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -24,6 +25,7 @@ def leak_model(path: Path, probability: float = 0.3, min_inflight: int = 1) -> P
     return path
 
 
+@pytest.mark.real
 def test_stream_and_non_stream_agree_on_the_twin(twin: TwinFactory, tmp_path: Path) -> None:
     url = twin("--fault-model", str(leak_model(tmp_path / "faults.yaml")),
                "--twin-latency-ms", "1")
@@ -42,6 +44,7 @@ def test_stream_and_non_stream_agree_on_the_twin(twin: TwinFactory, tmp_path: Pa
     assert streamed.summary()["total_output_tokens"] > 0  # the twin's usage chunk was read
 
 
+@pytest.mark.pure
 def test_cli_bad_slo_is_bad_input() -> None:
     result = CliRunner().invoke(app, ["stress", "http://127.0.0.1:9", "--slo", "garbage"])
     assert result.exit_code == 2
@@ -50,6 +53,7 @@ def test_cli_bad_slo_is_bad_input() -> None:
     assert result.exit_code == 2 and "request_rate" in result.output
 
 
+@pytest.mark.real
 def test_cli_stress_with_every_option(twin: TwinFactory, tmp_path: Path) -> None:
     url = twin("--twin-latency-ms", "1")
     jsonl = tmp_path / "sessions.jsonl"

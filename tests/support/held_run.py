@@ -1,4 +1,4 @@
-"""Run by tests/test_interrupted_run.py in a child pytest, never by the suite (no test_ prefix).
+"""Run by test_interrupted_run.py in a child pytest, never by the suite (no test_ prefix).
 
 Its one test takes the real fixtures that start things outside the test process (the SSH lab,
 the systemd lab host, a twin, the PostgreSQL server), writes what they started to the file

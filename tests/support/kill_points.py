@@ -1,4 +1,4 @@
-"""Kill the driver with SIGKILL, resume, check: shared by tests/test_kill_resume.py (a few fixed
+"""Kill the driver with SIGKILL, resume, check: shared by test_kill_resume.py (a few fixed
 points) and bench/kill_points.py (many random ones).
 
 A driver runs as `bisect run` in a session of its own, with a marker in its environment that

@@ -42,7 +42,7 @@ variants:
   risky: {{index_k: bf16}}
 """
 
-# No per-token cost (as FAST in tests/test_twin_support.py): a run counts outcomes, not time.
+# No per-token cost (as FAST in tests/support/twins.py): a run counts outcomes, not time.
 FAST = ["--twin-prefill-us-per-token", "0", "--twin-decode-ms-per-token", "0"]
 
 

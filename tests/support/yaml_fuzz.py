@@ -1,4 +1,4 @@
-"""Hostile campaign files for the loader's property tests (tests/test_hostile_inputs.py) and its
+"""Hostile campaign files for the loader's property tests (test_hostile_inputs.py) and its
 counted fuzz run (bench/fuzz_campaign.py): random bytes, mutated valid campaigns, deep nesting,
 alias bombs, tags and out-of-range numbers.
 

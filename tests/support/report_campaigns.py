@@ -9,7 +9,7 @@ twin processes over HTTP, one SQLite file), as a user's campaign runs.
 - ``clean``: the same factors and levels on one pool, with the race fixed (no fault): known-bad
   is not reproduced, no culprit. The two are comparable (``bisect report A --compare B``).
 
-Use: ``from tests.report_support import report_campaigns_fixture  # noqa: F401`` in a test
+Use: ``from tests.support.report_campaigns import report_campaigns_fixture  # noqa: F401`` in a test
 module, then a test takes ``report_campaigns: ReportCampaigns``. Each module that imports it
 gets its own copy of the fixture (pytest keys them by module): the campaigns are run once per
 test session all the same (``_RUN``).
@@ -29,7 +29,7 @@ from experiments.campaign import Campaign
 from orchestrator.demo import twin_pool
 from orchestrator.executor.driver import run_campaign
 from orchestrator.stored import create_campaign
-from tests.test_twin_support import race_faults
+from tests.support.twins import race_faults
 
 REPORT_SECRET_ENV = "BISECT_REPORT_TEST_KEY"
 REPORT_SECRET = "sk-report-fixture-7f3a9c"  # what the twins want as their --api-key
