@@ -197,7 +197,7 @@ def lab_rows(work: Path, runs: int) -> list[Row]:
     from deploy.lab.registry import process_prefix
     from orchestrator.executor.driver import RunFailed, run_campaign
     from orchestrator.executor.ray_pool import ensure_ray
-    from tests.test_node_faults import both, lab_spec, proxied_node, start, when
+    from tests.support.lab_faults import both, lab_spec, proxied_node, start, when
 
     ensure_ray()
     lab = lab_up(work / "lab", hosts=1, prefix=process_prefix("blf"), owner_pid=os.getpid())

@@ -31,8 +31,8 @@ from db.store import Store
 from experiments.sweep import load_sweep
 from orchestrator.executor.ray_pool import ensure_ray
 from orchestrator.sweeps.run import SweepOutcome, run_sweep
+from tests.support.twins import FAST
 from tests.sweep_support import commit_faults, sweep_file
-from tests.test_twin_support import FAST
 
 # What tests/test_sweep_alerts.py's unchanged-build test watches, and how much it measures.
 WATCHED = {"corruption": 0.1, "wedging": 0.1, "throughput": None, "p99_latency": None}
