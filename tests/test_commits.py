@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from orchestrator.core.evidence import WEDGING, TrialEvidence
+from orchestrator.core.strategies.base import Status
 from orchestrator.core.strategies.commits import (
     CommitReplay,
     Commits,
@@ -295,3 +296,24 @@ def test_a_commit_s_failures_from_one_bad_restart_weigh_as_one_trial() -> None:
     spread_evenly = good + trials("c7", 12, 12)
     replay = strategy.search(spread_evenly)
     assert replay.needed and replay.needed[0]["commit"] not in ("c0", "c7")  # bisecting
+
+
+def test_a_clean_looking_trial_of_a_commit_counts_as_a_restart_of_a_bad_one_may() -> None:
+    # issue 27: with restarts that halve or double the rate, a bad commit at 10% shows 0 of 80
+    # now and then; taken as 80 independent clean sessions, one such trial names the commit
+    # after it at once. Told from known-bad's rate, at that rate's design effect, one trial
+    # leaves 10% of the mass where it was, and a second clean trial settles it.
+    commits = [f"c{i}" for i in range(8)]
+    strategy = Commits(commits, sessions=80)
+
+    def trials(commit: str, *leaks: int) -> list[TrialEvidence]:
+        return [TrialEvidence({"commit": commit}, {"ok": 80 - k, "leak": k}) for k in leaks]
+
+    seen = trials("c0", 0, 0) + trials("c7", 8, 8) + trials("c3", 8) + trials("c1", 0)
+    as_sessions = posterior([0, 0, 0, 8, 0, 0, 0, 16], [160, 80, 80, 80, 0, 0, 0, 160])
+    assert as_sessions[3] >= 0.95  # what independent sessions would say after one clean c2
+    once = strategy.search(seen + trials("c2", 0))
+    assert once.status is None and once.needed == ({"commit": "c2"},)
+    assert 0.85 < once.posterior[3] < 0.95
+    twice = strategy.search(seen + trials("c2", 0, 0))
+    assert twice.status is Status.CULPRIT and twice.posterior[3] >= 0.95
