@@ -15,11 +15,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from deploy.lab import Lab, systemd_host
 from deploy.lab.registry import REGISTRY
 from deploy.lab.sshd import start_time
 from tests.conftest import TwinFactory
 from tests.postgres_fixture import PostgresServer
+
+# run as a child pytest by tests/test_interrupted_run.py, under the same tiers (conftest)
+pytestmark = pytest.mark.real
 
 
 def _process(pid: int) -> dict[str, Any]:
