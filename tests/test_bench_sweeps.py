@@ -181,10 +181,17 @@ def test_with_the_build_moved_each_trial_runs_beside_its_control_on_one_pool() -
     strategy = sweep.SweepStrategy(plan.model_copy(update={
         "baseline": baseline_run(plan, machine), "baseline_run": 1, "confirm_build": True}))
     done = replay(strategy, machine)
-    builds = [t.levels["build"] for t in done]
-    assert builds == ["current", "baseline"] * (len(done) // 2)
+    pairs = list(zip(done[::2], done[1::2], strict=True))
     assert all(a.levels["config"] == b.levels["config"]
-               for a, b in zip(done[::2], done[1::2], strict=True))
+               and {a.levels["build"], b.levels["build"]} == {"current", "baseline"}
+               for a, b in pairs)
+    # each variant's pairs in the order the reverse of the last: current first, then second
+    firsts: dict[str, list[str]] = {}
+    for a, _ in pairs:
+        firsts.setdefault(a.levels["config"], []).append(a.levels["build"])
+    for order in firsts.values():
+        assert order == ["current", "baseline"] * (len(order) // 2) + ["current"] * (
+            len(order) % 2)
 
 
 def test_the_command_writes_its_table_and_json(tmp_path: Path,

@@ -147,6 +147,7 @@ main() {{ systemctl show -p "$1" --value -- "$u"; }}
 m=$(main ExecMainStartTimestampMonotonic)
 s=$(date +%s%N)
 why() {{  # the journal of this start, and whether the variant's command ran (it is the main one)
+  journalctl --sync 2>/dev/null || true  # systemd's own lines of the failed start, written
   journalctl -q --no-pager -o cat -n 30 -u "$u" --since "@$((s / 1000000000))" >&2 || true
   [ "$(main ExecMainStartTimestampMonotonic)" != "$m" ] || exit {SETUP_RC}  # never ran
   c=$(main ExecMainCode) x=$(main ExecMainStatus)
