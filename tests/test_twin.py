@@ -23,7 +23,7 @@ from experiments import agent
 from experiments.markup import find_markup
 from experiments.twin import faults
 from experiments.twin.agent_script import build_reply
-from tests.support.twins import FAST, Procs, start_twins
+from tests.support.twins import FAST, Procs, post_chat, start_twins
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -78,17 +78,6 @@ EFFECT_CONTEXT = {"no_tool": 4500, "lost_plot": 3500, "bad_args": 2500, "error":
 
 def body(messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     return {"model": "m", "messages": messages, "tools": agent.TOOLS, **extra}
-
-
-def post(url: str, payload: Any, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
-    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    request = urllib.request.Request(f"{url}/v1/chat/completions", data=data,
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
 
 
 def get(url: str, path: str) -> tuple[int, bytes]:
@@ -282,7 +271,7 @@ def test_bad_requests_get_400_with_an_error_body(fleet: Fleet) -> None:
     url = fleet["fp8"]
     payloads: list[Any] = [b"not json", {"messages": []}, {"messages": [{"role": "wizard"}]}, [1]]
     for payload in payloads:
-        status, answer = post(url, payload)
+        status, answer = post_chat(url, payload)
         assert status == 400, payload
         assert answer["error"]["message"] and answer["object"] == "error"
 
@@ -346,21 +335,21 @@ def test_max_running_requests_queues_the_rest(fleet: Fleet) -> None:
 @pytest.mark.real
 def test_planted_leak_needs_bf16_and_hicache(fleet: Fleet) -> None:
     bad = fleet["leak"]
-    status, answer = post(bad, body(opening("leaky")))
+    status, answer = post_chat(bad, body(opening("leaky")))
     assert status == 200 and is_leak(answer)
     assert "<｜DSML｜function_calls>" in message_of(answer)["content"]
     assert answer["choices"][0]["finish_reason"] == "stop"
 
     # The env fallback names the same file; without the flag the condition does not hold.
     good = fleet["env-fallback"]
-    status, answer = post(good, body(opening("leaky")))
+    status, answer = post_chat(good, body(opening("leaky")))
     assert status == 200 and not is_leak(answer)
     assert json.loads(message_of(answer)["tool_calls"][0]["function"]["arguments"])["canary"] \
         == "CANARY0001"
 
 
 def hits(url: str, keys: list[str]) -> set[str]:
-    return {key for key in keys if is_leak(post(url, body(opening(key)))[1])}
+    return {key for key in keys if is_leak(post_chat(url, body(opening(key)))[1])}
 
 
 @pytest.mark.real
@@ -384,7 +373,7 @@ def test_probability_is_honoured_over_many_sessions(fleet: Fleet) -> None:
 @pytest.mark.real
 def test_min_inflight_is_respected(fleet: Fleet) -> None:
     url = fleet["inflight"]
-    sequential = [post(url, body(opening(f"seq-{i}")))[1] for i in range(4)]
+    sequential = [post_chat(url, body(opening(f"seq-{i}")))[1] for i in range(4)]
     assert not any(is_leak(a) for a in sequential)
     concurrent = asyncio.run(burst(url, [body(opening(f"conc-{i}")) for i in range(20)]))
     assert sum(is_leak(a) for a in concurrent) >= 10  # all but the first arrivals
@@ -394,7 +383,7 @@ def test_min_inflight_is_respected(fleet: Fleet) -> None:
 @pytest.mark.parametrize("effect", ["no_tool", "lost_plot", "bad_args", "error"])
 def test_each_effect_has_its_shape(fleet: Fleet, effect: str) -> None:
     filler = "x" * 4 * (EFFECT_CONTEXT[effect] - 290)
-    status, answer = post(fleet["effects"], body(opening("fx", "RIGHTCANARY", filler)))
+    status, answer = post_chat(fleet["effects"], body(opening("fx", "RIGHTCANARY", filler)))
     if effect == "error":
         assert status == 500 and answer["error"]["code"] == 500
         return
@@ -442,7 +431,7 @@ def test_wedge_hangs_until_the_client_leaves(fleet: Fleet) -> None:
 @pytest.mark.real
 def test_wedge_times_out_with_an_error(fleet: Fleet) -> None:
     url = fleet["wedge-0.3"]
-    status, answer = post(url, body(opening("stuck")))
+    status, answer = post_chat(url, body(opening("stuck")))
     assert status == 503 and answer["error"]["message"]
     assert "waiting timeout" in fleet.log("wedge-0.3")
 

@@ -77,9 +77,11 @@ def get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-def post_chat(url: str, payload: dict[str, Any], timeout: float = 10.0) -> tuple[int, Any]:
-    request = urllib.request.Request(f"{url}/v1/chat/completions",
-                                     data=json.dumps(payload).encode(),
+def post_chat(url: str, payload: dict[str, Any] | bytes, timeout: float = 10.0
+              ) -> tuple[int, Any]:
+    """POST to the chat route: a payload as JSON, or raw bytes as they are (a malformed body)."""
+    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    request = urllib.request.Request(f"{url}/v1/chat/completions", data=data,
                                      headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
