@@ -51,9 +51,13 @@ def run_adaptive(s: Scenario, pool: Pool, loop: Loop, per_variant: int | None = 
                  campaign: int | None = None) -> list[Levels] | None:
     """``per_variant``: the budget of trials a variant, ``campaign``: of the campaign (else
     the strategy's defaults)."""
-    budget = {**({} if per_variant is None else {"max_trials_per_variant": per_variant}),
-              **({} if campaign is None else {"max_trials": campaign})}
-    return _named(loop({"kind": "adaptive", "alpha": ALPHA, **budget}))
+    return _named(loop({"kind": "adaptive", "alpha": ALPHA, **_budget(per_variant, campaign)}))
+
+
+def _budget(per_variant: int | None, campaign: int | None) -> dict[str, int]:
+    """The `strategy:` keys of a budget other than the defaults."""
+    return {**({} if per_variant is None else {"max_trials_per_variant": per_variant}),
+            **({} if campaign is None else {"max_trials": campaign})}
 
 
 def run_factorial(s: Scenario, pool: Pool, loop: Loop, repeats: int = 2,
@@ -133,12 +137,13 @@ class Oracle(Adaptive):
 register(OracleConfig, Oracle)
 
 
-def run_oracle(s: Scenario, pool: Pool, loop: Loop) -> list[Levels] | None:
+def run_oracle(s: Scenario, pool: Pool, loop: Loop, per_variant: int | None = None,
+               campaign: int | None = None) -> list[Levels] | None:
     wedges = s.planted_wedges
     truth, other = ([c for c in s.culprits if c not in wedges], wedges) \
         if s.target == "corruption" else (wedges, [c for c in s.culprits if c not in wedges])
     return _named(loop({"kind": "oracle", "alpha": ALPHA, "truth": truth,
-                        "other_truth": other}))
+                        "other_truth": other, **_budget(per_variant, campaign)}))
 
 
 CONTENDERS: dict[str, Contender] = {
@@ -158,4 +163,9 @@ BUDGETS: dict[str, Contender] = {
     # and a campaign's budget four times the default (120 trials)
     "adaptive-12-480": lambda s, pool, loop: run_adaptive(s, pool, loop, per_variant=12,
                                                           campaign=480),
+    "adaptive-24-480": lambda s, pool, loop: run_adaptive(s, pool, loop, per_variant=24,
+                                                          campaign=480),
+    # the oracle at that budget: what the adaptive one's cost is compared with there
+    "oracle-24-480": lambda s, pool, loop: run_oracle(s, pool, loop, per_variant=24,
+                                                      campaign=480),
 }

@@ -13,7 +13,8 @@ workload, 16 GPUs per pool): a full trial is 9,200 GPU-s. Trials draw the noise 
 
 ``--only adaptive-12`` (or ``adaptive-24``): the adaptive strategy with that many trials a
 variant, its budget, where the default (6) falls short; ``adaptive-12-480`` with a campaign
-budget of 480 trials too (the default: 120).
+budget of 480 trials too (the default: 120); ``adaptive-24-480`` both, and ``oracle-24-480`` the
+oracle at that budget (the cost ratio there).
 
 ``--workers``: processes, each a share of the seeds and a store of its own (the seeds' draws do
 not depend on which process runs them). The JSON lists the seeds each cell got wrong.

@@ -254,6 +254,11 @@ class Store:
             rows = s.scalars(select(Campaign).order_by(Campaign.created_at.desc(), Campaign.id))
             return [_campaign(row) for row in rows]
 
+    def set_campaign_spec(self, id: str, spec: dict[str, Any]) -> None:
+        """Replace a campaign's spec (a budget raised for a resume: orchestrator/budgets.py)."""
+        with self._session(f"update campaign {id!r}") as s:
+            self._get_campaign(s, id).spec_json = json.dumps(spec)
+
     def set_campaign_status(self, id: str, status: str, finished: bool = False) -> None:
         """Set the status; ``finished`` stamps ``finished_at`` now, otherwise it is cleared."""
         if status not in CAMPAIGN_STATUSES:

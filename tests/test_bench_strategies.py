@@ -25,6 +25,7 @@ class Asked(Exception):
     ("adaptive-12", {"max_trials_per_variant": 12}),
     ("adaptive-24", {"max_trials_per_variant": 24}),
     ("adaptive-12-480", {"max_trials_per_variant": 12, "max_trials": 480}),
+    ("adaptive-24-480", {"max_trials_per_variant": 24, "max_trials": 480}),
 ])
 def test_a_budget_contender_asks_for_its_budget(name: str, budget: dict[str, int]) -> None:
     asked: list[dict[str, Any]] = []
@@ -36,6 +37,19 @@ def test_a_budget_contender_asks_for_its_budget(name: str, budget: dict[str, int
     with pytest.raises(Asked):
         BUDGETS[name](NO_CULPRIT, NO_CULPRIT.pool(0, IID), loop)
     assert asked == [{"kind": "adaptive", "alpha": ALPHA, **budget}]
+
+
+def test_the_oracle_at_a_budget_asks_for_it_beside_the_truth() -> None:
+    asked: list[dict[str, Any]] = []
+
+    def loop(strategy: dict[str, Any]) -> Any:
+        asked.append(strategy)
+        raise Asked
+
+    with pytest.raises(Asked):
+        BUDGETS["oracle-24-480"](NO_CULPRIT, NO_CULPRIT.pool(0, IID), loop)
+    assert asked == [{"kind": "oracle", "alpha": ALPHA, "truth": [], "other_truth": [],
+                      "max_trials_per_variant": 24, "max_trials": 480}]
 
 
 def test_a_budget_contender_runs_to_a_verdict() -> None:

@@ -169,11 +169,22 @@ def test_a_variant_the_probe_skips_leaves_the_search_going_on_to_the_culprit(
     data = campaign_data(tmp_path, {"command": "./probe.sh", "runs": 4})
     data["known_good"] = {"hicache": "off", "index_k": "fp8"}
     data["known_bad"] = {"hicache": "on", "index_k": "bf16"}
-    data["strategy"] = {"kind": "adaptive", "max_trials": 16}
+    # Its budget of 3 trials stops it short (`inconclusive`, exit 3, with the resume that runs
+    # on); `bisect resume --max-trials 16` goes on from those 3 trials to the culprit.
+    data["strategy"] = {"kind": "adaptive", "max_trials": 3}
     db = tmp_path / "bisect.db"
     result = CliRunner().invoke(app, ["run", str(write(tmp_path, data)), "--store", str(db),
                                       "--json"])
+    assert result.exit_code == 3, result.output
+    assert json.loads(result.stdout)["reason"] == "trial budget of 3 spent"
+    campaign_id = json.loads(result.stdout)["campaign"]
+    assert f"next: bisect resume {campaign_id} --store {db} --max-trials 6    # the budget " \
+        "is spent: run on from these trials" in result.stderr
+    result = CliRunner().invoke(app, ["resume", "last", "--store", str(db), "--json",
+                                      "--max-trials", "16"])
     assert result.exit_code == 0, result.output
+    assert "budget raised: strategy.max_trials: 3 -> 16" in result.stderr
+    assert "next:" not in result.stderr
     verdict = json.loads(result.stdout)
     assert verdict["status"] == "culprit", verdict["reason"]
     assert [c["factors"] for c in verdict["culprits"]] == [{"hicache": "on"}]

@@ -65,6 +65,18 @@ def _finish_run(db: Store, campaign_id: str, verdict: Verdict, report: Path | No
     print_verdict(verdict, campaign_id, as_json, paths, seed=campaign_seed(db, campaign_id))
     if report is not None and not as_json and not demo:  # the demo says it with the rest
         out.print(f"report: {report}", highlight=False, markup=False)
+    _run_on(db, campaign_id, verdict, store, as_json)
+
+
+def _run_on(db: Store, campaign_id: str, verdict: Verdict, store: str, as_json: bool) -> None:
+    """Where the verdict is `inconclusive` at its budget: the resume that runs on from here."""
+    from orchestrator.budgets import budget_spent
+
+    larger = budget_spent(verdict, campaign_id, db)
+    if larger is not None:  # under --json, stdout holds the one document
+        (err if as_json else out).print(
+            f"next: {program()} resume {campaign_id} --store {store_arg(store)} {larger}    "
+            "# the budget is spent: run on from these trials", highlight=False, markup=False)
 
 
 def _run(db: Store, campaign_id: str, store: str, report: Path | None, as_json: bool,
@@ -201,12 +213,25 @@ def resume(
     campaign_id: CampaignId, store: StoreOption = "bisect.db", as_json: JsonOption = False,
     report: ReportOption = None,
     ray_address: RayAddress = None,
+    max_trials: Annotated[int | None, typer.Option(
+        "--max-trials", min=1, help="Raise the campaign's budget of trials "
+        "(`strategy.max_trials`) first: an inconclusive verdict at its budget runs on.")] = None,
+    per_variant: Annotated[int | None, typer.Option(
+        "--max-trials-per-variant", min=1, help="Raise a variant's budget of trials "
+        "(`strategy.max_trials_per_variant`, adaptive) first.")] = None,
 ) -> None:
-    """Continue an interrupted campaign from what the store holds."""
+    """Continue an interrupted campaign from what the store holds (or, with a larger budget, one
+    that ended inconclusive at its budget)."""
     from db.store import Store
+    from orchestrator.budgets import PER_CAMPAIGN, PER_VARIANT, raise_budget
 
+    wanted = {field: value for field, value in ((PER_CAMPAIGN, max_trials),
+                                                (PER_VARIANT, per_variant)) if value is not None}
     with user_errors(), Store.open(store, create=False) as db:
-        _run(db, resolve_id(db, campaign_id, store), store, report, as_json, ray_address)
+        campaign_id = resolve_id(db, campaign_id, store)
+        for raised in raise_budget(db, campaign_id, wanted):
+            progress(f"budget raised: {raised.said()}")
+        _run(db, campaign_id, store, report, as_json, ray_address)
 
 
 @app.command()
