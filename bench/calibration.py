@@ -131,9 +131,10 @@ def commit_run(store: Store, size: int, noise: str, seed: int,
     for ran in range(1, len(seen) + 1):
         post = np.asarray(search(seen[:ran]).posterior)
         steps.append((float(post.max()), int(post.argmax()) == first_bad))
-    assert verdict.commits is not None
-    named = tuple(index[sha] for sha in verdict.commits["first_bad"])
-    stated = float(verdict.commits["posterior"]) if named else steps[-1][0] if steps else 0.0
+    found = verdict.finding_json("commits")
+    assert found is not None
+    named = tuple(index[sha] for sha in found["first_bad"])
+    stated = float(found["posterior"]) if named else steps[-1][0] if steps else 0.0
     return CommitRun(size, noise, seed, first_bad, str(verdict.status), named, stated,
                      len(verdict.trials), tuple(steps))
 

@@ -159,7 +159,7 @@ def right(levels: dict[str, str] | None) -> bool:
 def claim(conclusion: Conclusion) -> tuple[str, bool]:
     """The conclusion's answer against production, one of ``CLAIMS``, and whether its test
     ran (a p-value: 2 pairs or more, or 2 trials or more on each side)."""
-    versus = (conclusion.optimize or {}).get("versus_production")
+    versus = (conclusion.finding_json("optimize") or {}).get("versus_production")
     if versus is None:
         return "nothing named", False
     if not versus["measured"]:
@@ -207,7 +207,7 @@ def answers(campaign: Campaign, done: Sequence[TrialEvidence]) -> list[dict[str,
         if max(counts.values()) < confirm:  # nothing can be named yet
             result.append(None)
             continue
-        named = strategy.conclude(done[:k], []).optimize
+        named = strategy.conclude(done[:k], []).finding_json("optimize")
         result.append(None if named is None or named["best"] is None else dict(named["best"]))
     return result
 

@@ -128,8 +128,8 @@ def sweep_run(store: Store, sweep: Sweep, source: str, outcome: Outcome, *,
     verdict = verdict_of(store, campaign_id)
     status = {Status.CULPRIT: "regression", Status.NO_CULPRIT: "clean"}.get(verdict.status,
                                                                             "inconclusive")
-    result = {"campaign": campaign_id, "reason": verdict.reason, **(verdict.sweep or {}),
-              **changes}
+    result = {"campaign": campaign_id, "reason": verdict.reason,
+              **(verdict.finding_json("sweep") or {}), **changes}
     if hunt is not None:
         result["hunt"] = hunt(run, result)
     sweeps.finish_run(run.id, status, result, result.get("reason"))
@@ -157,7 +157,7 @@ def _hunt(store: Store, sweep: Sweep, good: str, bad: str, first_bad: str,
         drive(store, campaign_id, lambda levels, seq: (
             RACE_LEAKS if order.index(levels["commit"]) >= broken else 0, 0))
         verdict = verdict_of(store, campaign_id)
-        found = dict(verdict.commits or {})
+        found = dict(verdict.finding_json("commits") or {})
         return {"status": verdict.status.value, "reason": verdict.reason,
                 "campaign": campaign_id, "variant": variant["name"], "metric": "corruption",
                 "good": good, "bad": bad, "first_bad": found.get("first_bad", []),

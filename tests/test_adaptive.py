@@ -334,7 +334,7 @@ def test_a_skipped_flip_leaves_the_search_going_on_with_other_variants(seed: int
     assert conclusion.reason == ("corruption follows f3=b (found past 2 skipped variant(s), "
                                  "as `git bisect skip`)")
     assert not {variant_key(t.levels) for t in evidence} & {variant_key(s) for s in skipped}
-    said = [step for step in conclusion.log if step["answer"] == "skipped"]
+    said = [step.to_json() for step in conclusion.log if step.to_json()["answer"] == "skipped"]
     assert {variant_key(s["levels"]) for s in said} == {variant_key(s) for s in skipped}
     assert all(s["reason"] == "the probe skipped it (exit 125)" for s in said)
 

@@ -181,16 +181,17 @@ def test_the_verdict_names_commits_with_subject_and_author() -> None:
                           for _ in range(80))
             evidence.append(TrialEvidence(levels, {"ok": 80 - corrupt, "leak": corrupt}))
     conclusion = strategy.conclude(evidence, [])
-    assert conclusion.status == "culprit" and conclusion.commits is not None
-    mass = conclusion.commits["posterior"]
+    found = conclusion.finding_json("commits")
+    assert conclusion.status == "culprit" and found is not None
+    mass = found["posterior"]
     assert conclusion.reason == (f"first bad commit: c009 'change 9' (Jane Doe), posterior "
                                  f"{mass:.3f}; last good: c008 'change 8' (John Roe)")
-    assert conclusion.commits["first_bad"] == ["c009"]
-    assert conclusion.commits["last_good"] == "c008"
-    assert conclusion.commits["described"]["c009"] == {"subject": "change 9",
-                                                       "author": "Jane Doe"}
+    assert found["first_bad"] == ["c009"]
+    assert found["last_good"] == "c008"
+    assert found["described"]["c009"] == {"subject": "change 9", "author": "Jane Doe"}
     # The trail states the posterior mass beside each commit's words; no test was made.
-    step = next(s for s in conclusion.log if s["levels"] == {"commit": "c009"})
+    step = next(s.to_json() for s in conclusion.log
+                if s.to_json()["levels"] == {"commit": "c009"})
     assert step["posterior"] == pytest.approx(mass) and step["subject"] == "change 9"
     assert step["p_fail"] is None and step["p_pass"] is None
     # Without descriptions (a campaign stored before them), SHAs alone.
@@ -269,7 +270,7 @@ def test_a_range_that_leaks_and_wedges_names_a_commit_for_each() -> None:
     assert conclusion.also is not None and conclusion.also.culprits[0].factors == {
         "commit": commits[11]}
     assert "; wedging: first bad commit: c011" in conclusion.reason
-    assert any(step["phase"] == "wedging: posterior" for step in conclusion.log)
+    assert any(step.phase == "wedging: posterior" for step in conclusion.log)
 
 
 def test_a_clean_range_says_what_the_bad_commit_showed() -> None:

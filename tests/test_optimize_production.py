@@ -28,7 +28,8 @@ CLEAR_PAIRS = [("production", 2010), ("else", 3010), ("else", 2995), ("productio
 def test_an_answer_clearly_faster_than_production_is_shown_better() -> None:
     conclusion, versus = concluded(CLEAR, CLEAR_PAIRS)
     assert conclusion.status.value == "optimum"
-    assert conclusion.optimize is not None and conclusion.optimize["best"] == ELSE
+    said = conclusion.finding_json("optimize")
+    assert said is not None and said["best"] == ELSE
     assert versus["shown_better"] and not versus["is_production"] and versus["why"] == ""
     assert versus["production"] == PRODUCTION and versus["trials"] == 5
     assert versus["paired"] and versus["pairs"] == 2 and versus["pairs_wanted"] == 2
@@ -39,7 +40,7 @@ def test_an_answer_clearly_faster_than_production_is_shown_better() -> None:
     assert 1 < low < versus["ratio"] < high and versus["ratio"] == pytest.approx(1.496, 1e-3)
     assert conclusion.reason.startswith("best safe configuration: ")
     assert "better than production" in conclusion.reason and "paired t p=" in conclusion.reason
-    assert conclusion.optimize["trials"]["final"] == 4
+    assert said["trials"]["final"] == 4
 
 
 def test_an_answer_within_noise_of_production_is_no_better_than_production() -> None:
@@ -49,7 +50,8 @@ def test_an_answer_within_noise_of_production_is_no_better_than_production() -> 
                                    [("production", 2800), ("else", 2790), ("else", 2850),
                                     ("production", 2760)])
     assert conclusion.status.value == "optimum"  # a safe configuration is still named
-    assert conclusion.optimize is not None and conclusion.optimize["best"] == ELSE
+    said = conclusion.finding_json("optimize")
+    assert said is not None and said["best"] == ELSE
     assert not versus["shown_better"] and not versus["is_production"]
     assert versus["difference"] == pytest.approx(40.0)
     assert 0.05 < versus["p_value"] < 0.6
@@ -58,7 +60,7 @@ def test_an_answer_within_noise_of_production_is_no_better_than_production() -> 
     assert conclusion.reason.startswith("no better than production (")
     assert "one-sided paired t p=" in conclusion.reason
     # the keys the answer had are all still there
-    assert {"best", "ranked", "rejected", "unproven", "production"} <= set(conclusion.optimize)
+    assert {"best", "ranked", "rejected", "unproven", "production"} <= set(said)
 
 
 def test_an_answer_that_drift_favoured_is_no_better_on_the_pairs() -> None:
@@ -98,7 +100,8 @@ def test_production_shown_unsafe_has_no_final_phase() -> None:
 def test_production_itself_the_best_is_said_so() -> None:
     conclusion, versus = concluded({"production": [3000, 3020], "else": [2000, 2010]}, [])
     assert conclusion.status.value == "optimum"
-    assert conclusion.optimize is not None and conclusion.optimize["best"] == PRODUCTION
+    said = conclusion.finding_json("optimize")
+    assert said is not None and said["best"] == PRODUCTION
     assert versus["is_production"] and not versus["shown_better"]
     assert versus["p_value"] is None and versus["objectives"] == []
     assert conclusion.reason.startswith("production is the best safe configuration: ")
@@ -200,11 +203,12 @@ def test_the_final_phase_alternates_and_a_resumed_run_replays_it() -> None:
     assert kept.final(done[:budget - 1]) is None  # other trials: sought again
     first = strategy(budget).conclude(done, [])
     again = strategy(budget).conclude(list(reversed(done)), [])  # the store's order is not
-    assert first.optimize is not None and again.optimize is not None
-    assert first.optimize["versus_production"] == again.optimize["versus_production"]
-    versus = first.optimize["versus_production"]
+    said, said_again = first.finding_json("optimize"), again.finding_json("optimize")
+    assert said is not None and said_again is not None
+    assert said["versus_production"] == said_again["versus_production"]
+    versus = said["versus_production"]
     assert versus["shown_better"] and versus["pair_trials"] == [[5, 6], [8, 7]]
-    phases = [step["phase"] for step in strategy(budget).trail(done)]
+    phases = [step.phase for step in strategy(budget).trail(done)]
     assert phases[4:] == ["final"] * 4 and "final" not in phases[:4]
 
 
@@ -213,8 +217,9 @@ def test_a_failed_trial_of_a_pair_is_run_again_beside_its_partner() -> None:
     done = run_final_phase({k: list(v) for k, v in figures.items()}, fail=6)
     assert [t.seq for t in done[4:]] == [5, 7, 8, 9]  # 6 (the answer's) failed: 7 is its retry
     conclusion = strategy(4).conclude(done, [])
-    assert conclusion.optimize is not None
-    assert conclusion.optimize["versus_production"]["pair_trials"] == [[5, 7], [9, 8]]
+    said = conclusion.finding_json("optimize")
+    assert said is not None
+    assert said["versus_production"]["pair_trials"] == [[5, 7], [9, 8]]
 
 
 def test_the_final_trials_do_not_reopen_the_choice() -> None:
@@ -230,6 +235,7 @@ def test_the_final_trials_do_not_reopen_the_choice() -> None:
     assert max(standing.named, key=lambda c: c.score()).key != variant_key(ELSE)
     assert settled.propose(done, []) == []
     conclusion, versus = concluded(before, final)
-    assert conclusion.optimize is not None and conclusion.optimize["best"] == ELSE
-    assert conclusion.optimize["ranked"][0]["levels"] == ELSE
+    said = conclusion.finding_json("optimize")
+    assert said is not None and said["best"] == ELSE
+    assert said["ranked"][0]["levels"] == ELSE
     assert versus["shown_better"] and versus["pair_trials"] == [[7, 8], [10, 9]]

@@ -261,7 +261,7 @@ def planted_report(values: dict[str, list[float]], final: list[tuple[str, float]
     from tests.support.optimize_planted import concluded
 
     conclusion, _ = concluded(values, final)
-    section = dict(conclusion.optimize or {})
+    section = dict(conclusion.finding_json("optimize") or {})
     campaign = knob_campaign({})
     search = search_section({"optimize": section}, campaign)
     assert search is not None

@@ -33,6 +33,7 @@ from orchestrator.core.strategies.base import (
     not_yet_running,
 )
 from orchestrator.core.strategies.registry import register, unregister
+from orchestrator.core.strategies.sequential import Step
 from orchestrator.core.verdict import judged_cells
 from orchestrator.demo import twin_pool
 from orchestrator.executor.driver import run_campaign
@@ -87,10 +88,10 @@ class Toy:
                 len(good.trials) < self.runs:
             return Conclusion(Status.INCONCLUSIVE, UNFINISHED)
         p = fisher_greater(bad.failures, bad.judged, good.failures, good.judged)
-        log = tuple({"phase": f"toy {name}", "levels": dict(cell.levels),
-                     "answer": "fail" if p <= self.alpha else "pass",
-                     "corrupted": cell.failures, "sessions": cell.judged,
-                     "trials": len(cell.trials), "p_fail": p, "p_pass": 1.0}
+        # its trail in the adaptive search's entry type (a plug-in may bring its own: a
+        # frozen dataclass with `phase`, `to_json()` and `line()`)
+        log = tuple(Step(f"toy {name}", dict(cell.levels), "fail" if p <= self.alpha else "pass",
+                         cell.failures, cell.judged, len(cell.trials), p, 1.0)
                     for name, cell in (("bad", bad), ("good", good)))
         if p > self.alpha:
             return Conclusion(Status.NO_CULPRIT, "known-bad is no worse", log=log)

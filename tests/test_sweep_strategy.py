@@ -9,7 +9,6 @@ import pytest
 
 from experiments.strategy_config import BaselineTrial, Thresholds
 from orchestrator.cli.sweep_view import print_outcome
-from orchestrator.cli.verdict_view import trail_line
 from orchestrator.core.evidence import TrialEvidence
 from orchestrator.core.strategies.base import Status
 from orchestrator.core.strategies.sweep import SweepStrategy
@@ -37,8 +36,8 @@ def test_a_clean_variant_is_the_same_and_a_running_trial_is_not_asked_twice() ->
     assert strategy.propose(done, []) == []
     conclusion = strategy.conclude(done, [])
     assert conclusion.status is Status.NO_CULPRIT, conclusion.reason
-    assert conclusion.sweep is not None
-    assert conclusion.sweep["variants"][0]["state"] == "clean"
+    sweep = conclusion.finding_json("sweep")
+    assert sweep is not None and sweep["variants"][0]["state"] == "clean"
 
 
 def test_a_difference_is_confirmed_on_fresh_trials_before_it_is_a_regression() -> None:
@@ -52,8 +51,9 @@ def test_a_difference_is_confirmed_on_fresh_trials_before_it_is_a_regression() -
     conclusion = strategy.conclude(confirmed, [])
     assert conclusion.status is Status.CULPRIT
     assert "production: corruption 0.0% -> 15.0% (+15.0 points)" in conclusion.reason
-    assert [row["phase"] for row in conclusion.log] == ["compare", "compare", "confirm"]
-    json.dumps(conclusion.sweep, allow_nan=False)  # strict JSON: no infinite interval
+    assert [row.phase for row in conclusion.log] == ["compare", "compare", "confirm"]
+    # strict JSON: no infinite interval
+    json.dumps(conclusion.finding_json("sweep"), allow_nan=False)
 
 
 def test_a_difference_the_fresh_trials_do_not_show_is_no_alert() -> None:
@@ -69,8 +69,8 @@ def test_a_difference_the_fresh_trials_do_not_show_is_no_alert() -> None:
     conclusion = strategy.conclude(done, [])
     assert conclusion.status is Status.NO_CULPRIT, conclusion.reason
     assert "did not show again" in conclusion.reason
-    assert conclusion.sweep is not None
-    assert conclusion.sweep["variants"][0]["state"] == "unconfirmed"
+    sweep = conclusion.finding_json("sweep")
+    assert sweep is not None and sweep["variants"][0]["state"] == "unconfirmed"
 
 
 
@@ -162,17 +162,19 @@ def test_a_throughput_drop_reads_as_a_drop_in_every_reason_line(
     assert conclusion.status is Status.CULPRIT
     assert conclusion.reason == "regression: production: throughput -40%, p99_latency +50%"
     # the trail (`bisect log`): as it moved, its alert as far the bad way
-    rows = [r for r in conclusion.log if r["metric"] == "throughput"]
-    assert rows and all(r["change"] == pytest.approx(0.4) for r in rows)  # the JSON: as before
-    line = trail_line(1, rows[0])
+    rows = [r for r in conclusion.log if r.to_json()["metric"] == "throughput"]
+    assert rows and all(r.to_json()["change"] == pytest.approx(0.4)
+                        for r in rows)  # the JSON: as before
+    line = rows[0].line()
     assert "-40.0% (threshold -15%)" in line and "+40" not in line
     # the confirmation lets a suspect go only when it rules out DETECT of the threshold
-    assert "-40.0% (rules out -6%)" in trail_line(1, rows[-1])
-    latency = trail_line(2, next(r for r in conclusion.log if r["metric"] == "p99_latency"))
+    assert "-40.0% (rules out -6%)" in rows[-1].line()
+    latency = next(r for r in conclusion.log if r.to_json()["metric"] == "p99_latency").line()
     assert "+50.0% (threshold +20%)" in latency
     # `bisect sweep`'s printed outcome and the report's answer sentence
-    assert conclusion.sweep is not None
-    [variant] = conclusion.sweep["variants"]
+    sweep = conclusion.finding_json("sweep")
+    assert sweep is not None
+    [variant] = sweep["variants"]
     print_outcome({"sweep": "nightly", "run": 2, "status": "regression",
                    "reason": conclusion.reason,
                    "variants": [variant]})
@@ -199,8 +201,8 @@ def test_session_counts_are_clustered_by_trial() -> None:
     assert corruption.effective is not None and corruption.effective[0][1] < 240 / 4
     assert judged.state == "measuring" and corruption.answer.value == "unknown", corruption
     conclusion = strategy.conclude(one_bad, [])
-    assert conclusion.sweep is not None and conclusion.sweep["dispersion"]["corruption"][
-        "tau2"] > 1.0
+    sweep = conclusion.finding_json("sweep")
+    assert sweep is not None and sweep["dispersion"]["corruption"]["tau2"] > 1.0
     # the same leaks spread over every trial: the trials agree, and it is a suspect
     every = [trial({"hicache": "off"}, k) for k in (5, 5, 4)]
     judged = strategy.judged(every)[0]

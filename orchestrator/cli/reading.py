@@ -26,7 +26,7 @@ from orchestrator.cli.common import (
     store_arg,
     store_json,
 )
-from orchestrator.cli.verdict_view import print_verdict, trail_line
+from orchestrator.cli.verdict_view import print_verdict
 
 if TYPE_CHECKING:
     from db.records import GeneratorRecord, TrialRecord
@@ -162,15 +162,15 @@ def decision_log(campaign_id: CampaignId, store: StoreOption = "bisect.db",
 
     with reading(store) as db:
         campaign_id = resolve_id(db, campaign_id, store)
-        trail = verdict_of(db, campaign_id).to_json()["log"]
+        trail = verdict_of(db, campaign_id).log
     if as_json:
-        emit_json(trail)
+        emit_json([entry.to_json() for entry in trail])
         return
     if not trail:
         out.print("no decision trail: this strategy runs a fixed design (see `bisect show`)",
                   highlight=False, markup=False)
-    for index, step in enumerate(trail, start=1):
-        out.print(trail_line(index, step), highlight=False, markup=False)
+    for index, entry in enumerate(trail, start=1):
+        out.print(f"{index:3} {entry.line()}", highlight=False, markup=False)
 
 
 def _load(trial: TrialRecord, generators: list[GeneratorRecord], spread: bool) -> str:

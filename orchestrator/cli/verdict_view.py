@@ -1,4 +1,4 @@
-"""A verdict for people and for tools (``--json``), and a decision trail's lines."""
+"""A verdict for people and for tools (``--json``)."""
 
 from __future__ import annotations
 
@@ -67,68 +67,3 @@ def _print_culprit(culprit: dict[str, Any], *, commits: bool) -> None:
         out.print(f"    alone: {own['rate_with']:.1%} vs {own['rate_without']:.1%} (95% CI "
                   f"{own['ci95'][0]:+.1%}…{own['ci95'][1]:+.1%}); {', '.join(seen) or 'clean'}",
                   highlight=False, markup=False)
-
-
-def _p(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2g}"  # None: no test was made at this step
-
-
-def _at(level: float | None) -> str:
-    return "" if level is None else f" (at ≤{level:.2g})"  # the threshold it was compared to
-
-
-def _skipped(error: str) -> str:
-    """Why a commit was skipped: its deploy's error, or the user's probe (exit 125)."""
-    from orchestrator.core.strategies.base import PROBE_SKIPPED
-
-    if error.startswith(PROBE_SKIPPED):
-        return "the probe skipped it (exit 125)"
-    return f"cannot be deployed: {error}"
-
-
-def sweep_change(step: dict[str, Any]) -> str:
-    """A sweep comparison's change as a reader says it: rates in points, figures in percent;
-    with the change its SAME rules out: the threshold where a variant is compared, 40% of it
-    where a suspect's fresh trials confirm it (a suspect is made at 40% of the threshold)."""
-    said = "rules out" if step.get("phase") == "confirm" else "threshold"
-    if step["metric"] in ("corruption", "wedging"):
-        return (f"{step['baseline']:.1%} -> {step['current']:.1%} "
-                f"({step['change'] * 100:+.1f} points, {said} +{step['min_effect'] * 100:g})")
-    from orchestrator.core.stats.regression import moved
-
-    # signed as the metric moved (a throughput drop negative), its threshold as far the bad way
-    metric = step["metric"]
-    return (f"{moved(metric, step['change']):+.1%} ({said} "
-            f"{moved(metric, step['min_effect']):+.0%})")
-
-
-def trail_line(index: int, step: dict[str, Any]) -> str:
-    """One line a step: readable at any width."""
-    variant = ",".join(f"{f}={lvl}" for f, lvl in step["levels"].items())
-    if "posterior" in step:  # a commit search's: the posterior mass, no test
-        from orchestrator.core.strategies.commits import commit_words
-        sha = step["levels"]["commit"]
-        commit = commit_words(sha, {sha: (step["subject"], step["author"])}
-                              if "subject" in step else {})
-        skipped = f"  skipped, {_skipped(step.get('reason', ''))}" \
-            if step["phase"] == "skipped" else ""
-        return (f"{index:3} posterior {step['posterior']:.4f}  {step['corrupted']}/"
-                f"{step['sessions']} in {step['trials']} trial(s)  {commit}{skipped}")
-    if "metric" in step:  # a sweep's: one metric of a variant against its reference
-        return (f"{index:3} {step['phase']:<8} {step['variant']:<16} {step['metric']:<12} "
-                f"{step['answer']:<10} {sweep_change(step)}  in {step['trials']} trial(s)  "
-                f"p(worse)={_p(step['p_worse'])}{_at(step.get('alpha_worse', step['alpha']))} "
-                f"p(same)={_p(step['p_same'])}{_at(step['alpha'])}  {variant}")
-    if "standing" in step:  # a search's: one trial, and where its configuration stands
-        value = "–" if step["value"] is None else f"{step['value']:.4g}"
-        lead = f"  leader {step['leader']}" if step["leader"] else ""
-        return (f"{index:3} trial {step['trial']:<4} {step['phase']:<7} {step['objective']} "
-                f"{value:<9} {step['corrupted']}/{step['sessions']} corrupt  "
-                f"{step['standing']} after {step['trials']} trial(s)  {variant}{lead}")
-    unfinished = f" (+{step['unfinished']} unfinished)" if step.get("unfinished") else ""
-    return (f"{index:3} {step['phase']:<22} {step['answer']:<17} "
-            f"{step['corrupted']}/{step['sessions']}{unfinished} in {step['trials']} trial(s)  "
-            f"p(worse than good)={_p(step['p_fail'])}{_at(step.get('fail_at'))} "
-            f"p(better than bad)={_p(step['p_pass'])}{_at(step.get('pass_at'))}  "
-            f"{variant}"
-            + (f"  {step['reason']}" if "reason" in step else ""))  # why it was skipped

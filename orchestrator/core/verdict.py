@@ -27,11 +27,10 @@ from orchestrator.core.evidence import (
 from orchestrator.core.stats.clustered import Dispersion
 from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.strategies.base import Conclusion, Status, Unresolvable
-from orchestrator.core.strategies.design import Design
-from orchestrator.core.strategies.design_effects import estimate_effects
+from orchestrator.core.trail import Finding, TrailEntry, finding_json
 
 __all__ = ["MAX_INFRA_SHARE", "CostModel", "Status", "Unresolvable", "Verdict", "judged_cells",
-           "judged_trials", "variant_cells", "verdict_from", "wedging"]
+           "judged_trials", "shown_cells", "variant_cells", "verdict_from", "wedging"]
 
 # syzkaller's rule: a trial that is mostly infrastructure errors says nothing about the variant.
 MAX_INFRA_SHARE = 2 / 3
@@ -55,16 +54,13 @@ class Verdict:
     trials: tuple[TrialEvidence, ...]
     unjudged_trials: int
     cost: CostModel
-    log: tuple[dict[str, Any], ...] = ()  # the decision trail, where the strategy keeps one
+    log: tuple[TrailEntry, ...] = ()  # the decision trail, where the strategy keeps one
     # what makes servers error, hang or time out (a wedging campaign's: its `culprits`)
     wedge_culprits: tuple[Culprit, ...] = ()
     unresolvable: tuple[Unresolvable, ...] = ()
     failing: Failing = CORRUPTING  # what `culprits` explain (the JSON's `target`)
-    design: Design | None = None  # a factorial campaign's design: what its runs can tell apart
-    commits: Mapping[str, Any] | None = None  # a commit search: first bad commit(s), skips
+    finding: Finding | None = None  # what the strategy's kind found beyond culprits
     also: Conclusion | None = None  # the other failure, where the strategy bisected it too
-    sweep: Mapping[str, Any] | None = None  # a sweep run: each variant against its baseline
-    optimize: Mapping[str, Any] | None = None  # a search: the ranked safe configurations
     target_reason: str | None = None  # the target's own, where `reason` says `also`'s too
 
     def failures(self) -> dict[str, dict[str, Any]]:
@@ -79,25 +75,17 @@ class Verdict:
             by[target_of(other.failing or CORRUPTING)] = {
                 "status": other.status.value, "reason": other.reason,
                 "culprits": [_culprit_json(c) for c in other.culprits],
-                **({"commits": dict(other.commits)} if other.commits is not None else {})}
+                **_finding(other.finding)}
         elif self.failing != WEDGING:
             by["wedging"] = {"status": "attributed", "reason": "found on the stored trials",
                              "culprits": [_culprit_json(c) for c in self.wedge_culprits]}
         return by
 
     def to_json(self) -> dict[str, Any]:
-        design = {} if self.design is None else {"design": {
-            **self.design.to_json(), "effects": estimate_effects(self.design, self.cells)}}
-        commits = {"commits": dict(self.commits)} if self.commits is not None else {}
-        sweep = {"sweep": dict(self.sweep)} if self.sweep is not None else {}
-        optimize = {"optimize": dict(self.optimize)} if self.optimize is not None else {}
         failures = self.failures()
         spread = spread_of(self.cells)
         return {
-            **design,
-            **commits,
-            **sweep,
-            **optimize,
+            **_finding(self.finding),
             "target": target_of(self.failing),
             "unresolvable": [
                 {"levels": dict(u.levels), "attempts": u.attempts, "error": u.error}
@@ -114,8 +102,12 @@ class Verdict:
             "dispersion": spread.to_json(),
             "variants": [_cell_json(c, spread) for c in self.cells],
             "cost": self.cost_json(),
-            "log": list(self.log),
+            "log": [entry.to_json() for entry in self.log],
         }
+
+    def finding_json(self, kind: str) -> dict[str, Any] | None:
+        """The finding's JSON where the strategy is of ``kind`` (``"commits"``...), else None."""
+        return finding_json(self.finding, kind)
 
     def workload_shares(self) -> list[float]:
         """The share of a full workload each trial ran: 1, or less for one stopped early
@@ -140,6 +132,10 @@ class Verdict:
             "wall_s": round(sum(t.wall_s for t in self.trials), 3),
             "gpu_s_equivalent": round(real_s * self.cost.gpus, 1),
         }
+
+
+def _finding(finding: Finding | None) -> dict[str, Any]:
+    return {} if finding is None else {finding.kind: finding.to_json()}
 
 
 def _round(value: float) -> float:
@@ -198,6 +194,13 @@ def judged_cells(
     return judged, variant_cells(judged, factors)
 
 
+def shown_cells(evidence: Sequence[TrialEvidence],
+                factors: Mapping[str, Sequence[str]]) -> list[Cell]:
+    """The cells a verdict shows: the trials that can be judged, judged for corruption
+    whatever the target (a wedged variant: its errors and timeouts beside 0 corrupted)."""
+    return variant_cells([t.judged_as(CORRUPTING) for t in judged_trials(evidence)], factors)
+
+
 def judged_trials(evidence: Sequence[TrialEvidence]) -> list[TrialEvidence]:
     """The trials that are not mostly sessions without a verdict of their own (errors and
     timeouts, unless they are what fails)."""
@@ -250,7 +253,7 @@ def verdict_from(
     did not reproduce (its own `culprits` are then none), else attributed on every trial."""
     failing = conclusion.failing or failing
     judged = judged_trials(evidence)
-    shown = variant_cells([t.judged_as(CORRUPTING) for t in judged], factors)
+    shown = shown_cells(evidence, factors)
     also = conclusion.also
     if failing == WEDGING:
         wedge = conclusion.culprits  # the target's culprits are the wedge's
@@ -260,6 +263,5 @@ def verdict_from(
         wedge = wedging(evidence, factors, alpha)
     return Verdict(conclusion.status, conclusion.reason, conclusion.culprits, tuple(shown),
                    tuple(evidence), len(evidence) - len(judged), cost, conclusion.log,
-                   wedge, tuple(unresolvable), failing, design=conclusion.design,
-                   commits=conclusion.commits, also=also, sweep=conclusion.sweep,
-                   optimize=conclusion.optimize, target_reason=conclusion.target_reason)
+                   wedge, tuple(unresolvable), failing, finding=conclusion.finding, also=also,
+                   target_reason=conclusion.target_reason)

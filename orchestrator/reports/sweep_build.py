@@ -138,7 +138,7 @@ def _summary(store: Store, run: SweepRunRecord, result: dict[str, Any],
         notes.append(f"the comparisons are as the run stored them at its end: its campaign "
                      f"{run.campaign_id} cannot be judged again ({_first_line(exc)})")
         return result, False
-    return {"reason": verdict.reason, **(verdict.sweep or {})}, True
+    return {"reason": verdict.reason, **(verdict.finding_json("sweep") or {})}, True
 
 
 def _first_line(exc: BaseException) -> str:
@@ -355,7 +355,7 @@ def _hunt(store: Store, sweeps: Sweeps, run: SweepRunRecord, result: Mapping[str
             if spec is not None:
                 described = {sha: (d.subject, d.author) for sha, d in spec.described.items()}
             verdict = verdict_of(store, campaign_id)
-            found = dict(verdict.commits or {})
+            found = dict(verdict.finding_json("commits") or {})
             status, reason = verdict.status.value, verdict.reason
             first_bad, posterior = list(found.get("first_bad") or []), found.get("posterior")
             recomputed = True

@@ -52,7 +52,7 @@ def hunt_commits(store: Store, sweeps: Sweeps, sweep: Sweep, run: SweepRunRecord
     progress(f"hunt: {metric} of {variant['name']} between {good[:12]} and {bad[:12]} "
              f"(campaign {campaign_id})")
     verdict = run_campaign(store, campaign_id, progress=progress)
-    found = dict(verdict.commits or {})
+    found = dict(verdict.finding_json("commits") or {})
     return {"status": verdict.status.value, "reason": verdict.reason, "campaign": campaign_id,
             "variant": variant["name"], "metric": metric, "good": good, "bad": bad,
             "first_bad": found.get("first_bad", []), "posterior": found.get("posterior")}

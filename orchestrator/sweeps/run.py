@@ -121,7 +121,7 @@ def run_sweep(store: Store, sweep: Sweep, source_text: str, *, trigger: str = "m
         status = {Status.CULPRIT: "regression", Status.NO_CULPRIT: "clean"}.get(
             verdict.status, "inconclusive")
         result = {"campaign": campaign_id, "seed": campaign_seed(store, campaign_id),
-                  "reason": verdict.reason, **(verdict.sweep or {}), **changes}
+                  "reason": verdict.reason, **(verdict.finding_json("sweep") or {}), **changes}
         if status == "regression" and hunt is not None:
             result["hunt"] = _hunted(hunt, store, sweeps, sweep, run, result, progress)
     except KeyboardInterrupt:
@@ -215,5 +215,5 @@ def recompute(store: Store, run: SweepRunRecord) -> dict[str, Any]:
     """A finished run's comparisons, recomputed from its stored trials."""
     assert run.campaign_id is not None
     verdict = verdict_of(store, run.campaign_id)
-    return {"reason": verdict.reason, **(verdict.sweep or {})}
+    return {"reason": verdict.reason, **(verdict.finding_json("sweep") or {})}
 

@@ -63,8 +63,9 @@ def concluded(values: Mapping[str, Sequence[float]],
     done = planted(values, final or (), corrupt=corrupt)
     budget = PLANTED["trials"] if final is None else len(done) - len(final)
     conclusion = strategy(budget).conclude(done, [])
-    assert conclusion.optimize is not None
-    return conclusion, conclusion.optimize["versus_production"]
+    said = conclusion.finding_json("optimize")
+    assert said is not None
+    return conclusion, said["versus_production"]
 
 
 class Recorder:

@@ -427,14 +427,7 @@ def conclude_replay(
 ) -> Conclusion:
     """The adaptive strategy's conclusion, with each culprit measured on every explored cell
     and, where ``good`` is given, on its own (the culprit alone against its neighbours)."""
-    log = tuple(
-        {"phase": s.phase, "levels": dict(s.levels), "answer": s.answer,
-         "corrupted": s.failures, "sessions": s.judged, "unfinished": s.unfinished,
-         "trials": s.trials, "p_fail": s.p_fail, "p_pass": s.p_pass,
-         "fail_at": s.fail_at, "pass_at": s.pass_at,
-         **({"reason": s.reason} if s.reason else {})}  # a skipped variant's: why
-        for s in (*replay.trail, *(replay.also.trail if replay.also else ()))
-    )
+    log = (*replay.trail, *(replay.also.trail if replay.also else ()))
     blocked = {variant_key(u.levels): u for u in unresolvable}
     asking = replay.asking
     stuck = [blocked[variant_key(v)] for v in asking.needed if variant_key(v) in blocked]

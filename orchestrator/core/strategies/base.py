@@ -20,7 +20,7 @@ from orchestrator.core.stats.compare import StopRule
 
 if TYPE_CHECKING:
     from orchestrator.core.attribution import Culprit
-    from orchestrator.core.strategies.design import Design
+    from orchestrator.core.trail import Finding, TrailEntry
 
 
 class Status(StrEnum):
@@ -71,9 +71,10 @@ class Conclusion:
     status: Status
     reason: str
     culprits: tuple[Culprit, ...] = ()
-    log: tuple[dict[str, Any], ...] = ()  # the decision trail, where the strategy keeps one
-    design: Design | None = None  # a factorial campaign's design: what its runs can tell apart
-    commits: Mapping[str, Any] | None = None  # a commit search: first bad commit(s), skips
+    log: tuple[TrailEntry, ...] = ()  # the decision trail, where the strategy keeps one
+    # what its kind found beyond culprits: a factorial design, a commit search's change point,
+    # a sweep's comparisons, a search's ranked configurations
+    finding: Finding | None = None
     # what the culprits explain, where not the campaign's target (an `also`'s: the other
     # failure; a strategy's own conclusion is its target's, whatever known-bad showed)
     failing: Failing | None = None
@@ -81,10 +82,14 @@ class Conclusion:
     # where known-bad did not reproduce the target: the target is `not_reproduced` then, and
     # the other failure's culprits are this one's, never the target's
     also: Conclusion | None = None
-    sweep: Mapping[str, Any] | None = None  # a sweep run: each variant against its baseline
-    optimize: Mapping[str, Any] | None = None  # a search: the ranked safe configurations
     # the target's own reason, where ``reason`` also says what ``also`` concluded
     target_reason: str | None = None
+
+    def finding_json(self, kind: str) -> dict[str, Any] | None:
+        """The finding's JSON where the strategy is of ``kind`` (``"optimize"``...), else None."""
+        from orchestrator.core.trail import finding_json
+
+        return finding_json(self.finding, kind)
 
 
 class Strategy(Protocol):

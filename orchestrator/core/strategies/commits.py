@@ -29,7 +29,6 @@ import copy
 import dataclasses
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy.special import betaln, gammaln
@@ -53,9 +52,14 @@ from orchestrator.core.strategies.base import (
     not_yet_running,
 )
 from orchestrator.core.strategies.both_failures import both_reason, commit_replay_both
+from orchestrator.core.strategies.commits_said import (
+    FACTOR,
+    CommitSearch,
+    CommitStep,
+    commit_words,
+)
 from orchestrator.core.verdict import judged_trials
 
-FACTOR = "commit"
 # Weak priors that still say "clean is clean, broken is broken": rates near 0 before the change,
 # anything after it (the data decides how much).
 GOOD_PRIOR = (0.5, 20.0)
@@ -233,10 +237,9 @@ class Commits:
             return dataclasses.replace(main, failing=replay.failing)
         other = also.failing or CORRUPTING
         beside = dataclasses.replace(conclude_commit_replay(
-            also, self.commits, _judged(done, other), unresolvable, self.described),
-            failing=other)
-        name = target_of(other)
-        log = (*main.log, *({**step, "phase": f"{name}: {step['phase']}"} for step in beside.log))
+            also, self.commits, _judged(done, other), unresolvable, self.described,
+            named=target_of(other)), failing=other)
+        log = (*main.log, *beside.log)
         if not also.finished:
             return dataclasses.replace(main, status=Status.INCONCLUSIVE, reason=UNFINISHED,
                                        log=log)
@@ -360,31 +363,22 @@ def _judged(evidence: Sequence[TrialEvidence], failing: Failing | None
     return evidence if failing is None else [t.judged_as(failing) for t in evidence]
 
 
-def commit_words(sha: str, described: Mapping[str, tuple[str, str]]) -> str:
-    """A commit as the verdict names it: ``abc123 'Fix topk kernel' (Jane Doe)``, or its SHA
-    alone where git gave nothing (a campaign stored before subjects were)."""
-    if sha not in described:
-        return sha
-    subject, author = described[sha]
-    return f"{sha} '{subject}' ({author})"
-
-
 def conclude_commit_replay(
     replay: CommitReplay,
     commits: Sequence[str],
     evidence: Sequence[TrialEvidence],
     unresolvable: Sequence[Unresolvable] = (),
     described: Mapping[str, tuple[str, str]] | None = None,
+    named: str = "",
 ) -> Conclusion:
     """The change point as a conclusion: the first bad commit, its effect measured as every
     commit from it on against every commit before it. When skipped commits (that cannot be
     deployed) sit right before it, the culprit is that run, ``A^..B`` in git's notation.
-    ``described``: each commit's subject and author, beside its SHA in the trail and the JSON."""
+    ``described``: each commit's subject and author, beside its SHA in the trail and the JSON;
+    ``named``: the failure its trail's steps are named by ("wedging: posterior"), where this
+    search is the other failure's."""
     described = described or {}
-
-    def words(sha: str) -> dict[str, str]:
-        return dict(zip(("subject", "author"), described[sha], strict=True)) \
-            if sha in described else {}
+    prefix = f"{named}: " if named else ""
 
     judged = judged_trials(evidence)
     status = Status.INCONCLUSIVE if replay.status is None else replay.status
@@ -402,26 +396,18 @@ def conclude_commit_replay(
             f"{replay.first_bad[0]}^..{replay.first_bad[-1]}"
         culprits = (dataclasses.replace(measured, factors={FACTOR: named}),)
     tested = {sha: [t for t in judged if t.levels.get(FACTOR) == sha] for sha in commits}
-    # No test is made at a step: its number is the posterior mass (``p_fail`` and ``p_pass``
-    # are kept, as every trail has them, and left empty).
-    log = ({"phase": "skipped" if sha in replay.skipped else "posterior",
-            "levels": {FACTOR: sha}, "answer": f"{p:.4f}", "posterior": p, **words(sha),
-            "corrupted": sum(t.failures for t in tested[sha]),
-            "sessions": sum(t.judged for t in tested[sha]), "trials": len(tested[sha]),
-            "p_fail": None, "p_pass": None, "fail_at": None, "pass_at": None,
-            **({"reason": why[sha].error.splitlines()[0]} if sha in why else {})}
+    log = (CommitStep(prefix + ("skipped" if sha in replay.skipped else "posterior"), sha, p,
+                      sum(t.failures for t in tested[sha]), sum(t.judged for t in tested[sha]),
+                      len(tested[sha]), described.get(sha),
+                      why[sha].error.splitlines()[0] if sha in why else None)
            for sha, p in zip(commits, replay.posterior, strict=True)
            if p >= 0.001 or tested[sha] or sha in replay.skipped)
     mentioned = [*replay.first_bad, *([replay.last_good] if replay.last_good else []),
                  replay.credible[0], replay.credible[-1], *replay.skipped]
-    search: dict[str, Any] = {
-        "first_bad": list(replay.first_bad), "posterior": round(replay.mass, 6),
-        "last_good": replay.last_good,
-        "credible90": [replay.credible[0], replay.credible[-1]],
-        "skipped": [{"commit": sha, "attempts": why[sha].attempts, "error": why[sha].error}
-                    for sha in replay.skipped if sha in why],
+    search = CommitSearch(
+        tuple(replay.first_bad), replay.mass, replay.last_good,
+        (replay.credible[0], replay.credible[-1]),
+        tuple(why[sha] for sha in replay.skipped if sha in why),
         # The subject and author of every commit named above, where git gave them.
-        "described": {sha: words(sha) for sha in dict.fromkeys(mentioned)
-                      if sha in described},
-    }
-    return Conclusion(status, reason, culprits, tuple(log), commits=search)
+        {sha: described[sha] for sha in dict.fromkeys(mentioned) if sha in described})
+    return Conclusion(status, reason, culprits, tuple(log), finding=search)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from orchestrator.core.attribution import Culprit, find_culprits
 from orchestrator.core.evidence import (
     CORRUPTING,
     WEDGING,
+    Cell,
     Failing,
     Levels,
     TrialEvidence,
@@ -21,9 +24,24 @@ from orchestrator.core.stats.compare import StopWhenFailing
 from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.strategies.base import Conclusion, Status, Unresolvable
 from orchestrator.core.strategies.design import Design, effect_name, fraction, gray_order
-from orchestrator.core.verdict import CostModel, Verdict, judged_cells, verdict_from
+from orchestrator.core.strategies.design_effects import estimate_effects
+from orchestrator.core.verdict import CostModel, Verdict, judged_cells, shown_cells, verdict_from
 
-__all__ = ["Factorial", "conclude_factorial", "decide", "fraction", "gray_order"]
+__all__ = ["DesignFinding", "Factorial", "conclude_factorial", "decide", "fraction",
+           "gray_order"]
+
+
+@dataclass(frozen=True)
+class DesignFinding:
+    """A factorial campaign's design (what its runs can tell apart), with its effects
+    estimated on the cells the verdict shows (judged for corruption, whatever the target)."""
+
+    design: Design
+    cells: tuple[Cell, ...]
+    kind: ClassVar[str] = "design"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.design.to_json(), "effects": estimate_effects(self.design, self.cells)}
 
 
 class Factorial:
@@ -114,8 +132,11 @@ def conclude_factorial(
     said = {CORRUPTING: "corrupt", WEDGING: "wedged (an error or a timeout)"}.get(
         failing, "failing")
 
+    found = None if design is None else DesignFinding(design, tuple(shown_cells(evidence,
+                                                                              factors)))
+
     def verdict(status: Status, reason: str, culprits: Sequence[Culprit] = ()) -> Conclusion:
-        return Conclusion(status, reason, tuple(culprits), design=design)
+        return Conclusion(status, reason, tuple(culprits), finding=found)
 
     failed, sessions = pooled(grouped)
     if sessions == 0:

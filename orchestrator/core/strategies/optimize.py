@@ -35,7 +35,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from experiments.optimize_config import OptimizeConfig
 from orchestrator.core.evidence import CORRUPTING, Levels, TrialEvidence, variant_key
@@ -56,8 +56,7 @@ from orchestrator.core.strategies.optimize_rank import (
     ranked,
     versus_production,
 )
-from orchestrator.core.strategies.optimize_said import payload as said_payload
-from orchestrator.core.strategies.optimize_said import reason
+from orchestrator.core.strategies.optimize_said import SearchFinding, SearchStep, reason
 
 # Confirmation re-runs may promote the next candidate when one falls; this many rounds of the
 # top at most, so a ranking that keeps flipping still ends.
@@ -361,18 +360,18 @@ class Optimize:
         every, safe, named = standing.every, standing.safe, standing.named
         log = tuple(self.trail(done, standing.final))
         against = self.versus(standing)
-        payload = said_payload(self.plan, self.seeds, standing, done, unresolvable, log, against)
+        found = SearchFinding(self.plan, tuple(self.seeds), standing, tuple(done),
+                              tuple(unresolvable), log, against)
         if named:
-            return Conclusion(Status.OPTIMUM, reason(named[0], against),
-                              optimize=payload, log=log)
+            return Conclusion(Status.OPTIMUM, reason(named[0], against), log=log, finding=found)
         if not done:
-            return Conclusion(Status.INCONCLUSIVE, UNFINISHED, optimize=payload)
+            return Conclusion(Status.INCONCLUSIVE, UNFINISHED, finding=found)
         why = (f"{len(safe)} safe configuration(s), none with {self.plan.confirm_trials} trials"
                if safe else f"none of {len(every)} configuration(s) was proven safe")
-        return Conclusion(Status.INCONCLUSIVE, why, optimize=payload, log=log)
+        return Conclusion(Status.INCONCLUSIVE, why, log=log, finding=found)
 
     def trail(self, done: Sequence[TrialEvidence], final: Final | None = None) -> list[
-            dict[str, Any]]:
+            SearchStep]:
         """`bisect log`'s lines: each trial in order, what it measured, and where its
         configuration stood after it (safe, unproven, unsafe) and which one led."""
         seeds = {variant_key(s) for s in self.seeds}
@@ -388,15 +387,13 @@ class Optimize:
             mine = next(c for c in now if c.key == key)
             lead = ranked([c for c in now if c.safe])
             value = figure(trial, self.plan.objectives[0])
-            steps.append({
-                "phase": "final" if trial.seq > after else "re-run" if again
+            steps.append(SearchStep(
+                "final" if trial.seq > after else "re-run" if again
                 else "seed" if key in seeds else "search",
-                "levels": dict(trial.levels), "trial": trial.seq,
-                "objective": self.plan.objectives[0], "value": value,
-                "corrupted": trial.judged_as(CORRUPTING).failures,
-                "sessions": trial.sessions, "trials": mine.trials,
-                "standing": "safe" if mine.safe else "unproven" if mine.plausible else "unsafe",
-                "leader": lead[0].key if lead else None})
+                dict(trial.levels), trial.seq, self.plan.objectives[0], value,
+                trial.judged_as(CORRUPTING).failures, trial.sessions, mine.trials,
+                "safe" if mine.safe else "unproven" if mine.plausible else "unsafe",
+                lead[0].key if lead else None))
         return steps
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.core.evidence import TrialEvidence, variant_key
 from orchestrator.core.stats.clustered import (
@@ -29,6 +29,7 @@ from orchestrator.core.stats.compare import (
 )
 from orchestrator.core.stats.exact import fisher_greater
 from orchestrator.core.strategies.base import Status
+from orchestrator.core.trail import at_words, p_words, variant_words
 
 if TYPE_CHECKING:
     from orchestrator.core.strategies.adaptive import Adaptive
@@ -85,7 +86,8 @@ def spent(alpha: float, at: Sequence[int]) -> float:
 
 @dataclass(frozen=True)
 class Step:
-    """One line of the decision trail."""
+    """One line of the decision trail (a ``TrailEntry``): an adaptive search's test, or a
+    plug-in's that tests as it does."""
 
     phase: str
     levels: Mapping[str, str]
@@ -99,6 +101,21 @@ class Step:
     fail_at: float | None = None  # the p_fail a FAIL needed (None: no such test was made)
     pass_at: float | None = None  # the p_pass a PASS needed
     reason: str = ""  # a test that had no answer: why (a variant skipped, `git bisect skip`)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"phase": self.phase, "levels": dict(self.levels), "answer": self.answer,
+                "corrupted": self.failures, "sessions": self.judged,
+                "unfinished": self.unfinished, "trials": self.trials, "p_fail": self.p_fail,
+                "p_pass": self.p_pass, "fail_at": self.fail_at, "pass_at": self.pass_at,
+                **({"reason": self.reason} if self.reason else {})}  # a skipped variant's: why
+
+    def line(self) -> str:
+        unfinished = f" (+{self.unfinished} unfinished)" if self.unfinished else ""
+        return (f"{self.phase:<22} {self.answer:<17} {self.failures}/{self.judged}{unfinished} "
+                f"in {self.trials} trial(s)  p(worse than good)={p_words(self.p_fail)}"
+                f"{at_words(self.fail_at)} p(better than bad)={p_words(self.p_pass)}"
+                f"{at_words(self.pass_at)}  {variant_words(self.levels)}"
+                + (f"  {self.reason}" if self.reason else ""))  # why it was skipped
 
 
 class NeedTrials(Exception):

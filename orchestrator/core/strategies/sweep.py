@@ -64,8 +64,8 @@ from orchestrator.core.strategies.sweep_judged import (
     CONTINUOUS,
     METRICS,
     Judged,
+    SweepFinding,
     drift_words,
-    judged_json,
     regression_words,
     trail,
 )
@@ -330,10 +330,9 @@ class SweepStrategy:
         broken = {variant_key(u.levels) for u in unresolvable}
         states = {j.variant.name: ("undeployable" if variant_key(self.levels(j.variant))
                                    in broken else j.state) for j in judged}
-        summary = {"baseline_run": self.plan.baseline_run,
-                   "variants": [judged_json(j, states[j.variant.name]) for j in judged],
-                   "dispersion": {metric: spread.to_json()
-                                  for metric, spread in self.spread(done).items()}}
+        summary = SweepFinding(self.plan.baseline_run,
+                               tuple((j, states[j.variant.name]) for j in judged),
+                               self.spread(done))
         log = tuple(row for j in judged for row in trail(j))
         regressions = [name for name, state in states.items() if state == "regression"]
         waiting = [name for name, state in states.items()
@@ -366,7 +365,7 @@ class SweepStrategy:
                 f"; against the baseline's trials of another day, with no control beside "
                 f"them (the build did not move), not an alert: {drifted}" if drifted else "") + (
                 f"; new since the baseline, measured only: {', '.join(new)}" if new else "")
-        return Conclusion(status, reason, log=log, sweep=summary)
+        return Conclusion(status, reason, log=log, finding=summary)
 
 
 def _budget(plan: SweepConfig, comparisons: Sequence[Comparison]) -> int:

@@ -7,10 +7,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from experiments.strategy_config import NamedVariant
-from orchestrator.core.stats.regression import Comparison, Difference, said_change
+from orchestrator.core.stats.clustered import Dispersion
+from orchestrator.core.stats.regression import Comparison, Difference, moved, said_change
+from orchestrator.core.trail import at_words, p_words, variant_words
 
 BINARY = ("corruption", "wedging")
 CONTINUOUS = ("throughput", "p99_latency")
@@ -94,12 +96,64 @@ _WHAT: Mapping[str, str] = {"corruption": "corrupted sessions", "wedging": "erro
                             "throughput": "output tokens/s", "p99_latency": "p99 e2e latency"}
 
 
-def trail(j: Judged) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class SweepStep:
+    """One comparison the run decided on, in the trail: a metric of a variant against its
+    reference, at detection (``compare``) or on a suspect's fresh trials (``confirm``)."""
+
+    phase: str
+    variant: NamedVariant
+    trials: int
+    comparison: Comparison
+
+    def to_json(self) -> dict[str, Any]:
+        return {"phase": self.phase, "variant": self.variant.name,
+                "levels": dict(self.variant.levels), "trials": self.trials,
+                "what": _WHAT[self.comparison.metric], **_comparison_json(self.comparison)}
+
+    def line(self) -> str:
+        c = self.comparison
+        worse = c.alpha if c.alpha_worse is None else c.alpha_worse
+        return (f"{self.phase:<8} {self.variant.name:<16} {c.metric:<12} {c.answer.value:<10} "
+                f"{self.change()}  in {self.trials} trial(s)  "
+                f"p(worse)={p_words(c.p_worse)}{at_words(worse)} "
+                f"p(same)={p_words(c.p_same)}{at_words(c.alpha)}  "
+                f"{variant_words(self.variant.levels)}")
+
+    def change(self) -> str:
+        """The change as a reader says it: rates in points, figures in percent; with the
+        change its SAME rules out: the threshold where a variant is compared, 40% of it where a
+        suspect's fresh trials confirm it (a suspect is made at 40% of the threshold)."""
+        c = self.comparison
+        said = "rules out" if self.phase == "confirm" else "threshold"
+        if c.metric in BINARY:
+            return (f"{c.baseline:.1%} -> {c.current:.1%} "
+                    f"({c.change * 100:+.1f} points, {said} +{c.min_effect * 100:g})")
+        # signed as the metric moved (a throughput drop negative), its threshold as far the
+        # bad way
+        return (f"{moved(c.metric, c.change):+.1%} ({said} "
+                f"{moved(c.metric, c.min_effect):+.0%})")
+
+
+def trail(j: Judged) -> list[SweepStep]:
     """The decision trail (`bisect log`): each comparison the run decided on."""
-    rows = [{"phase": "compare", "variant": j.variant.name, "levels": dict(j.variant.levels),
-             "trials": j.trials,
-             "what": _WHAT[c.metric], **_comparison_json(c)} for c in j.comparisons]
-    rows += [{"phase": "confirm", "variant": j.variant.name, "levels": dict(j.variant.levels),
-              "trials": j.confirm_trials,
-              "what": _WHAT[c.metric], **_comparison_json(c)} for c in j.confirmation]
-    return rows
+    return [*(SweepStep("compare", j.variant, j.trials, c) for c in j.comparisons),
+            *(SweepStep("confirm", j.variant, j.confirm_trials, c) for c in j.confirmation)]
+
+
+@dataclass(frozen=True)
+class SweepFinding:
+    """A sweep run's comparisons: each variant against its baseline, in its final state
+    (``undeployable`` where it could not be deployed), and the spread between trials of each
+    session metric."""
+
+    baseline_run: int | None
+    variants: tuple[tuple[Judged, str], ...]  # each variant and its state
+    dispersion: Mapping[str, Dispersion]
+    kind: ClassVar[str] = "sweep"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"baseline_run": self.baseline_run,
+                "variants": [judged_json(j, state) for j, state in self.variants],
+                "dispersion": {metric: spread.to_json()
+                               for metric, spread in self.dispersion.items()}}
