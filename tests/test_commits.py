@@ -197,7 +197,8 @@ def test_the_verdict_names_commits_with_subject_and_author() -> None:
     # Without descriptions (a campaign stored before them), SHAs alone.
     bare = Commits(commits, sessions=80).conclude(evidence, [])
     assert bare.reason == f"first bad commit: c009, posterior {mass:.3f}; last good: c008"
-    assert bare.commits is not None and bare.commits["described"] == {}
+    said = bare.finding_json("commits")
+    assert said is not None and said["described"] == {}
 
 
 def test_one_pool_retries_both_endpoints_of_a_faint_change() -> None:
