@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.core.evidence import Failing, Levels, TrialEvidence, variant_key
 from orchestrator.core.stats.compare import StopRule
+from orchestrator.core.trail import Finding, TrailEntry, finding_json
 
 if TYPE_CHECKING:
     from orchestrator.core.attribution import Culprit
-    from orchestrator.core.trail import Finding, TrailEntry
 
 
 class Status(StrEnum):
@@ -87,8 +87,6 @@ class Conclusion:
 
     def finding_json(self, kind: str) -> dict[str, Any] | None:
         """The finding's JSON where the strategy is of ``kind`` (``"optimize"``...), else None."""
-        from orchestrator.core.trail import finding_json
-
         return finding_json(self.finding, kind)
 
 
