@@ -47,7 +47,7 @@ class TrialReport:
     metrics: list[MetricRow] = field(default_factory=list)
     logs: list[LogRow] = field(default_factory=list)
     generators: tuple[GeneratorRun, ...] = ()  # the load generators that ran the workload
-    failure: Failure | None = None  # a failed trial's class (steps.failure_of)
+    failure: Failure | None = None  # a failed trial's class (steps.base.failure_of)
     steps: tuple[StepRow, ...] = ()  # its chain of steps as they ran
     performance: dict[str, Any] | None = None  # StressResult.performance, for a trial done
 

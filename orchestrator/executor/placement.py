@@ -16,7 +16,7 @@ from scipy.optimize import linear_sum_assignment
 from deploy.render import render_service
 from experiments.campaign import Campaign, Pool
 from experiments.secrets import shown, shown_argv
-from orchestrator.executor.trial import level_settings
+from orchestrator.executor.steps.deploy import level_settings
 
 Levels = Mapping[str, str]
 

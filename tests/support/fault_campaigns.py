@@ -72,7 +72,7 @@ class TrialBench:
 
     def deploy(self, levels: dict[str, str]) -> int:
         """Only the deploy step (apply, restart, prove); returns the restarts it needed."""
-        return self.runner._deploy(levels)
+        return self.runner.deploy(levels)
 
     def shutdown(self) -> None:
         asyncio.run(self.runner.shutdown())
