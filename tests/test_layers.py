@@ -66,6 +66,39 @@ def test_the_executor_is_reached_by_the_driver_and_the_cli_alone() -> None:
     assert not found, sorted(found)
 
 
+def module_of(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@pytest.mark.pure
+def test_the_executor_s_modules_import_no_cycle() -> None:
+    """Lazy and type-only imports included: a trial's steps never reach back to the runner
+    that chains them (issue 28, G3)."""
+    graph = {module_of(path): {name for name in imported(path)
+                               if within(name, ("orchestrator.executor",))}
+             for path in sources("orchestrator/executor")}
+    assert "orchestrator.executor.trial" in graph["orchestrator.executor.driver"]  # it sees them
+
+    def cycle_from(start: str) -> list[str] | None:
+        path, seen = [start], set()
+        stack = [iter(sorted(graph.get(start, ())))]
+        while stack:
+            name = next(stack[-1], None)
+            if name is None:
+                stack.pop()
+                seen.add(path.pop())
+            elif name == start:
+                return [*path, name]
+            elif name not in seen and name not in path:
+                path.append(name)
+                stack.append(iter(sorted(graph.get(name, ()))))
+        return None
+
+    cycles = [cycle for module in graph if (cycle := cycle_from(module)) is not None]
+    assert not cycles, [" → ".join(cycle) for cycle in cycles]
+
+
 @pytest.mark.real
 def test_reading_a_campaign_loads_neither_ray_nor_ssh() -> None:
     """In a fresh interpreter: the core, the read path, the reports and the CLI itself (every
