@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench import sweeps
+from bench import sweep_world, sweeps
 from bench.knob_space import BEST, KnobPools, corruption
 from bench.noise import IID, NOISES, REAL_WORLD, Fleet, TrialNoise, scaled, scaled_shares
 from bench.scenarios import SESSIONS, FaultModelPool, Pool, scenarios
@@ -153,21 +153,21 @@ def test_the_knob_space_draws_rate_and_speed_per_trial() -> None:
 
 
 def test_the_sweep_machine_draws_between_trials_and_a_day_between_runs() -> None:
-    clean, scenario = sweeps.Rates(), sweeps.SCENARIOS[0]
+    clean, scenario = sweep_world.Rates(), sweep_world.SCENARIOS[0]
     assert clean.noise is IID
-    plain = sweeps.Machine(np.random.default_rng(3), clean, scenario)
+    plain = sweep_world.Machine(np.random.default_rng(3), clean, scenario)
     assert plain.fleet is None
-    noisy = sweeps.Rates(corruption=0.1, noise=TrialNoise(rate_spread=LN2, drift=0.1))
-    machine = sweeps.Machine(np.random.default_rng(3), noisy, scenario)
+    noisy = sweep_world.Rates(corruption=0.1, noise=TrialNoise(rate_spread=LN2, drift=0.1))
+    machine = sweep_world.Machine(np.random.default_rng(3), noisy, scenario)
     machine.current = False  # the baseline run
     before = [machine.trial({"config": "production"}, "pool-1") for _ in range(200)]
     machine.current = True
     machine.trial({"config": "production"}, "pool-2")
-    assert machine.fleet is not None and machine.fleet.epoch_s == sweeps.RUN_GAP_S
+    assert machine.fleet is not None and machine.fleet.epoch_s == sweep_world.RUN_GAP_S
     rates = [t.counts.get("leak", 0) / t.judged for t in before]
     assert _dispersion(rates, 0.1) > 3
-    iid_machine = sweeps.Machine(np.random.default_rng(3), sweeps.Rates(corruption=0.1),
-                                 scenario)
+    iid_machine = sweep_world.Machine(np.random.default_rng(3),
+                                      sweep_world.Rates(corruption=0.1), scenario)
     iid = [iid_machine.trial({"config": "production"}) for _ in range(200)]
     assert 0.7 < _dispersion([t.counts.get("leak", 0) / t.judged for t in iid], 0.1) < 1.4
 
@@ -181,7 +181,7 @@ def test_the_benchmarks_default_to_real_world_noise(tmp_path: Path,
     assert scenario.pool(1, IID).fleet.noise is IID
     # the constructors' default stays i.i.d. (the unit tests' pools)
     assert Pool(lambda _: 0.0, 1).fleet.noise is IID and KnobPools(1).fleet.noise is IID
-    from bench.optimize import Settings
+    from bench.optimize_runs import Settings
 
     assert Settings().trial_noise is REAL_WORLD
     sweeps.main(["--runs", "1", "--workers", "1", "--json", str(tmp_path / "s.json")])

@@ -17,18 +17,16 @@ from bench.knob_space import (
     knob_campaign,
     throughput,
 )
-from bench.optimize import (
+from bench.optimize import main
+from bench.optimize_figures import against_production, better_verdict, render_against
+from bench.optimize_runs import (
     CLAIMS,
     GRID,
     Settings,
-    against_production,
     answers,
-    better_verdict,
     claim,
     hits,
-    main,
     measure,
-    render_against,
     right,
     search_run,
 )

@@ -14,23 +14,10 @@ from scipy.stats import ttest_ind, ttest_rel
 import orchestrator.core.strategies.sweep as sweep
 from bench.noise import REAL_WORLD
 from bench.sweep_fast import fast_comparisons
-from bench.sweeps import (
-    SCENARIOS,
-    SESSIONS,
-    VARIANTS,
-    Machine,
-    Rates,
-    baseline_run,
-    clopper_pearson,
-    main,
-    naive,
-    plan_of,
-    replay,
-    run_case,
-    share,
-    targets,
-    welch_p,
-)
+from bench.sweep_naive import naive, welch_p
+from bench.sweep_runs import run_case
+from bench.sweep_world import SCENARIOS, SESSIONS, VARIANTS, Machine, Rates, baseline_run, replay
+from bench.sweeps import clopper_pearson, main, plan_of, share, targets
 from experiments.strategy_config import BaselineTrial
 from orchestrator.core.evidence import Latency, Performance, TrialEvidence
 from orchestrator.core.stats.regression import Difference
