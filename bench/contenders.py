@@ -113,8 +113,13 @@ class Oracle(Adaptive):
 
     def __init__(self, campaign: Campaign, plan: OracleConfig) -> None:
         assert campaign.known_good is not None and campaign.known_bad is not None
+        # the plan's settings as the adaptive kind takes them: at a budget, the same budget
         super().__init__(campaign.level_names(), campaign.known_good, campaign.known_bad,
-                         alpha=plan.alpha, failing=failing_for(plan.target))
+                         alpha=plan.alpha, clean_rate=plan.clean_rate,
+                         min_trials=plan.min_trials, failing=failing_for(plan.target),
+                         reproduce_trials=plan.reproduce_trials,
+                         max_trials_per_variant=plan.max_trials_per_variant,
+                         max_trials=plan.max_trials)
         self.target, self.planted = self.failing, (plan.truth, plan.other_truth)
 
     @property

@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 
-from bench.contenders import BUDGETS
+from bench.contenders import BUDGETS, Oracle
 from bench.noise import IID
 from bench.scenarios import ALPHA, scenarios
+from bench.simulated import scenario_campaign
 from bench.strategies import _seeds
+from orchestrator.core.strategies.registry import strategy_for
 
 pytestmark = pytest.mark.pure
 
@@ -50,6 +52,10 @@ def test_the_oracle_at_a_budget_asks_for_it_beside_the_truth() -> None:
         BUDGETS["oracle-24-480"](NO_CULPRIT, NO_CULPRIT.pool(0, IID), loop)
     assert asked == [{"kind": "oracle", "alpha": ALPHA, "truth": [], "other_truth": [],
                       "max_trials_per_variant": 24, "max_trials": 480}]
+    # and runs at it, as the adaptive kind does (it once kept the defaults: 6 and 120)
+    oracle = strategy_for(scenario_campaign(NO_CULPRIT, asked[0]))
+    assert isinstance(oracle, Oracle)
+    assert (oracle.max_trials_per_variant, oracle.max_trials) == (24, 480)
 
 
 def test_a_budget_contender_runs_to_a_verdict() -> None:
