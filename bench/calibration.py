@@ -17,7 +17,8 @@ p-value; it states no probability of its own. Over the strategy benchmark's scen
 culprit set wrong, against the 1 - alpha such a test promises for each of its answers? And
 its report states a word for the culprits it names ("strong", "clear" or "weak", from the
 clustered p and the trials taken as units): every verdict naming a culprit set is binned by the
-word its report states (built by the report's own code, orchestrator/reports/build.py), with
+word its report states (built by the report's own code, orchestrator/reports/campaign/
+build.py), with
 how often a verdict stated so names exactly the planted set.
 
 Trials draw the noise between trials (bench/noise.py) of ``--trial-noise``: ``real`` (the
@@ -56,7 +57,7 @@ from orchestrator.core.strategies.base import Status
 from orchestrator.core.strategies.commits import Commits
 from orchestrator.core.verdict import Verdict
 from orchestrator.executor.driver import drive
-from orchestrator.reports.build import build_report
+from orchestrator.reports.campaign.build import build_report
 from orchestrator.stored import evidence, verdict_of
 
 # Failure rates before and after the first bad commit: a clean baseline, a noisy one, a faint

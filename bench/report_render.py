@@ -132,7 +132,7 @@ def store_campaign(store: Store, trials: int, ticks: int) -> str:
 
 def run_once(db_path: Path, campaign_id: str, out: Path) -> dict[str, Any]:
     from orchestrator.cli.report_view import rendered
-    from orchestrator.reports.build import build_report
+    from orchestrator.reports.campaign.build import build_report
     from orchestrator.reports.files import write_private
 
     figures: dict[str, Any] = {}

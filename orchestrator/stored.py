@@ -95,8 +95,12 @@ def unresolvable(trials: list[TrialRecord]) -> list[Unresolvable]:
 
 def verdict_of(store: Store, campaign_id: str) -> Verdict:
     """Recompute the verdict from the stored trials."""
-    campaign = campaign_of(store, campaign_id)
-    trials = store.trials(campaign_id, status=None)
+    return recompute(campaign_of(store, campaign_id), store.trials(campaign_id, status=None))
+
+
+def recompute(campaign: Campaign, trials: list[TrialRecord]) -> Verdict:
+    """The verdict of ``campaign`` on its stored ``trials`` (every status), read by the caller:
+    a report reads them once for the verdict and for what they observed."""
     failing = failing_for(campaign.strategy.target)
     done = evidence(trials, failing, campaign.workload.sessions)
     skipped = unresolvable(trials)

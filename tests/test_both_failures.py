@@ -16,7 +16,7 @@ from orchestrator.core.evidence import CORRUPTING, WEDGING, TrialEvidence, targe
 from orchestrator.core.stats.compare import Answer, judge
 from orchestrator.core.strategies.adaptive import Adaptive
 from orchestrator.core.verdict import CostModel, Verdict, verdict_from
-from orchestrator.reports.build import culprit_rows, headline
+from orchestrator.reports.campaign.build import culprit_rows, headline
 
 pytestmark = pytest.mark.pure
 
@@ -105,9 +105,9 @@ def test_the_renderers_read_each_failure_s_culprits_from_its_own_entry(
         capsys: pytest.CaptureFixture[str]) -> None:
     verdict = _campaign(lambda lv: {Outcome.TIMEOUT: 0.20 if lv["f2"] == "b" else 0.0}, 1)
     body = verdict.to_json()
-    rows = culprit_rows(body, verdict.trials, FACTORS)
+    rows = culprit_rows(verdict.failures(), body["target"], verdict.trials, FACTORS)
     assert [(r.failure, r.levels) for r in rows] == [("wedging", {"f2": "b"})]
-    said = headline(body, rows, SimpleNamespace(strategy=SimpleNamespace(alpha=0.01)))
+    said = headline(verdict, rows, SimpleNamespace(strategy=SimpleNamespace(alpha=0.01)))
     assert said.status == "not_reproduced"
     assert said.sentence.startswith("Corruption was not reproduced: known-bad: ")
     assert "; wedging follows f2=b: " in said.sentence

@@ -31,8 +31,8 @@ from bench.calibration import (
 )
 from bench.scenarios import scenarios
 from db.store import Store
-from orchestrator.reports.build import build_report
-from orchestrator.reports.model import Report
+from orchestrator.reports.campaign.build import build_report
+from orchestrator.reports.campaign.model import Report
 
 pytestmark = pytest.mark.pure
 

@@ -108,7 +108,7 @@ def test_reading_a_campaign_loads_neither_ray_nor_ssh() -> None:
         "import sys, pkgutil, importlib, orchestrator.core\n"
         "for m in pkgutil.walk_packages(orchestrator.core.__path__, 'orchestrator.core.'):\n"
         "    importlib.import_module(m.name)\n"
-        "import orchestrator.stored, orchestrator.reports.html, orchestrator.cli\n"
+        "import orchestrator.stored, orchestrator.reports.campaign.html, orchestrator.cli\n"
         "print(sorted(m for m in ('ray', 'paramiko') if m in sys.modules))\n"
         "import orchestrator.executor.driver\n"
         "print(sorted(m for m in ('ray', 'paramiko') if m in sys.modules))\n"

@@ -23,13 +23,12 @@ from typer.testing import CliRunner
 
 from db.store import Store
 from orchestrator.cli import app
-from orchestrator.reports.build import build_report
-from orchestrator.reports.html import render_html
-from orchestrator.reports.index import write_index
-from orchestrator.reports.junit import render_junit
-from orchestrator.reports.markdown import render_markdown
-from orchestrator.reports.model import Report
-from orchestrator.reports.optimize_junit import BEST_CASE
+from orchestrator.reports.campaign.build import build_report
+from orchestrator.reports.campaign.index import write_index
+from orchestrator.reports.campaign.model import Report
+from orchestrator.reports.search.html import render_search_html
+from orchestrator.reports.search.junit import BEST_CASE, render_optimize_junit
+from orchestrator.reports.search.markdown import render_optimize_markdown
 from orchestrator.stored import verdict_of
 from tests.support.hostile_text import HOSTILE, HOSTILE_LEVEL
 from tests.support.html_checks import assert_inert_html, assert_tables_intact, tags
@@ -139,7 +138,7 @@ def test_the_markdown_says_the_best_first_then_the_top_rows_then_everything(
         built: tuple[Report, Report, dict[str, Any]]) -> None:
     report, undecided, _ = built
     assert report.optimize is not None
-    markdown = render_markdown(report)
+    markdown = render_optimize_markdown(report)
     first = markdown.splitlines()[0]
     assert first.startswith("**Optimum:** Best safe configuration")
     assert "max\\_running=" in first and "tok/s" in first
@@ -152,7 +151,7 @@ def test_the_markdown_says_the_best_first_then_the_top_rows_then_everything(
         report.optimize.unproven)
     assert f"<details><summary>All {everything} configurations</summary>" in markdown
     assert sum(len(t) - 1 for t in tables[-3:]) == everything  # safe, rejected, unproven
-    assert render_markdown(undecided).startswith("**Inconclusive:** No safe configuration")
+    assert render_optimize_markdown(undecided).startswith("**Inconclusive:** No safe configuration")
 
 
 def test_the_junit_file_passes_the_safe_skips_the_rejected_and_fails_only_without_an_answer(
@@ -160,7 +159,7 @@ def test_the_junit_file_passes_the_safe_skips_the_rejected_and_fails_only_withou
     report, undecided, _ = built
     search = report.optimize
     assert search is not None
-    root = ET.fromstring(render_junit(report).encode("utf-8"))
+    root = ET.fromstring(render_optimize_junit(report).encode("utf-8"))
     [suite] = root.findall("testsuite")
     cases = {c.get("name"): c for c in suite.findall("testcase")}
     assert len(cases) == 1 + len(search.ranked) + len(search.rejected) + len(search.unproven)
@@ -176,7 +175,7 @@ def test_the_junit_file_passes_the_safe_skips_the_rejected_and_fails_only_withou
     assert properties["verdict.status"] == "optimum"
     assert properties["factor.max_running"] == "numeric"
     assert properties["optimize.objectives"] == "output_throughput,ttft_p99_ms"
-    [other] = ET.fromstring(render_junit(undecided).encode("utf-8")).findall("testsuite")
+    [other] = ET.fromstring(render_optimize_junit(undecided).encode("utf-8")).findall("testsuite")
     [failure] = list(other.iter("failure"))
     assert failure.get("type") == "no-safe-configuration" and other.get("failures") == "1"
     assert [c.get("name") for c in other.iter("testcase") if c.find("failure") is not None] \
@@ -188,7 +187,7 @@ def test_the_html_has_the_search_the_ranked_table_and_the_pareto_chart(
     report, undecided, _ = built
     search = report.optimize
     assert search is not None
-    page = render_html(report)
+    page = render_search_html(report)
     text = assert_inert_html(page, shown_braces=False)
     parsed = tags(page).tags
     ids = {a.get("id") for _, a in parsed}
@@ -201,7 +200,7 @@ def test_the_html_has_the_search_the_ranked_table_and_the_pareto_chart(
     rows = [a for t, a in parsed if t == "tr" and "data-key" in a]
     assert [a["data-key"] for a in rows][:len(search.ranked)] == [c.key for c in search.ranked]
     assert "GPU time spent" in text and "Rejected: unsafe configurations" in text
-    other = render_html(undecided)
+    other = render_search_html(undecided)
     assert 'id="ranked" class="none"' in other and 'id="chart-pareto"' not in other
 
 
@@ -222,15 +221,15 @@ def test_hostile_names_reasons_and_errors_stay_text_in_every_format(
         built: tuple[Report, Report, dict[str, Any]]) -> None:
     shown = hostile(built[0])
     assert shown.optimize is not None and HOSTILE_KNOB in shown.optimize.factors
-    markdown = render_markdown(shown)
+    markdown = render_optimize_markdown(shown)
     assert_tables_intact(markdown)
     rendered = "".join(tags(MarkdownIt("commonmark").enable("table").render(markdown)).text)
     assert f"{HOSTILE_KNOB}={HOSTILE_LEVEL.strip()}" in rendered.replace(" ⏎", "")
-    root = ET.fromstring(render_junit(shown).encode("utf-8"))  # expat: strict XML 1.0
+    root = ET.fromstring(render_optimize_junit(shown).encode("utf-8"))  # expat: strict XML 1.0
     names = [c.get("name") or "" for c in root.iter("testcase")]
     assert any("<script>k</script>" in n for n in names)
     assert any(n.startswith("undeployable: ") for n in names)
-    text = assert_inert_html(render_html(shown), shown_braces=False)
+    text = assert_inert_html(render_search_html(shown), shown_braces=False)
     assert "<script>window.PWNED=1</script>" in text and "<script>k</script>" in text
 
 
@@ -256,14 +255,14 @@ def planted_report(values: dict[str, list[float]], final: list[tuple[str, float]
     its final phase's (tests/support/optimize_planted.py), built as build_report builds it,
     with no store; and the verdict's optimize section."""
     from bench.knob_space import knob_campaign
-    from orchestrator.reports.model import CampaignFacts, Cost, Provenance
-    from orchestrator.reports.optimize_build import search_headline, search_section
+    from orchestrator.reports.campaign.model import CampaignFacts, Cost, Provenance
+    from orchestrator.reports.search.build import search_headline, search_section
     from tests.support.optimize_planted import concluded
 
     conclusion, _ = concluded(values, final)
     section = dict(conclusion.finding_json("optimize") or {})
     campaign = knob_campaign({})
-    search = search_section({"optimize": section}, campaign)
+    search = search_section(section, campaign)
     assert search is not None
     facts = CampaignFacts(id="planted", name="planted", status="done", target="corruption",
                           strategy="optimize", created_at=None, finished_at=None,
@@ -302,17 +301,17 @@ def test_every_format_says_no_better_than_production_when_not_shown_better() -> 
     assert "one-sided paired t p = 0.29, 2 pairs of the final phase" in sentence
     assert "Best safe configuration" not in sentence
     # Markdown: the verdict line and the comparison's own line
-    markdown = render_markdown(report)
+    markdown = render_optimize_markdown(report)
     assert markdown.startswith("**Optimum:** No better than production")
     assert "Against production (no better): " in markdown
     # JUnit: the answer's case says it, and the properties hold the test
-    [suite] = ET.fromstring(render_junit(report).encode("utf-8")).findall("testsuite")
+    [suite] = ET.fromstring(render_optimize_junit(report).encode("utf-8")).findall("testsuite")
     properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert properties["optimize.versus_production.shown_better"] == "false"
     assert properties["optimize.versus_production.p_value"].startswith("0.285")
     assert "No better than production" in (suite.findtext("testcase/system-out") or "")
     # HTML: the headline and the search's facts
-    page = render_html(report)
+    page = render_search_html(report)
     assert_inert_html(page, shown_braces=False)
     assert 'id="versus-production" class="no-better"' in page
     assert "No better than production" in page
@@ -331,10 +330,10 @@ def test_every_format_says_shown_better_and_production_itself() -> None:
     assert report.headline.sentence.startswith("Best safe configuration: ")
     assert "shown better than production: output_throughput +995 tok/s (x1.496" in (
         report.headline.sentence)
-    assert "Against production (shown better): " in render_markdown(report)
-    assert 'class="shown-better"' in render_html(report)
+    assert "Against production (shown better): " in render_optimize_markdown(report)
+    assert 'class="shown-better"' in render_search_html(report)
     itself, _ = planted_report({"production": [3000, 3020], "else": [2000, 2010]}, [])
     assert itself.headline.sentence.startswith("Production is the best safe configuration: ")
-    [suite] = ET.fromstring(render_junit(itself).encode("utf-8")).findall("testsuite")
+    [suite] = ET.fromstring(render_optimize_junit(itself).encode("utf-8")).findall("testsuite")
     properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert properties["optimize.versus_production.is_production"] == "true"

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from db.store import Store
-from orchestrator.reports.build import build_report
-from orchestrator.reports.model import Report
+from orchestrator.reports.campaign.build import build_report
+from orchestrator.reports.campaign.model import Report
 from tests.support.browser import (
     HEIGHT,
     WIDTH,

@@ -21,9 +21,9 @@ import pytest
 
 from db import LogRow, StepRow, Store
 from experiments.campaign import Campaign
-from orchestrator.reports.build import build_report
-from orchestrator.reports.html import write_report
-from orchestrator.reports.model import Report
+from orchestrator.reports.campaign.build import build_report
+from orchestrator.reports.campaign.html import write_report
+from orchestrator.reports.campaign.model import Report
 from orchestrator.stored import create_campaign
 from tests.postgres_fixture import unavailable
 from tests.support.browser import (

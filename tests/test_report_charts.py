@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from orchestrator.reports import charts
-from orchestrator.reports.html import CSP, SCRIPT_HASH, SORT_SCRIPT
+from orchestrator.reports.page import CSP, SCRIPT_HASH, SORT_SCRIPT
 
 pytestmark = pytest.mark.pure
 

@@ -19,9 +19,9 @@ from db import Store
 from experiments.campaign import Campaign
 from orchestrator.cli import app
 from orchestrator.cli.report_view import write_beside
-from orchestrator.reports.answers import DIFFERENT, UNKNOWN, variant_answers
-from orchestrator.reports.build import build_report
-from orchestrator.reports.model import Report
+from orchestrator.reports.campaign.answers import DIFFERENT, UNKNOWN, variant_answers
+from orchestrator.reports.campaign.build import build_report
+from orchestrator.reports.campaign.model import Report
 from orchestrator.stored import create_campaign
 from tests.support.html_checks import assert_inert_html, assert_tables_intact, tags
 from tests.support.report_campaigns import (

@@ -26,13 +26,17 @@ from typer.testing import CliRunner
 from db import LogRow, StepRow, Store, TrialTiming
 from experiments.campaign import Campaign
 from orchestrator.cli import app
-from orchestrator.reports.build import build_report
-from orchestrator.reports.compare import compare, render_compare_html, render_compare_markdown
+from orchestrator.reports.campaign.build import build_report
+from orchestrator.reports.campaign.compare import (
+    compare,
+    render_compare_html,
+    render_compare_markdown,
+)
+from orchestrator.reports.campaign.html import render_html
+from orchestrator.reports.campaign.junit import render_junit
+from orchestrator.reports.campaign.markdown import render_markdown
+from orchestrator.reports.campaign.model import Report
 from orchestrator.reports.files import clean
-from orchestrator.reports.html import render_html
-from orchestrator.reports.junit import render_junit
-from orchestrator.reports.markdown import render_markdown
-from orchestrator.reports.model import Report
 from orchestrator.stored import create_campaign
 from tests.support.hostile_text import HOSTILE, HOSTILE_FACTOR, HOSTILE_LEVEL, LONE
 from tests.support.html_checks import assert_inert_html, assert_tables_intact, tags

@@ -13,12 +13,13 @@ import pytest
 from db.records import GeneratorRow, SessionRow, StepRow, TrialTiming
 from db.store import Store
 from experiments.campaign import Campaign
-from orchestrator.reports.build import build_report, p_text, percent
-from orchestrator.reports.html import render_html
-from orchestrator.reports.markdown import render_markdown
-from orchestrator.reports.model import REPORT_VERSION, Report
-from orchestrator.reports.observed import MAX_EXCERPTS, MAX_POINTS, excerpt
-from orchestrator.reports.provenance import campaign_file
+from orchestrator.reports.campaign.build import build_report
+from orchestrator.reports.campaign.html import render_html
+from orchestrator.reports.campaign.markdown import render_markdown
+from orchestrator.reports.campaign.model import REPORT_VERSION, Report
+from orchestrator.reports.campaign.observed import MAX_EXCERPTS, MAX_POINTS, excerpt
+from orchestrator.reports.campaign.provenance import campaign_file
+from orchestrator.reports.text import p_text, percent
 from orchestrator.stored import create_campaign, verdict_of
 from tests.support.report_campaigns import (
     CULPRIT,

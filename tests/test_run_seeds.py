@@ -24,7 +24,7 @@ from orchestrator.cli import app
 from orchestrator.demo import twin_pool
 from orchestrator.executor.base import TrialOrder, TrialReport
 from orchestrator.executor.driver import drive
-from orchestrator.reports.provenance import campaign_file
+from orchestrator.reports.campaign.provenance import campaign_file
 from orchestrator.stored import (
     SEED_BITS,
     campaign_of,

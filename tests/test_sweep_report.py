@@ -21,17 +21,13 @@ from typer.testing import CliRunner
 import orchestrator.cli.sweep_report_view  # noqa: F401 - registers `bisect sweep-report`
 from db import Store
 from orchestrator.cli import app
-from orchestrator.reports import sweep_build
-from orchestrator.reports.sweep_build import build_sweep_report, measure
-from orchestrator.reports.sweep_charts import Line, RunMark, history_chart
-from orchestrator.reports.sweep_model import LevelsChange, SweepReport
-from orchestrator.reports.sweep_render import (
-    CSP,
-    hunt_file_name,
-    render_sweep_html,
-    render_sweep_junit,
-    render_sweep_markdown,
-)
+from orchestrator.reports.sweep import build as sweep_build
+from orchestrator.reports.sweep.build import build_sweep_report, measure
+from orchestrator.reports.sweep.charts import Line, RunMark, history_chart
+from orchestrator.reports.sweep.html import CSP, hunt_file_name, render_sweep_html
+from orchestrator.reports.sweep.junit import render_sweep_junit
+from orchestrator.reports.sweep.markdown import render_sweep_markdown
+from orchestrator.reports.sweep.model import LevelsChange, SweepReport
 from tests.support.html_checks import assert_inert_html, assert_tables_intact, tags
 from tests.sweep_report_support import (
     HOSTILE_FACT,

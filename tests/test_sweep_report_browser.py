@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 import orchestrator.cli.sweep_report_view  # noqa: F401 - registers `bisect sweep-report`
 from orchestrator.cli import app
-from orchestrator.reports.sweep_render import hunt_file_name
+from orchestrator.reports.sweep.html import hunt_file_name
 from tests.support.browser import (
     HEIGHT,
     Loaded,

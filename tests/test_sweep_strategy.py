@@ -12,8 +12,8 @@ from orchestrator.cli.sweep_view import print_outcome
 from orchestrator.core.evidence import TrialEvidence
 from orchestrator.core.strategies.base import Status
 from orchestrator.core.strategies.sweep import SweepStrategy
-from orchestrator.reports.sweep_build import _said, comparison
-from orchestrator.reports.sweep_model import MetricRow
+from orchestrator.reports.sweep.build import _said, comparison
+from orchestrator.reports.sweep.model import MetricRow
 from orchestrator.sweeps.baseline import unrestorable
 from tests.support.sweep_trials import NOW, THEN, clean_baseline, plan, trial
 

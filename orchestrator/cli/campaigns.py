@@ -48,7 +48,7 @@ SeedOption = Annotated[int | None, typer.Option(
 
 def _finish_run(db: Store, campaign_id: str, verdict: Verdict, report: Path | None,
                 as_json: bool, store: str, demo: bool = False) -> None:
-    from orchestrator.reports.html import write_report
+    from orchestrator.reports.campaign.html import write_report
     from orchestrator.stored import campaign_seed
 
     beside: dict[str, Path] = {}

@@ -67,8 +67,8 @@ def print_search(document: dict[str, Any]) -> None:
                   highlight=False, markup=False)
     versus = document.get("versus_production")
     if versus is not None:  # the answer against production measured in the same run
-        from orchestrator.reports.optimize_model import versus_from_json
-        from orchestrator.reports.optimize_text import labelled, versus_text
+        from orchestrator.reports.search.model import versus_from_json
+        from orchestrator.reports.search.text import labelled, versus_text
 
         compared = versus_from_json(versus)
         assert compared is not None

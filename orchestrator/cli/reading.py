@@ -107,7 +107,7 @@ def report(
             path: Path | None = write_index(db, output, fmt, store_arg(store))
             shown: dict[str, str] = {}
         else:
-            from orchestrator.reports.build import build_report
+            from orchestrator.reports.campaign.build import build_report
 
             assert campaign_id is not None
             campaign_id = resolve_id(db, campaign_id, store)

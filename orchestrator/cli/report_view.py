@@ -11,14 +11,12 @@ from typing import TYPE_CHECKING
 import typer
 
 from orchestrator.cli.common import error
+from orchestrator.reports.renderer import format_of, formats
 
 if TYPE_CHECKING:
     from db.store import Store
-    from orchestrator.reports.model import Report
+    from orchestrator.reports.campaign.model import Report
 
-FORMATS = ("html", "md", "junit", "json")
-SUFFIXES = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".xml": "junit",
-            ".json": "json"}
 STDOUT = Path("-")
 
 
@@ -27,14 +25,19 @@ def bad_input(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def either(names: list[str]) -> str:
+    """``html, md or json``."""
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else "".join(names)
+
+
 def chosen_format(given: str | None, output: Path | None) -> str:
     """``--format`` where given, else the output's suffix, else html."""
     if given is not None:
-        if given not in FORMATS:
-            raise bad_input(f"unknown report format {given!r}: html, md, junit or json")
+        if given not in formats("campaign"):
+            raise bad_input(f"unknown report format {given!r}: {either(formats('campaign'))}")
         return given
     if output is not None and output != STDOUT:
-        return SUFFIXES.get(output.suffix.lower(), "html")
+        return format_of(output.suffix) or "html"
     return "html"
 
 
@@ -61,27 +64,18 @@ def deliver(text: str, path: Path) -> Path | None:
 
 
 def rendered(report: Report, fmt: str) -> str:
-    if fmt == "html":
-        from orchestrator.reports.html import render_html
+    """``report`` in ``fmt``, by the renderer of its family (a campaign's, a search's)."""
+    from orchestrator.reports.renderer import render
 
-        return render_html(report)
-    if fmt == "md":
-        from orchestrator.reports.markdown import render_markdown
-
-        return render_markdown(report)
-    if fmt == "junit":
-        from orchestrator.reports.junit import render_junit
-
-        return render_junit(report)
-    return json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n"
+    return render(report, fmt)
 
 
 def other_report(db: Store, given: str, store: str) -> Report:
     """``--compare``'s B: a campaign of the store (an id, a prefix, ``last``), or the file of a
     report saved with ``--format json``."""
     from orchestrator.cli.common import resolve_id
-    from orchestrator.reports.build import build_report
-    from orchestrator.reports.model import Report
+    from orchestrator.reports.campaign.build import build_report
+    from orchestrator.reports.campaign.model import Report
 
     saved = Path(given)
     if saved.suffix.lower() == ".json" and saved.is_file():
@@ -93,29 +87,21 @@ def other_report(db: Store, given: str, store: str) -> Report:
 
 
 def compared(a: Report, b: Report, fmt: str) -> str:
-    from orchestrator.reports.compare import (
-        NotComparable,
-        compare,
-        render_compare_html,
-        render_compare_markdown,
-    )
+    from orchestrator.reports.campaign.compare import NotComparable, compare
+    from orchestrator.reports.renderer import render
 
-    if fmt == "junit":
-        raise bad_input("--compare writes html, md or json, not junit")
+    if fmt not in formats("compare"):
+        raise bad_input(f"--compare writes {either(formats('compare'))}, not {fmt}")
     try:
         comparison = compare(a, b)
     except NotComparable as exc:
         raise bad_input(str(exc)) from None
-    if fmt == "html":
-        return render_compare_html(comparison)
-    if fmt == "md":
-        return render_compare_markdown(comparison)
-    return json.dumps(comparison.to_json(), indent=2, allow_nan=False) + "\n"
+    return render(comparison, fmt)
 
 
 def write_index(db: Store, directory: Path | None, fmt: str | None, shown_store: str) -> Path:
     """Every campaign's HTML report and the index page into ``directory``; the index's path."""
-    from orchestrator.reports.index import write_index as write
+    from orchestrator.reports.campaign.index import write_index as write
 
     if directory is None or directory == STDOUT:
         raise bad_input("--index writes a directory: give it with -o DIR")
@@ -130,10 +116,14 @@ def write_index(db: Store, directory: Path | None, fmt: str | None, shown_store:
 def write_beside(db: Store, campaign_id: str, html: Path) -> dict[str, Path]:
     """The demo's reports from one report model: the HTML page, and beside it the Markdown
     (``.md``) and JUnit (``.xml``) files; their paths by name (html, markdown, junit)."""
-    from orchestrator.reports.build import build_report
+    from orchestrator.reports.campaign.build import build_report
     from orchestrator.reports.files import write_private
+    from orchestrator.reports.renderer import renderer
 
     report = build_report(db, campaign_id)
-    return {name: write_private(html.with_suffix(suffix), rendered(report, fmt))
-            for name, fmt, suffix in (("html", "html", html.suffix), ("markdown", "md", ".md"),
-                                      ("junit", "junit", ".xml"))}
+    written = {}
+    for name, fmt in (("html", "html"), ("markdown", "md"), ("junit", "junit")):
+        made = renderer(fmt, report.family)
+        suffix = html.suffix if fmt == "html" else made.suffix
+        written[name] = write_private(html.with_suffix(suffix), made.render(report))
+    return written

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from db.store import Store
-    from orchestrator.reports.sweep_model import SweepReport
+    from orchestrator.reports.sweep.model import SweepReport
 
 
 @app.command("sweep-report")
@@ -47,8 +47,8 @@ def write_sweep_report(db: Store, name: str, run: int | None, output: Path | Non
                        fmt: str | None, console: Console = out) -> None:
     """Render and write the report of run ``run`` (None: the last) of sweep ``name``, and say
     where (`bisect sweep -o` after its run, `bisect sweep-report`)."""
-    from orchestrator.reports.sweep_build import build_sweep_report
-    from orchestrator.reports.sweep_render import render_sweep
+    from orchestrator.reports.renderer import render
+    from orchestrator.reports.sweep.build import build_sweep_report
 
     kind = chosen_format(fmt, output)
     target = destination(output, kind, "bisect-sweep-report")
@@ -56,7 +56,7 @@ def write_sweep_report(db: Store, name: str, run: int | None, output: Path | Non
     links: dict[str, str] = {}
     if kind == "html" and target != STDOUT:
         links = _hunt_reports(db, report, target)
-    text = render_sweep(report, kind, links)
+    text = render(report, kind, **({"hunt_links": links} if kind == "html" else {}))
     path = deliver(text, target)
     if path is not None:
         console.print(f"report: {path}", highlight=False, markup=False)
@@ -66,12 +66,12 @@ def write_sweep_report(db: Store, name: str, run: int | None, output: Path | Non
 
 
 def _hunt_reports(db: Store, report: SweepReport, page: Path) -> dict[str, str]:
-    """The hunt campaign's own report (``orchestrator.reports.html.write_report``) beside the
+    """The hunt campaign's own report (``reports.campaign.html.write_report``) beside the
     sweep's page; its file name by campaign id. A hunt whose report cannot be made is named,
     unlinked, rather than failing the sweep's."""
     from orchestrator.cli.common import error
-    from orchestrator.reports.html import write_report
-    from orchestrator.reports.sweep_render import hunt_file_name
+    from orchestrator.reports.campaign.html import write_report
+    from orchestrator.reports.sweep.html import hunt_file_name
 
     hunt = report.hunt
     if hunt is None or hunt.campaign_id is None:

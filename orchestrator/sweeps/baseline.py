@@ -58,7 +58,7 @@ def changed_facts(before: Mapping[str, Mapping[str, Any]],
 
 def changed_variants(before: SweepConfig, now: SweepConfig) -> list[dict[str, Any]]:
     """Each variant whose levels the sweep file changed since the baseline (by name), and the
-    factors' settings are compared by the campaign files (reports/compare.py)."""
+    factors' settings are compared by the campaign files (reports/campaign/compare.py)."""
     old = {v.name: dict(v.levels) for v in before.variants}
     return [{"variant": v.name, "baseline": old.get(v.name), "now": dict(v.levels)}
             for v in now.variants if old.get(v.name) != dict(v.levels)]

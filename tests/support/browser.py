@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from db import Store
-from orchestrator.reports.html import write_report
+from orchestrator.reports.campaign.html import write_report
 from tests.postgres_fixture import unavailable
 
 if TYPE_CHECKING:

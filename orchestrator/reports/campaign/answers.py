@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from orchestrator.core.stats.compare import Answer, judge
-from orchestrator.reports.model import Report, TrailRow, VariantRow
+from orchestrator.reports.campaign.model import Report, TrailRow, VariantRow
 
 DIFFERENT, LIKE_GOOD, UNKNOWN, REFERENCE = "different", "like known-good", "unknown", "known-good"
 

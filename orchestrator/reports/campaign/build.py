@@ -1,5 +1,6 @@
-"""The report model built from the store: the recomputed verdict (``orchestrator.stored``) and
-what the trials observed. Nothing is stored anew; every renderer takes the ``Report`` only.
+"""The report model built from the store: the recomputed verdict (``orchestrator.stored``), read
+as the ``Verdict`` value it is (its failures, typed trail entries and finding), and what the
+trials observed. Nothing is stored anew; every renderer takes the ``Report`` only.
 
 Sizes are capped so that a campaign of hundreds of trials stays a small report: a few excerpts
 per outcome class, the time series of a few dozen trials, each downsampled (``Report.omitted``
@@ -22,11 +23,12 @@ from orchestrator.core.evidence import (
     TrialEvidence,
     cells,
     spread_of,
+    target_of,
     variant_key,
 )
 from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.verdict import Verdict, judged_trials
-from orchestrator.reports.model import (
+from orchestrator.reports.campaign.model import (
     CampaignFacts,
     Cost,
     CulpritRow,
@@ -38,51 +40,56 @@ from orchestrator.reports.model import (
     UnresolvableRow,
     VariantRow,
 )
-from orchestrator.reports.observed import excerpts, series
-from orchestrator.reports.optimize_build import search_headline, search_section
-from orchestrator.reports.provenance import provenance
-from orchestrator.stored import campaign_of, verdict_of
+from orchestrator.reports.campaign.observed import excerpts, series
+from orchestrator.reports.campaign.provenance import provenance
+from orchestrator.reports.search.build import search_headline, search_section
+from orchestrator.reports.text import p_text, percent
+from orchestrator.stored import recompute
 
 FAILURES: Mapping[str, Failing] = {"corruption": CORRUPTING, "wedging": WEDGING}
 LOG_PREFIX = "log:"  # a wedge log event's key in CulpritRow.outcomes ("error" is an outcome too)
 
 
 def build_report(store: Store, campaign_id: str) -> Report:
+    """The report of a campaign: its record and trials read once, its verdict recomputed from
+    them (``orchestrator.stored.recompute``) and read as a value."""
     record = store.get_campaign(campaign_id)
-    campaign = campaign_of(store, campaign_id)
-    verdict = verdict_of(store, campaign_id)
-    document = verdict.to_json()
+    campaign = Campaign.model_validate(record.spec)
     trials = store.trials(campaign_id, status=None)
+    verdict = recompute(campaign, trials)
     done = [t for t in trials if t.status == "done"]
     steps = store.campaign_steps(campaign_id)
-    culprits = culprit_rows(document, verdict.trials, campaign.level_names())
+    failures = verdict.failures()
+    culprits = culprit_rows(failures, target_of(verdict.failing), verdict.trials,
+                            campaign.level_names())
+    cost = verdict.cost_json()
     facts = CampaignFacts(
-        id=record.id, name=record.name, status=record.status, target=document["target"],
+        id=record.id, name=record.name, status=record.status, target=target_of(verdict.failing),
         strategy=campaign.strategy.kind, created_at=record.created_at.isoformat(),
         finished_at=record.finished_at.isoformat() if record.finished_at else None,
         factors=campaign.level_names(), known_good=dict(campaign.known_good or {}),
         known_bad=dict(campaign.known_bad or {}), alpha=campaign.strategy.alpha)
     omitted: dict[str, int] = {}
-    search = search_section(document, campaign)
+    search = search_section(verdict.finding_json("optimize"), campaign)
     return Report(
         campaign=facts,
-        headline=headline(document, culprits, campaign) if search is None
-        else search_headline(search, document["status"], document["reason"]),
+        headline=headline(verdict, culprits, campaign) if search is None
+        else search_headline(search, verdict.status.value, verdict.reason),
         culprits=culprits,
-        cost=Cost(**{k: document["cost"][k] for k in (
+        cost=Cost(**{k: cost[k] for k in (
             "trials", "restarts", "sessions", "stopped_early", "gpu_s_equivalent", "wall_s",
             "unjudged_trials")}),
         variants=variant_rows(verdict, campaign, culprits),
         interaction=interaction(culprits, verdict, campaign),
-        trail=[trail_row(step) for step in document["log"]],
+        trail=[trail_row(entry.to_json()) for entry in verdict.log],
         evidence=excerpts(store, done, omitted),
         series=series(store, done, culprits, omitted, steps),
         provenance=provenance(store, record, campaign, trials, steps),
-        commits=document.get("commits"),
+        commits=verdict.finding_json("commits"),
         omitted=omitted,
-        unresolvable=[UnresolvableRow(levels=_ordered(u["levels"], campaign.level_names()),
-                                      attempts=u["attempts"], error=u["error"])
-                      for u in document["unresolvable"]],
+        unresolvable=[UnresolvableRow(levels=_ordered(u.levels, campaign.level_names()),
+                                      attempts=u.attempts, error=u.error)
+                      for u in verdict.unresolvable],
         optimize=search,
     )
 
@@ -90,13 +97,12 @@ def build_report(store: Store, campaign_id: str) -> Report:
 # --- culprits and the headline -------------------------------------------------------------
 
 
-def culprit_rows(document: dict[str, Any], evidence: Sequence[TrialEvidence],
+def culprit_rows(failures: Mapping[str, Mapping[str, Any]], target: str,
+                 evidence: Sequence[TrialEvidence],
                  factors: Mapping[str, Sequence[str]]) -> list[CulpritRow]:
-    """Every culprit of every failure (the target's first), with what it comes with; its
-    levels in the campaign's order of factors."""
+    """Every culprit of every failure (``Verdict.failures``: the target's first), with what it
+    comes with; its levels in the campaign's order of factors."""
     rows = []
-    target = document["target"]
-    failures = document["failures"]
     for failure in sorted(failures, key=lambda name: name != target):
         for c in failures[failure]["culprits"]:
             rows.append(CulpritRow(
@@ -132,22 +138,6 @@ def _comes_with(levels: Mapping[str, str], failing: Failing,
     return counted
 
 
-def percent(rate: float) -> str:
-    """17%, 0.42%, 0%: three significant figures at most, plainly."""
-    return "0%" if rate == 0 else f"{rate * 100:.3g}%"
-
-
-def p_text(p: float | None) -> str:
-    """1e-9 rather than 1e-09; '–' where no test was made."""
-    if p is None:
-        return "–"
-    shown = f"{p:.2g}"
-    if "e" in shown:
-        mantissa, exponent = shown.split("e")
-        shown = f"{mantissa}e{int(exponent)}"
-    return shown
-
-
 def _named(levels: Mapping[str, str]) -> str:
     return " AND ".join(f"{f}={lvl}" for f, lvl in levels.items())
 
@@ -163,10 +153,10 @@ def _clause(row: CulpritRow, commits: bool) -> str:
             f"({row.failed_without} of {row.sessions_without}) (p = {p_text(row.p_value)})")
 
 
-def headline(document: dict[str, Any], culprits: Sequence[CulpritRow],
-             campaign: Campaign) -> Headline:
-    status, reason, target = document["status"], document["reason"], document["target"]
-    commits = "commits" in document
+def headline(verdict: Verdict, culprits: Sequence[CulpritRow], campaign: Campaign) -> Headline:
+    status, reason, target = verdict.status.value, verdict.reason, target_of(verdict.failing)
+    found = verdict.finding_json("commits")  # a commit search's change point
+    commits = found is not None
     alpha = campaign.strategy.alpha
     own = [c for c in culprits if c.failure == target]
     other = [c for c in culprits if c.failure != target]
@@ -174,10 +164,10 @@ def headline(document: dict[str, Any], culprits: Sequence[CulpritRow],
     if status == "culprit" and own:
         sentence = f"{failing} follows " + "; and ".join(_clause(c, commits) for c in own)
         weakest = max(own, key=lambda c: -1.0 if c.p_value is None else c.p_value)
-        confidence = _confidence(weakest, alpha, document)
+        confidence = _confidence(weakest, alpha, found)
     elif status == "not_reproduced":
         # the target's own reason: what the other failure follows is said below, from its rows
-        said = document.get("failures", {}).get(target, {}).get("reason") or reason
+        said = verdict.failures().get(target, {}).get("reason") or reason
         sentence = f"{failing} was not reproduced: {said}"
         confidence = (f"nothing to attribute to {target}: known-bad did not fail as it should"
                       + (f" (the {other[0].failure} culprits are its own)" if other else ""))
@@ -194,13 +184,13 @@ def headline(document: dict[str, Any], culprits: Sequence[CulpritRow],
                     reason=reason)
 
 
-def _confidence(culprit: CulpritRow, alpha: float, document: dict[str, Any]) -> str:
+def _confidence(culprit: CulpritRow, alpha: float, commits: Mapping[str, Any] | None) -> str:
     """How sure, in words earned by the trials' evidence: the p of the sessions counted at
     their design effects (the spread between trials), and whole trials as units. Strong needs
     both: a p far below alpha, and the trials alone significant at TRIAL_ALPHA. The pooled
     sessions' p is said last, as a description."""
-    if "commits" in document:
-        mass = document["commits"].get("posterior")
+    if commits is not None:  # a commit search's finding
+        mass = commits.get("posterior")
         return (f"the first bad commit holds {percent(mass)} of the posterior probability"
                 if mass is not None else "a commit search's posterior")
     p, trial_p = culprit.p_value, culprit.trial_p_value

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.core.stats.proportions import newcombe_difference
-from orchestrator.reports.answers import counts
+from orchestrator.reports.campaign.answers import counts
+from orchestrator.reports.campaign.model import Interval, NodeFacts, Report, VariantRow
 from orchestrator.reports.files import clean
-from orchestrator.reports.model import Interval, NodeFacts, Report, VariantRow
 
 WORSE, BETTER, NO_CLEAR_CHANGE = "worse", "better", "no clear change"
 ONLY_A, ONLY_B, NOT_JUDGED = "only in A", "only in B", "not judged in both"
@@ -64,6 +64,8 @@ class Comparison:
     campaign_diff: list[str]  # unified diff lines of the campaign files; empty: the same
     diff_cut: int = 0  # lines of the diff left out beyond MAX_DIFF_LINES
     notes: list[str] = field(default_factory=list)
+
+    family = "compare"  # its renderers' (renderer.FORMATS)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -182,7 +184,7 @@ def _delta(v: VariantChange) -> str:
 
 
 def render_compare_markdown(c: Comparison) -> str:
-    from orchestrator.reports.markdown import levels_text, table, text
+    from orchestrator.reports.text import levels_text, table, text
 
     a, b = c.a.campaign, c.b.campaign
     worse = sum(v.answer == WORSE for v in c.variants)
@@ -217,7 +219,7 @@ def render_compare_markdown(c: Comparison) -> str:
 
 
 def render_compare_html(c: Comparison) -> str:
-    from orchestrator.reports.index import render_page
+    from orchestrator.reports.page import render_page
 
     changed = [*c.nodes, *c.commits]
     if c.tool[0] != c.tool[1]:
@@ -230,3 +232,19 @@ def render_compare_html(c: Comparison) -> str:
     return render_page(f"bisect: {c.b.campaign.name} against {c.a.campaign.name}",
                        "compare.html.j2", a=c.a, b=c.b, notes=c.notes, variants=rows,
                        changed=changed, diff="\n".join(c.campaign_diff), cut=c.diff_cut)
+
+
+class Html:
+    format = "html"
+    suffix = ".html"
+
+    def render(self, model: Comparison) -> str:
+        return render_compare_html(model)
+
+
+class Markdown:
+    format = "md"
+    suffix = ".md"
+
+    def render(self, model: Comparison) -> str:
+        return render_compare_markdown(model)

@@ -1,65 +1,22 @@
 """A static index of every campaign in a store (``bisect report --index -o DIR``): its name,
 status, culprit, date and cost, each linking its HTML report, written beside it in DIR.
 
-The pages here (the index, and ``compare``'s HTML) follow the HTML report's rules: Jinja
-templates in ``templates/`` (``page.html.j2`` the layout both extend) with autoescaping on,
-nothing fetched, a Content-Security-Policy of ``default-src 'none'`` that allows the page's
-one inline style by its hash (and no script at all).
+The index is a plain page (``page.render_page``, as ``compare``'s HTML): autoescaped, nothing
+fetched, one inline style allowed by its hash and no script at all.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from jinja2 import Environment, PackageLoader, select_autoescape
-from markupsafe import Markup
 
 from db.store import Store
-from orchestrator.reports.files import clean, write_private
-from orchestrator.reports.model import Report
-from orchestrator.reports.optimize_model import Search
-from orchestrator.reports.optimize_text import labelled, number
-
-# The style stays here, not in a template: its hash in the CSP is of these very bytes, and the
-# page writes them unchanged (Markup, no escaping).
-STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 76rem; color: #1d1d1f;
-       padding: 0 1rem; }
-h1 { font-size: 1.5rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
-table { border-collapse: collapse; width: 100%; margin: 1rem 0; font-size: .9rem; }
-th, td { border-bottom: 1px solid #e5e5e5; padding: .35rem .6rem; text-align: left;
-         vertical-align: top; overflow-wrap: anywhere; }
-th { background: #f6f6f6; } td.num, th.num { text-align: right;
-                                             font-variant-numeric: tabular-nums; }
-.culprit, .worse { color: #9b1c1c; font-weight: 600; } .better, .no_culprit { color: #03543f; }
-.inconclusive, .not_reproduced, .unknown { color: #723b13; }
-pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f6f6f6; padding: .6rem; }
-.meta { color: #666; }
-"""
-STYLE_HASH = "sha256-" + base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
-CSP = (f"default-src 'none'; style-src '{STYLE_HASH}'; base-uri 'none'; form-action 'none'")
-
-
-def _environment() -> Environment:
-    # Autoescaped: every page's templates are .html.j2. No trim_blocks (unlike html.py's):
-    # the pages keep the whitespace they have always had.
-    environment = Environment(
-        loader=PackageLoader("templates", ""),
-        autoescape=select_autoescape(enabled_extensions=("html", "j2"), default=True))
-    environment.filters["clean"] = clean
-    return environment
-
-
-def render_page(title: str, template: str, **context: Any) -> str:
-    """A self-contained page: ``template`` (one in ``templates/`` that extends
-    ``page.html.j2``) rendered with ``context``, everything in it autoescaped, under the CSP."""
-    return clean(_environment().get_template(template).render(
-        csp=CSP, title=title, style=Markup(STYLE), **context))
+from orchestrator.reports.campaign.model import Report
+from orchestrator.reports.files import write_private
+from orchestrator.reports.page import render_page
+from orchestrator.reports.search.model import Search
+from orchestrator.reports.search.text import labelled, number
 
 
 @dataclass(frozen=True)
@@ -125,8 +82,8 @@ def render_index(entries: list[Entry], store: str) -> str:
 def write_index(store: Store, directory: Path, shown_store: str) -> list[Path]:
     """Every campaign's HTML report into ``directory`` and the index linking them
     (``index.html``). The paths written, the index last."""
-    from orchestrator.reports.build import build_report
-    from orchestrator.reports.html import render_html
+    from orchestrator.reports.campaign.build import build_report
+    from orchestrator.reports.renderer import render
 
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -136,7 +93,7 @@ def write_index(store: Store, directory: Path, shown_store: str) -> list[Path]:
         created = record.created_at.strftime("%Y-%m-%d %H:%M UTC")
         try:
             report = build_report(store, record.id)
-            page = render_html(report)
+            page = render(report, "html")
         # One campaign whose report cannot be made (a spec this version no longer reads, a
         # store row it cannot judge) must not hide the others: it is listed with the reason.
         except Exception as exc:

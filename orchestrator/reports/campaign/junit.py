@@ -5,8 +5,7 @@ the variant's levels (its canonical key: unique). A variant DIFFERENT from known
 ``failure`` carrying the answer, its counts and p-value; one the campaign could not decide is
 ``skipped``; known-good and the variants like it pass. The campaign's facts are ``properties``.
 
-Built with ElementTree, never a string template: every name and text is escaped by it, and
-what XML 1.0 cannot carry at all (control characters, lone surrogates) is replaced first.
+Built with ElementTree (``junit_xml``): every name and text is escaped.
 """
 
 from __future__ import annotations
@@ -14,16 +13,19 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-from orchestrator.reports.answers import DIFFERENT, LIKE_GOOD, REFERENCE, variant_answers
+from orchestrator.reports.campaign.answers import (
+    DIFFERENT,
+    LIKE_GOOD,
+    REFERENCE,
+    variant_answers,
+)
+from orchestrator.reports.campaign.model import Report
 from orchestrator.reports.files import clean
-from orchestrator.reports.model import Report
+from orchestrator.reports.junit_xml import document
+from orchestrator.reports.junit_xml import element as _element
 
 
-def _element(parent: ET.Element, tag: str, **attributes: object) -> ET.Element:
-    return ET.SubElement(parent, tag, {k: clean(str(v)) for k, v in attributes.items()})
-
-
-def _properties(report: Report) -> list[tuple[str, str]]:
+def properties(report: Report) -> list[tuple[str, str]]:
     facts, head, cost = report.campaign, report.headline, report.cost
     pairs = [("campaign.id", facts.id), ("campaign.name", facts.name),
              ("campaign.status", facts.status), ("campaign.target", facts.target),
@@ -54,10 +56,6 @@ def _properties(report: Report) -> list[tuple[str, str]]:
 
 def render_junit(report: Report) -> str:
     """The JUnit XML document of ``report`` (UTF-8, with its declaration)."""
-    if report.optimize is not None:  # a search's cases are its configurations
-        from orchestrator.reports.optimize_junit import render_optimize_junit
-
-        return render_optimize_junit(report)
     facts = report.campaign
     wall: dict[str, float] = defaultdict(float)
     for trial in report.provenance.trials:
@@ -72,9 +70,9 @@ def render_junit(report: Report) -> str:
     suite = _element(root, "testsuite", name=facts.name, tests=len(answers), failures=failures,
                      errors=0, skipped=skipped, time=f"{report.cost.wall_s:.3f}",
                      timestamp=(facts.created_at or "")[:19], id=facts.id)
-    properties = _element(suite, "properties")
-    for name, value in _properties(report):
-        _element(properties, "property", name=name, value=value)
+    listed = _element(suite, "properties")
+    for name, value in properties(report):
+        _element(listed, "property", name=name, value=value)
     seen: set[str] = set()
     for a in answers:
         name = a.variant.key
@@ -99,5 +97,12 @@ def render_junit(report: Report) -> str:
         out = _element(case, "system-out")
         out.text = clean(f"{a.answer}: {a.said}; {counted}; role {a.variant.role or 'tested'}"
                          + ("; holds a culprit" if a.variant.culprit else ""))
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+    return document(root)
+
+
+class Junit:
+    format = "junit"
+    suffix = ".xml"
+
+    def render(self, model: Report) -> str:
+        return render_junit(model)

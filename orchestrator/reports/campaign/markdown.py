@@ -1,45 +1,20 @@
 """The Markdown report, for a pull request or an issue: the verdict line first, the culprits,
 the first few variants that differ from known-good, then every variant in a ``<details>``.
 
-Everything shown came from a campaign file or a server: ``text`` escapes it so that no name can
-end a table cell or a row, open a link, a code span or an HTML tag, or render as math.
+Everything shown came from a campaign file or a server: ``text`` (reports/text.py) escapes it.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
-from orchestrator.reports.answers import DIFFERENT, VariantAnswer, variant_answers
-from orchestrator.reports.files import clean
-from orchestrator.reports.model import CulpritRow, Report, VariantRow
+from orchestrator.reports.campaign.answers import DIFFERENT, VariantAnswer, variant_answers
+from orchestrator.reports.campaign.model import CulpritRow, Report, VariantRow
+from orchestrator.reports.text import levels_text, table, text
 
 SHOWN_DIFFERENT = 5  # variants that differ, above the fold
-MAX_CELL = 200  # characters of one name or level: a table stays a table
-
-# What can open markup inside a line: a backslash (it would undo the escapes), a code span,
-# emphasis, a link or image, a table cell's end, strikethrough, math. (A list marker, a heading
-# or a setext line needs the line's start, and every line here starts with text of its own.)
-_PUNCTUATION = re.compile(r"([\\`*_\[\]|~$])")
-_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 HEADLINES = {"culprit": "Culprit found", "no_culprit": "No culprit",
              "inconclusive": "Inconclusive", "not_reproduced": "Not reproduced"}
-
-
-def text(value: object, limit: int = MAX_CELL) -> str:
-    """``value`` as inert Markdown text on one line: HTML's three specials as entities, every
-    punctuation that opens markup backslash-escaped (GFM reads ``\\|`` inside a table cell),
-    line breaks as a visible mark, control characters as U+FFFD."""
-    raw = clean(str(value))
-    if len(raw) > limit:
-        raw = raw[:limit - 1] + "…"
-    raw = raw.replace("\r\n", "\n").replace("\r", "\n").replace("\n", " ⏎ ").replace("\t", " ")
-    escaped = _PUNCTUATION.sub(r"\\\1", raw)
-    return "".join(_ENTITIES.get(char, char) for char in escaped)
-
-
-def levels_text(levels: dict[str, str]) -> str:
-    return ", ".join(f"{text(f)}={text(lvl)}" for f, lvl in levels.items()) or "–"
 
 
 def _pct(rate: float | None) -> str:
@@ -57,15 +32,6 @@ def _p(value: float | None) -> str:
 
 def _number(value: float | None, digits: int = 0) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """A GFM table; every cell already escaped (``text``). Numbers right-aligned."""
-    align = ["---:" if h.endswith("#") else "---" for h in header]
-    lines = ["| " + " | ".join(h.removesuffix("#") for h in header) + " |",
-             "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
 
 
 def _culprit_rows(culprits: Sequence[CulpritRow]) -> list[list[str]]:
@@ -107,10 +73,6 @@ def _full_rows(answers: Sequence[VariantAnswer]) -> list[list[str]]:
 
 def render_markdown(report: Report) -> str:
     """The Markdown summary of ``report``."""
-    if report.optimize is not None:  # a search reads as its ranked configurations
-        from orchestrator.reports.optimize_markdown import render_optimize_markdown
-
-        return render_optimize_markdown(report)
     facts, head, cost = report.campaign, report.headline, report.cost
     lines = [f"**{HEADLINES.get(head.status, text(head.status))}:** {text(head.sentence, 1000)}",
              ""]
@@ -145,3 +107,11 @@ def render_markdown(report: Report) -> str:
               f"<sub>{text(report.provenance.tool_version, 60)}, report version "
               f"{report.version}</sub>", ""]
     return "\n".join(lines)
+
+
+class Markdown:
+    format = "md"
+    suffix = ".md"
+
+    def render(self, model: Report) -> str:
+        return render_markdown(model)

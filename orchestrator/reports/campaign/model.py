@@ -1,7 +1,7 @@
 """The report model: everything a report shows, as plain frozen values (built from the store by
-``build.build_report``; rendered by one module per format). ``Report.to_json`` is what
-``--format json`` prints, versioned; ``Report.from_json`` reads it back (``--compare`` of saved
-reports). Pure data: no store, no templates.
+``build.build_report``; rendered by one module per format, found by ``renderer.render``).
+``Report.to_json`` is what ``--format json`` prints, versioned; ``Report.from_json`` reads it
+back (``--compare`` of saved reports). Pure data: no store, no templates.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, TypedDict
 
-from orchestrator.reports.optimize_model import Search, search_from_json
+from orchestrator.reports.search.model import Search, search_from_json
 
 REPORT_VERSION = 1
 
@@ -224,7 +224,12 @@ class Report:
     version: int = REPORT_VERSION
     omitted: dict[str, int] = field(default_factory=dict)  # what the caps left out, counted
     unresolvable: list[UnresolvableRow] = field(default_factory=list)  # the verdict's, in order
-    optimize: Search | None = None  # a search's answer (optimize_model.py); None: no search
+    optimize: Search | None = None  # a search's answer (search/model.py); None: no search
+
+    @property
+    def family(self) -> str:
+        """Which renderers read it (``renderer.FORMATS``): a search's answer reads as one."""
+        return "campaign" if self.optimize is None else "search"
 
     def to_json(self) -> dict[str, Any]:
         """JSON-safe (``json.dumps`` takes it; non-finite floats become None), versioned."""

@@ -16,7 +16,7 @@ from db.store import Store
 from experiments.markup import find_markup, markup_family
 from experiments.outcomes import WEDGE_LOG_KINDS, Outcome, is_corrupt
 from orchestrator.core.evidence import variant_key
-from orchestrator.reports.model import CulpritRow, Excerpt, Point, SeriesEvent, TrialSeries
+from orchestrator.reports.campaign.model import CulpritRow, Excerpt, Point, SeriesEvent, TrialSeries
 
 MAX_EXCERPTS = 3  # per corrupted outcome class
 MAX_EXCERPT = 400  # characters of one excerpt

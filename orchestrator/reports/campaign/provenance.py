@@ -21,7 +21,12 @@ from db.store import Store
 from experiments.campaign import Campaign
 from experiments.secrets import redact
 from orchestrator.core.evidence import variant_key
-from orchestrator.reports.model import LoadPlacement, NodeFacts, Provenance, TrialProvenance
+from orchestrator.reports.campaign.model import (
+    LoadPlacement,
+    NodeFacts,
+    Provenance,
+    TrialProvenance,
+)
 
 PACKAGE = "bisect-serving"
 FACTS_STEP = "facts"  # a trial's step per node (its `service` the node): what the node runs

@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from experiments.campaign import Campaign
-from orchestrator.reports.model import Headline
-from orchestrator.reports.optimize_model import Configuration, Search, search_from_json
-from orchestrator.reports.optimize_text import (
+from orchestrator.reports.campaign.model import Headline
+from orchestrator.reports.search.model import Configuration, Search, search_from_json
+from orchestrator.reports.search.text import (
     bound_text,
     confidence,
     differences_text,
@@ -31,9 +31,9 @@ def _ordered(levels: Mapping[str, str], order: Sequence[str]) -> dict[str, str]:
     return dict(sorted(levels.items(), key=lambda item: rank.get(item[0], len(rank))))
 
 
-def search_section(document: Mapping[str, Any], campaign: Campaign) -> Search | None:
-    """The verdict's search, ready to render; None when the verdict holds none."""
-    section = document.get("optimize")
+def search_section(section: Mapping[str, Any] | None, campaign: Campaign) -> Search | None:
+    """The verdict's search (its finding's JSON, ``Verdict.finding_json("optimize")``), ready
+    to render; None when the verdict holds none."""
     if section is None:
         return None
     order = [f.name for f in campaign.factors]

@@ -27,8 +27,8 @@ from orchestrator.reports.charts import (
     svg,
     text_at,
 )
-from orchestrator.reports.optimize_model import Search
-from orchestrator.reports.optimize_text import labelled
+from orchestrator.reports.search.model import Search
+from orchestrator.reports.search.text import labelled
 
 KINDS = ("unproven", "rejected", "safe", "front")  # drawn in this order: the front on top
 SAFE, FRONT = LINES[0], "#17365f"

@@ -6,18 +6,20 @@ its own: a safe one passes (its objectives and margins in ``system-out``); an un
 looked fast is the search working, not the run failing, so it is ``skipped`` with why it was
 rejected (CI lists it, in yellow, without failing the build), as is one measured too little
 to prove safe and one that could not be deployed. The search's facts are ``properties``.
-Built with ElementTree (junit.py's ``_element``): every name and text is escaped."""
+Built with ElementTree (``junit_xml``): every name and text is escaped."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
+from orchestrator.reports.campaign.junit import properties
+from orchestrator.reports.campaign.model import Report
 from orchestrator.reports.files import clean
-from orchestrator.reports.junit import _element, _properties
-from orchestrator.reports.model import Report
-from orchestrator.reports.optimize_model import Configuration, Search
-from orchestrator.reports.optimize_text import (
+from orchestrator.reports.junit_xml import document
+from orchestrator.reports.junit_xml import element as _element
+from orchestrator.reports.search.model import Configuration, Search
+from orchestrator.reports.search.text import (
     constraints_text,
     labelled,
     marks,
@@ -83,7 +85,7 @@ def render_optimize_junit(report: Report) -> str:
     """The JUnit XML document of a search's report (UTF-8, with its declaration)."""
     search = report.optimize
     if search is None:
-        raise ValueError("not a search's report: junit.render_junit renders it")
+        raise ValueError("not a search's report: campaign.junit renders it")
     facts, alpha = report.campaign, search.limits.alpha
     rows = [("safe", c) for c in search.ranked] + [("rejected", c) for c in search.rejected] \
         + [("unproven", c) for c in search.unproven]
@@ -97,9 +99,9 @@ def render_optimize_junit(report: Report) -> str:
     suite = _element(root, "testsuite", name=facts.name, tests=tests, failures=failures,
                      errors=0, skipped=skipped, time=time,
                      timestamp=(facts.created_at or "")[:19], id=facts.id)
-    properties = _element(suite, "properties")
-    for name, value in [*_properties(report), *_search_properties(search)]:
-        _element(properties, "property", name=name, value=value)
+    listed = _element(suite, "properties")
+    for name, value in [*properties(report), *_search_properties(search)]:
+        _element(listed, "property", name=name, value=value)
     best = _element(suite, "testcase", classname=facts.name, name=BEST_CASE, time=time)
     if search.winner is None:
         failure = _element(best, "failure", type="no-safe-configuration",
@@ -130,5 +132,12 @@ def render_optimize_junit(report: Report) -> str:
         _element(case, "skipped", message=f"could not be deployed ({u.attempts} attempts)")
         out = _element(case, "system-out")
         out.text = clean(u.error)
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+    return document(root)
+
+
+class Junit:
+    format = "junit"
+    suffix = ".xml"
+
+    def render(self, model: Report) -> str:
+        return render_optimize_junit(model)

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from orchestrator.reports.markdown import levels_text, table, text
-from orchestrator.reports.model import Report
-from orchestrator.reports.optimize_model import Configuration, Search
-from orchestrator.reports.optimize_text import (
+from orchestrator.reports.campaign.model import Report
+from orchestrator.reports.search.model import Configuration, Search
+from orchestrator.reports.search.text import (
     bound_text,
     confidence,
     interval,
@@ -21,6 +20,7 @@ from orchestrator.reports.optimize_text import (
     value,
     versus_text,
 )
+from orchestrator.reports.text import levels_text, table, text
 
 SHOWN = 5  # rows above the fold, of the safe and of the rejected
 HEADLINES = {"optimum": "Optimum", "inconclusive": "Inconclusive"}
@@ -106,3 +106,11 @@ def render_optimize_markdown(report: Report) -> str:
                         for u in search.undeployable])
     lines += ["", "</details>", ""]
     return "\n".join(lines)
+
+
+class Markdown:
+    format = "md"
+    suffix = ".md"
+
+    def render(self, model: Report) -> str:
+        return render_optimize_markdown(model)

@@ -1,5 +1,5 @@
 """The report model of a search (`bisect optimize`): its answer as plain frozen values, built
-from the verdict's ``optimize`` section (``optimize_build``) and rendered by every format.
+from the verdict's ``optimize`` section (``search.build``) and rendered by every format.
 
 ``Report.optimize`` holds one ``Search``; ``search_from_json`` reads it back from a report
 saved with ``--format json``. Pure data: no store, no templates.

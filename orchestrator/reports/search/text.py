@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from orchestrator.reports.optimize_model import (
+from orchestrator.reports.search.model import (
     Bound,
     Configuration,
     Difference,

@@ -25,8 +25,8 @@ from experiments.strategy_config import SweepConfig
 from orchestrator.core.evidence import CORRUPTING, WEDGING, TrialEvidence
 from orchestrator.core.stats.regression import said_change
 from orchestrator.core.strategies.sweep_judged import BINARY, METRICS, STATES
-from orchestrator.reports.provenance import tool_version
-from orchestrator.reports.sweep_model import (
+from orchestrator.reports.campaign.provenance import tool_version
+from orchestrator.reports.sweep.model import (
     Answer,
     Commit,
     Comparison,

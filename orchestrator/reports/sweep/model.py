@@ -1,7 +1,7 @@
 """The sweep report model: everything the report of one run of a regression sweep shows, as
-frozen values (built from the store by ``sweep_build.build_sweep_report``; rendered by
-``sweep_render``). ``SweepReport.to_json`` is what ``--format json`` prints, versioned;
-``SweepReport.from_json`` reads it back. Pure data: no store, no templates.
+frozen values (built from the store by ``sweep.build.build_sweep_report``; rendered by its
+format's module, ``renderer.render``). ``SweepReport.to_json`` is what ``--format json``
+prints, versioned; ``SweepReport.from_json`` reads it back. Pure data: no store, no templates.
 
 A run's answer comes first (its status and what `bisect sweep` exited with), then each variant
 against the baseline run metric by metric, what changed since the baseline, the hunt for the
@@ -202,6 +202,10 @@ class SweepReport(_Frozen):
     notes: list[str] = []
     omitted_runs: int = 0  # older runs the history leaves out
     version: int = SWEEP_REPORT_VERSION
+
+    @property
+    def family(self) -> str:
+        return "sweep"  # which renderers read it (renderer.FORMATS)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-safe (non-finite floats become null), versioned."""
