@@ -13,6 +13,7 @@ from orchestrator.reports.renderer import (
     FORMATS,
     Format,
     UnknownFormat,
+    Writes,
     format_of,
     formats,
     render,
@@ -32,6 +33,12 @@ def test_every_renderer_says_the_format_and_suffix_it_is_listed_under(listed: Fo
         assert made.suffix == listed.suffixes[0]
 
 
+def test_options_reach_the_function() -> None:
+    made = renderer("html", "sweep", hunt_links={"c1": "hunt-c1.html"})
+    assert isinstance(made, Writes) and made.options == {"hunt_links": {"c1": "hunt-c1.html"}}
+    assert renderer("html", "sweep") is renderer("html", "sweep")  # no options: the module's
+
+
 def test_each_family_has_its_formats_and_a_comparison_no_junit() -> None:
     assert formats("campaign") == formats("search") == formats("sweep") == [
         "html", "md", "junit", "json"]
@@ -46,7 +53,7 @@ def test_a_suffix_chooses_its_format_in_any_case() -> None:
         ["html", "html", "md", "md", "junit", "json", None, None]
 
 
-def test_a_model_is_rendered_by_its_family_and_a_text_format_loads_no_jinja() -> None:
+def test_a_model_is_rendered_by_its_own_family_s_renderer() -> None:
     class Model:
         family = "sweep"
 
@@ -56,6 +63,8 @@ def test_a_model_is_rendered_by_its_family_and_a_text_format_loads_no_jinja() ->
     assert json.loads(render(Model(), "json")) == {"sweep_report_version": 1}
     for family in FAMILIES:
         for fmt in formats(family):
-            module = type(renderer(fmt, family)).__module__
+            made = renderer(fmt, family)
+            assert isinstance(made, Writes)
+            module = made.function.__module__
             owner = "campaign" if family == "compare" else family
             assert module.startswith(f"orchestrator.reports.{owner}.") or fmt == "json", module

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orchestrator.reports.renderer import Writes
 
-class Json:
-    format = "json"
-    suffix = ".json"
 
-    def render(self, model: Any) -> str:
-        return json.dumps(model.to_json(), indent=2, allow_nan=False) + "\n"
+def to_document(model: Any) -> str:
+    return json.dumps(model.to_json(), indent=2, allow_nan=False) + "\n"
+
+
+JSON = Writes("json", ".json", to_document)

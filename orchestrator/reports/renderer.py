@@ -10,41 +10,62 @@ first use: a Markdown report loads no Jinja."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 
 class Renderer(Protocol):
     """One format of one family's model."""
 
-    format: str  # as ``--format`` names it
-    suffix: str  # the suffix of a file in this format
+    @property
+    def format(self) -> str:
+        """As ``--format`` names it."""
+        ...
+
+    @property
+    def suffix(self) -> str:
+        """The suffix of a file in this format."""
+        ...
 
     def render(self, model: Any) -> str:
         ...
 
 
 @dataclass(frozen=True)
+class Writes:
+    """A renderer that is one function of the model, given ``options`` (a sweep page's links to
+    its hunt's report): every renderer here is one."""
+
+    format: str
+    suffix: str
+    function: Callable[..., str]
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def render(self, model: Any) -> str:
+        return self.function(model, **self.options)
+
+
+@dataclass(frozen=True)
 class Format:
     name: str
     suffixes: tuple[str, ...]  # the first is written; each one chooses this format for ``-o``
-    where: Mapping[str, str]  # the renderer of each family it serves: "module:Class"
+    where: Mapping[str, str]  # the renderer of each family it serves: "module:NAME"
 
 
 _C, _S, _W = "orchestrator.reports.campaign", "orchestrator.reports.search", \
     "orchestrator.reports.sweep"
-JSON = "orchestrator.reports.document:Json"  # every model says its own JSON (``to_json``)
+JSON = "orchestrator.reports.document:JSON"  # every model says its own JSON (``to_json``)
 FORMATS: tuple[Format, ...] = (
     Format("html", (".html", ".htm"), {
-        "campaign": f"{_C}.html:Html", "search": f"{_S}.html:Html",
-        "sweep": f"{_W}.html:Html", "compare": f"{_C}.compare:Html"}),
+        "campaign": f"{_C}.html:HTML", "search": f"{_S}.html:HTML",
+        "sweep": f"{_W}.html:HTML", "compare": f"{_C}.compare:HTML"}),
     Format("md", (".md", ".markdown"), {
-        "campaign": f"{_C}.markdown:Markdown", "search": f"{_S}.markdown:Markdown",
-        "sweep": f"{_W}.markdown:Markdown", "compare": f"{_C}.compare:Markdown"}),
+        "campaign": f"{_C}.markdown:MARKDOWN", "search": f"{_S}.markdown:MARKDOWN",
+        "sweep": f"{_W}.markdown:MARKDOWN", "compare": f"{_C}.compare:MARKDOWN"}),
     Format("junit", (".xml",), {
-        "campaign": f"{_C}.junit:Junit", "search": f"{_S}.junit:Junit",
-        "sweep": f"{_W}.junit:Junit"}),
+        "campaign": f"{_C}.junit:JUNIT", "search": f"{_S}.junit:JUNIT",
+        "sweep": f"{_W}.junit:JUNIT"}),
     Format("json", (".json",), dict.fromkeys(("campaign", "search", "sweep", "compare"), JSON)),
 )
 
@@ -70,8 +91,8 @@ def renderer(fmt: str, family: str, **options: Any) -> Renderer:
     if where is None:
         raise UnknownFormat(f"unknown report format {fmt!r}: {', '.join(formats(family))}")
     module, name = where.split(":")
-    made: Renderer = getattr(importlib.import_module(module), name)(**options)
-    return made
+    made: Writes = getattr(importlib.import_module(module), name)
+    return replace(made, options=options) if options else made
 
 
 def render(model: Any, fmt: str, **options: Any) -> str:

@@ -17,6 +17,7 @@ from orchestrator.core.stats.proportions import newcombe_difference
 from orchestrator.reports.campaign.answers import counts
 from orchestrator.reports.campaign.model import Interval, NodeFacts, Report, VariantRow
 from orchestrator.reports.files import clean
+from orchestrator.reports.renderer import Writes
 
 WORSE, BETTER, NO_CLEAR_CHANGE = "worse", "better", "no clear change"
 ONLY_A, ONLY_B, NOT_JUDGED = "only in A", "only in B", "not judged in both"
@@ -234,17 +235,6 @@ def render_compare_html(c: Comparison) -> str:
                        changed=changed, diff="\n".join(c.campaign_diff), cut=c.diff_cut)
 
 
-class Html:
-    format = "html"
-    suffix = ".html"
+HTML = Writes("html", ".html", render_compare_html)
 
-    def render(self, model: Comparison) -> str:
-        return render_compare_html(model)
-
-
-class Markdown:
-    format = "md"
-    suffix = ".md"
-
-    def render(self, model: Comparison) -> str:
-        return render_compare_markdown(model)
+MARKDOWN = Writes("md", ".md", render_compare_markdown)

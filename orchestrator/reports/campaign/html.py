@@ -17,6 +17,7 @@ from orchestrator.reports.campaign.build import build_report
 from orchestrator.reports.campaign.model import Report, VariantRow
 from orchestrator.reports.files import write_private
 from orchestrator.reports.page import CSP, SORT_SCRIPT, label
+from orchestrator.reports.renderer import Writes
 
 
 def _ordered(levels: dict[str, str], report: Report) -> str:
@@ -91,9 +92,4 @@ def write_report(store: Store, campaign_id: str, path: Path) -> Path:
     return write_private(path, render_report(store, campaign_id))
 
 
-class Html:
-    format = "html"
-    suffix = ".html"
-
-    def render(self, model: Report) -> str:
-        return render_html(model)
+HTML = Writes("html", ".html", render_html)

@@ -23,6 +23,7 @@ from orchestrator.reports.campaign.model import Report
 from orchestrator.reports.files import clean
 from orchestrator.reports.junit_xml import document
 from orchestrator.reports.junit_xml import element as _element
+from orchestrator.reports.renderer import Writes
 
 
 def properties(report: Report) -> list[tuple[str, str]]:
@@ -100,9 +101,4 @@ def render_junit(report: Report) -> str:
     return document(root)
 
 
-class Junit:
-    format = "junit"
-    suffix = ".xml"
-
-    def render(self, model: Report) -> str:
-        return render_junit(model)
+JUNIT = Writes("junit", ".xml", render_junit)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from orchestrator.reports.campaign.answers import DIFFERENT, VariantAnswer, variant_answers
 from orchestrator.reports.campaign.model import CulpritRow, Report, VariantRow
+from orchestrator.reports.renderer import Writes
 from orchestrator.reports.text import levels_text, table, text
 
 SHOWN_DIFFERENT = 5  # variants that differ, above the fold
@@ -109,9 +110,4 @@ def render_markdown(report: Report) -> str:
     return "\n".join(lines)
 
 
-class Markdown:
-    format = "md"
-    suffix = ".md"
-
-    def render(self, model: Report) -> str:
-        return render_markdown(model)
+MARKDOWN = Writes("md", ".md", render_markdown)

@@ -8,6 +8,7 @@ from experiments.optimize_config import MAXIMIZED
 from orchestrator.reports import page
 from orchestrator.reports.campaign.html import render_html
 from orchestrator.reports.campaign.model import Report
+from orchestrator.reports.renderer import Writes
 from orchestrator.reports.search import text
 from orchestrator.reports.search.charts import pareto_figure
 
@@ -25,9 +26,4 @@ def render_search_html(report: Report) -> str:
     return render_html(report, environment, pareto=pareto)
 
 
-class Html:
-    format = "html"
-    suffix = ".html"
-
-    def render(self, model: Report) -> str:
-        return render_search_html(model)
+HTML = Writes("html", ".html", render_search_html)

@@ -18,6 +18,7 @@ from orchestrator.reports.campaign.model import Report
 from orchestrator.reports.files import clean
 from orchestrator.reports.junit_xml import document
 from orchestrator.reports.junit_xml import element as _element
+from orchestrator.reports.renderer import Writes
 from orchestrator.reports.search.model import Configuration, Search
 from orchestrator.reports.search.text import (
     constraints_text,
@@ -135,9 +136,4 @@ def render_optimize_junit(report: Report) -> str:
     return document(root)
 
 
-class Junit:
-    format = "junit"
-    suffix = ".xml"
-
-    def render(self, model: Report) -> str:
-        return render_optimize_junit(model)
+JUNIT = Writes("junit", ".xml", render_optimize_junit)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from orchestrator.reports.campaign.model import Report
+from orchestrator.reports.renderer import Writes
 from orchestrator.reports.search.model import Configuration, Search
 from orchestrator.reports.search.text import (
     bound_text,
@@ -108,9 +109,4 @@ def render_optimize_markdown(report: Report) -> str:
     return "\n".join(lines)
 
 
-class Markdown:
-    format = "md"
-    suffix = ".md"
-
-    def render(self, model: Report) -> str:
-        return render_optimize_markdown(model)
+MARKDOWN = Writes("md", ".md", render_optimize_markdown)

@@ -16,6 +16,7 @@ from orchestrator.core.strategies.sweep_judged import BINARY, METRICS
 from orchestrator.reports import page
 from orchestrator.reports.files import clean
 from orchestrator.reports.page import SCRIPT_HASH, SORT_SCRIPT
+from orchestrator.reports.renderer import Writes
 from orchestrator.reports.sweep import charts
 from orchestrator.reports.sweep.model import SweepReport
 from orchestrator.reports.sweep.words import (
@@ -144,12 +145,4 @@ def render_sweep_html(report: SweepReport, hunt_links: Mapping[str, str] | None 
     return clean(written)
 
 
-class Html:
-    format = "html"
-    suffix = ".html"
-
-    def __init__(self, hunt_links: Mapping[str, str] | None = None) -> None:
-        self.hunt_links = hunt_links  # the hunt's report file by campaign id, written beside
-
-    def render(self, model: SweepReport) -> str:
-        return render_sweep_html(model, self.hunt_links)
+HTML = Writes("html", ".html", render_sweep_html)

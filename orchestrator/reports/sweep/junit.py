@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 from orchestrator.reports.files import clean
 from orchestrator.reports.junit_xml import document
 from orchestrator.reports.junit_xml import element as _element
+from orchestrator.reports.renderer import Writes
 from orchestrator.reports.sweep.model import SweepReport
 from orchestrator.reports.sweep.words import cells, change, value
 from orchestrator.reports.text import p_text
@@ -92,9 +93,4 @@ def render_sweep_junit(report: SweepReport) -> str:
     return document(root)
 
 
-class Junit:
-    format = "junit"
-    suffix = ".xml"
-
-    def render(self, model: SweepReport) -> str:
-        return render_sweep_junit(model)
+JUNIT = Writes("junit", ".xml", render_sweep_junit)

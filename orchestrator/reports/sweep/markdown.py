@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from orchestrator.reports.renderer import Writes
 from orchestrator.reports.sweep.model import SweepReport
 from orchestrator.reports.sweep.words import (
     cells,
@@ -100,9 +101,4 @@ def _levels(levels: Mapping[str, str] | None) -> str:
     return "–" if levels is None else ", ".join(f"{f}={lvl}" for f, lvl in levels.items())
 
 
-class Markdown:
-    format = "md"
-    suffix = ".md"
-
-    def render(self, model: SweepReport) -> str:
-        return render_sweep_markdown(model)
+MARKDOWN = Writes("md", ".md", render_sweep_markdown)
