@@ -17,7 +17,7 @@ from orchestrator.reports.campaign.build import build_report
 from orchestrator.reports.campaign.model import Report, VariantRow
 from orchestrator.reports.files import write_private
 from orchestrator.reports.page import CSP, SORT_SCRIPT, label
-from orchestrator.reports.renderer import Writes
+from orchestrator.reports.renderer import Writes, render
 
 
 def _ordered(levels: dict[str, str], report: Report) -> str:
@@ -82,8 +82,6 @@ def render_html(report: Report, environment: Environment | None = None,
 
 def render_report(store: Store, campaign_id: str) -> str:
     """The campaign's HTML report, of its family (a search's is the search's)."""
-    from orchestrator.reports.renderer import render
-
     return render(build_report(store, campaign_id), "html")
 
 

@@ -1,7 +1,7 @@
 """The Markdown report of a search (`bisect optimize`): the verdict line first (the best safe
 configuration), the top safe configurations, the unsafe ones that looked fast with why, then
 every configuration in a ``<details>``. Everything from the store goes through
-``markdown.text``: no name can end a cell, a row, or open markup."""
+``reports.text.text``: no name can end a cell, a row, or open markup."""
 
 from __future__ import annotations
 
