@@ -127,7 +127,7 @@ def commit_run(store: Store, size: int, noise: str, seed: int,
     verdict = verdict_of(store, campaign_id)
     # The posterior after each trial, in the order they ran, as the strategy computes it (each
     # commit's counts at their design effect): the reliability check.
-    search, steps = Commits(shas, sessions=SESSIONS).search, []
+    search, steps = Commits(shas, sessions=SESSIONS).replay_target, []
     seen = evidence(store.trials(campaign_id), planned=SESSIONS)
     for ran in range(1, len(seen) + 1):
         post = np.asarray(search(seen[:ran]).posterior)

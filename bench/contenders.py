@@ -18,7 +18,7 @@ from pydantic import Field
 from bench.scenarios import ALPHA, COST, Levels, Pool, Scenario
 from experiments.campaign import Campaign
 from experiments.strategy_config import AdaptiveConfig
-from orchestrator.core.evidence import TrialEvidence, failing_for
+from orchestrator.core.evidence import Failing, TrialEvidence, failing_for, target_of
 from orchestrator.core.stats.exact import fisher_greater
 from orchestrator.core.strategies.adaptive import Adaptive
 from orchestrator.core.strategies.base import Status
@@ -120,12 +120,15 @@ class Oracle(Adaptive):
                          reproduce_trials=plan.reproduce_trials,
                          max_trials_per_variant=plan.max_trials_per_variant,
                          max_trials=plan.max_trials)
-        self.target, self.planted = self.failing, (plan.truth, plan.other_truth)
+        self.campaign, self.plan = campaign, plan
+        self.truth = plan.truth  # the planted culprits of the failure this replay judges
 
-    @property
-    def truth(self) -> list[dict[str, str]]:
-        """The planted culprits of the failure this replay judges."""
-        return self.planted[0] if self.failing == self.target else self.planted[1]
+    def judging(self, failing: Failing) -> Oracle:
+        """The oracle of the other failure: told that one's planted culprits."""
+        plan = self.plan.model_copy(update={"target": target_of(failing),
+                                            "truth": self.plan.other_truth,
+                                            "other_truth": self.plan.truth})
+        return Oracle(self.campaign, plan).meeting(list(self.skipped.values()))
 
     def _culprit_in(self, run: Any, bad: dict[str, str]
                     ) -> tuple[dict[str, str], list[str], bool]:

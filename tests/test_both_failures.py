@@ -4,17 +4,22 @@ outcome classes it causes. The strategy runs on simulated trials (the core is pu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 
 from bench.scenarios import COST, Pool
 from experiments.outcomes import Outcome
 from orchestrator.cli.verdict_view import print_verdict
-from orchestrator.core.evidence import CORRUPTING, WEDGING, TrialEvidence, target_of
+from orchestrator.core.evidence import CORRUPTING, WEDGING, Failing, TrialEvidence, target_of
 from orchestrator.core.stats.compare import Answer, judge
 from orchestrator.core.strategies.adaptive import Adaptive
+from orchestrator.core.strategies.base import Status
+from orchestrator.core.strategies.both_failures import Replaying
 from orchestrator.core.verdict import CostModel, Verdict, verdict_from
 from orchestrator.reports.campaign.build import culprit_rows, headline
 
@@ -153,3 +158,66 @@ def test_a_pass_must_rule_out_a_failure_half_as_frequent_as_known_bads() -> None
     assert judge((0, 240), good, bad, 0.01, 0.005).answer is Answer.PASS
     # and a weaker failure that shows is never a pass
     assert judge((5, 240), good, bad, 0.01, 0.005).answer is not Answer.PASS
+
+
+@dataclass(frozen=True)
+class _Looked:
+    """A toy search's replay: the bad end failed or not, once it has a trial."""
+
+    needed: tuple[dict[str, str], ...]
+    concluded: Status | None
+    reason: str = ""
+    failing: Failing | None = None
+    also: _Looked | None = None
+
+    @property
+    def asking(self) -> _Looked:
+        return self.also if self.also is not None and self.concluded is not None else self
+
+    def named(self, failing: Failing) -> _Looked:
+        return dataclasses.replace(self, failing=failing)
+
+    def followed_by(self, other: _Looked) -> _Looked:
+        return self
+
+
+class _Look(Replaying[_Looked]):
+    """Any search of one failure gets the other beside it, or instead, from the wrapper."""
+
+    ENDS = ("the end", "the start's")
+    END: ClassVar[dict[str, str]] = {"v": "end"}
+
+    def __init__(self, failing: Failing) -> None:
+        self.failing, self.alpha = failing, 0.01
+
+    def judging(self, failing: Failing) -> _Look:
+        return _Look(failing)
+
+    def bad_trials(self, evidence: Sequence[TrialEvidence]) -> list[TrialEvidence]:
+        return [t for t in evidence if t.levels == self.END]
+
+    def shows(self, seen: Sequence[TrialEvidence]) -> bool:
+        return any(t.failures for t in self.bad_trials(seen))
+
+    def replay_target(self, evidence: Sequence[TrialEvidence]) -> _Looked:
+        if not self.bad_trials(evidence):
+            return _Looked((self.END,), None)
+        failed = self.shows(evidence)
+        return _Looked((), Status.CULPRIT if failed else Status.NOT_REPRODUCED,
+                       f"{target_of(self.failing)} {'follows' if failed else 'not seen'}")
+
+
+def test_the_wrapper_searches_the_other_failure_of_any_replaying_search() -> None:
+    search = _Look(CORRUPTING)
+    assert search.propose([], []) == [_Look.END] and search.propose([], [_Look.END]) == []
+    hung = TrialEvidence(_Look.END, {"ok": 70, "timeout": 10})
+    replay = search.replay([hung])
+    assert (replay.concluded, replay.failing) == (Status.NOT_REPRODUCED, None)
+    assert replay.reason == ("corruption not seen; the end: 0 corrupt, 10 timeouts, 0 errors, "
+                             "0 wedge log lines in 80 sessions")
+    assert replay.also == _Looked((), Status.CULPRIT, "wedging follows", WEDGING)
+    assert search.failing == CORRUPTING  # its twin is another search, not this one changed
+    both = TrialEvidence(_Look.END, {"leak": 5, "ok": 65, "timeout": 10})
+    assert search.replay([both]).also == _Looked((), Status.CULPRIT, "wedging follows", WEDGING)
+    clean = search.replay([TrialEvidence(_Look.END, {"ok": 80})])
+    assert clean.also is None and clean.reason.startswith("corruption not seen; the end: 0 ")

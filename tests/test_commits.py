@@ -293,10 +293,10 @@ def test_a_commit_s_failures_from_one_bad_restart_weigh_as_one_trial() -> None:
 
     good = trials("c0", 0, 0)
     one_bad_restart = good + trials("c7", 0, 24)
-    replay = strategy.search(one_bad_restart)
+    replay = strategy.replay_target(one_bad_restart)
     assert replay.status is None and {"commit": "c7"} in replay.needed  # not reproduced yet
     spread_evenly = good + trials("c7", 12, 12)
-    replay = strategy.search(spread_evenly)
+    replay = strategy.replay_target(spread_evenly)
     assert replay.needed and replay.needed[0]["commit"] not in ("c0", "c7")  # bisecting
 
 
@@ -314,8 +314,8 @@ def test_a_clean_looking_trial_of_a_commit_counts_as_a_restart_of_a_bad_one_may(
     seen = trials("c0", 0, 0) + trials("c7", 8, 8) + trials("c3", 8) + trials("c1", 0)
     as_sessions = posterior([0, 0, 0, 8, 0, 0, 0, 16], [160, 80, 80, 80, 0, 0, 0, 160])
     assert as_sessions[3] >= 0.95  # what independent sessions would say after one clean c2
-    once = strategy.search(seen + trials("c2", 0))
+    once = strategy.replay_target(seen + trials("c2", 0))
     assert once.status is None and once.needed == ({"commit": "c2"},)
     assert 0.85 < once.posterior[3] < 0.95
-    twice = strategy.search(seen + trials("c2", 0, 0))
+    twice = strategy.replay_target(seen + trials("c2", 0, 0))
     assert twice.status is Status.CULPRIT and twice.posterior[3] >= 0.95

@@ -43,8 +43,8 @@ import copy
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Self
 
-from orchestrator.core.attribution import Culprit, measure
 from orchestrator.core.evidence import (
     CORRUPTING,
     Failing,
@@ -53,18 +53,12 @@ from orchestrator.core.evidence import (
     target_of,
     variant_key,
 )
-from orchestrator.core.own_effect import own_effect
 from orchestrator.core.stats.clustered import INDEPENDENT
 from orchestrator.core.stats.compare import Answer, StopWhenFailing, reproduced
 from orchestrator.core.stats.proportions import wilson
-from orchestrator.core.strategies.base import (
-    UNFINISHED,
-    Conclusion,
-    Status,
-    Unresolvable,
-    not_yet_running,
-)
-from orchestrator.core.strategies.both_failures import both_reason, replay_both
+from orchestrator.core.strategies.adaptive_said import conclude_replay
+from orchestrator.core.strategies.base import Conclusion, Status, Unresolvable
+from orchestrator.core.strategies.both_failures import Replaying
 from orchestrator.core.strategies.confirm import confirm
 from orchestrator.core.strategies.sequential import (
     Concluded,
@@ -76,7 +70,6 @@ from orchestrator.core.strategies.sequential import (
     cells_of,
     leans,
 )
-from orchestrator.core.verdict import judged_cells
 
 __all__ = ["Adaptive", "Replay", "Step", "conclude_replay"]
 
@@ -101,12 +94,29 @@ class Replay:
     fail_level: float | None = None  # the p a needed trial stops at where not in stop_at
 
     @property
+    def concluded(self) -> Status | None:
+        return self.outcome
+
+    @property
     def asking(self) -> Replay:
         """The replay whose tests need the trials now (the target's first)."""
         return self.also if self.also is not None and self.outcome is not None else self
 
+    def named(self, failing: Failing) -> Replay:
+        """This replay as the other failure's: its trail lines named by it (`wedging: flip
+        f3`)."""
+        name = target_of(failing)
+        trail = tuple(dataclasses.replace(step, phase=f"{name}: {step.phase}")
+                      for step in self.trail)
+        return dataclasses.replace(self, trail=trail, failing=failing)
 
-class Adaptive:
+    def followed_by(self, other: Replay) -> Replay:
+        return dataclasses.replace(self, trail=(*self.trail, *other.trail))
+
+
+class Adaptive(Replaying[Replay]):
+    ENDS = ("known-bad", "known-good's")
+
     def __init__(
         self,
         factors: Mapping[str, Sequence[str]],
@@ -139,11 +149,7 @@ class Adaptive:
         factors. (What it bought in false accusations: BENCHMARKS.md, "Strategies".)"""
         return self.alpha / (max(2, len(self.factors)) if good.failures else 2)
 
-    # -- the protocol -------------------------------------------------------------------------
-
-    def propose(self, done: Sequence[TrialEvidence], pending: Sequence[Levels]) -> list[
-            dict[str, str]]:
-        return not_yet_running(self.replay(done).asking.needed, pending)
+    # -- the protocol (`propose` and `replay`: Replaying's, for both failures) -----------------
 
     def stop_rule(
         self, levels: Levels, done: Sequence[TrialEvidence]
@@ -160,9 +166,22 @@ class Adaptive:
         return StopWhenFailing((prior.failures, prior.judged + prior.unfinished), good.pair,
                                level, failing, prior.trials, spread)
 
-    def replay(self, evidence: Sequence[TrialEvidence]) -> Replay:
-        """The whole procedure, for both failures (both_failures.py)."""
-        return replay_both(self, evidence)
+    def judging(self, failing: Failing) -> Adaptive:
+        return Adaptive(self.factors, self.good, self.bad, alpha=self.alpha,
+                        clean_rate=self.clean_rate, min_trials=self.min_trials,
+                        reproduce_trials=self.reproduce_trials,
+                        max_trials_per_variant=self.max_trials_per_variant,
+                        max_trials=self.max_trials, failing=failing,
+                        ).meeting(list(self.skipped.values()))
+
+    def bad_trials(self, evidence: Sequence[TrialEvidence]) -> list[TrialEvidence]:
+        return [t for t in evidence if variant_key(t.levels) == variant_key(self.bad)]
+
+    def shows(self, seen: Sequence[TrialEvidence]) -> bool:
+        cells = cells_of(seen)
+        bad, good = cells.get(variant_key(self.bad)), cells.get(variant_key(self.good))
+        return bad is not None and good is not None and \
+            reproduced(bad.pair, good.pair, self.alpha)[0] is Answer.FAIL
 
     def replay_target(self, evidence: Sequence[TrialEvidence]) -> Replay:
         """The procedure for ``self.failing`` alone."""
@@ -208,7 +227,7 @@ class Adaptive:
         return conclude_replay(self.replay(done), done, self.factors, unresolvable, self.good,
                                self.bad)
 
-    def meeting(self, unresolvable: Sequence[Unresolvable]) -> Adaptive:
+    def meeting(self, unresolvable: Sequence[Unresolvable]) -> Self:
         """The same strategy, told which variants cannot be judged (deploys that failed, or
         the user's probe exiting 125): as `git bisect skip`, a test of one answers nothing and
         the search goes on with other variants (a flip skipped is not found needed, delta
@@ -415,56 +434,3 @@ class Adaptive:
         factor = next(iter(spare), None) or next(
             (f for f in culprit if self.good[f] != culprit[f]), next(iter(culprit)))
         return self._flip(bad, factor)
-
-
-def conclude_replay(
-    replay: Replay,
-    evidence: Sequence[TrialEvidence],
-    factors: Mapping[str, Sequence[str]],
-    unresolvable: Sequence[Unresolvable] = (),
-    good: Levels | None = None,
-    bad: Levels | None = None,
-) -> Conclusion:
-    """The adaptive strategy's conclusion, with each culprit measured on every explored cell
-    and, where ``good`` is given, on its own (the culprit alone against its neighbours)."""
-    log = (*replay.trail, *(replay.also.trail if replay.also else ()))
-    blocked = {variant_key(u.levels): u for u in unresolvable}
-    asking = replay.asking
-    stuck = [blocked[variant_key(v)] for v in asking.needed if variant_key(v) in blocked]
-    if stuck:  # known-good or known-bad: no test goes on without them
-        status, reason = Status.INCONCLUSIVE, cannot_go_on(stuck[0], good, bad)
-    elif replay.outcome is None or asking.outcome is None:
-        status, reason = Status.INCONCLUSIVE, UNFINISHED
-    else:
-        status, reason = replay.outcome, replay.reason
-    also, own = None, None
-    if replay.also is not None and replay.also.outcome is not None:
-        also = conclude_replay(replay.also, evidence, factors, (), good)
-        own, reason = reason, both_reason(status, reason, also)
-    culprits = _measured(replay, evidence, factors, good) if status is Status.CULPRIT else ()
-    return Conclusion(status, reason, culprits, log, failing=replay.failing, also=also,
-                      target_reason=own)
-
-
-def cannot_go_on(skipped: Unresolvable, good: Levels | None = None,
-                 bad: Levels | None = None) -> str:
-    """Why the search stopped at a variant it cannot do without: "cannot go on: known-bad
-    hicache=on is unresolvable: the probe skipped it (exit 125)"."""
-    levels = ",".join(f"{f}={lvl}" for f, lvl in skipped.levels.items())
-    key = variant_key(skipped.levels)
-    role = next((f"{name} " for name, known in (("known-good", good), ("known-bad", bad))
-                 if known is not None and variant_key(known) == key), "")
-    return f"cannot go on: {role}{levels} is unresolvable: {skipped.why()}"
-
-
-def _measured(replay: Replay, evidence: Sequence[TrialEvidence],
-              factors: Mapping[str, Sequence[str]], good: Levels | None) -> tuple[Culprit, ...]:
-    # Effects over every cell are measured on full trials only: a trial stopped early ends
-    # with its failing sessions (they finish first), so its rate says "failing", not "how much".
-    failing = replay.failing or CORRUPTING
-    judged = [t.judged_as(failing) for t in evidence] if replay.failing else list(evidence)
-    _, full = judged_cells([t for t in judged if not t.stopped_early], factors)
-    return tuple(
-        dataclasses.replace(measure(c, full),
-                            own=own_effect(c, good, evidence, failing) if good else None)
-        for c in replay.culprits)

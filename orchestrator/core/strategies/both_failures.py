@@ -1,79 +1,138 @@
 """Both failures, always: every adaptive and commit campaign watches corruption and wedging.
 
-The campaign's target is bisected first. Where known-bad does not reproduce it but clearly
-shows the other failure, the other is bisected instead (or the reason says exactly why not,
-with the counts of timeouts, errors and wedge log lines): the target stays `not_reproduced`
-and the other's culprits are the other's ("corruption not reproduced; wedging follows ...",
-never corruption culprits); where the target was bisected and
-known-bad's stored trials show the other failure too, the other is bisected beside it. Each is
-its own replay, on the same trials judged against its own failing set, so evidence is shared:
-the other failure adds only the trials its own tests still need. The commit search does the
-same with its posterior (`commit_replay_both`).
+`BothFailures` wraps the search of one failure, as Ray Tune's `Repeater` wraps a searcher. The
+campaign's target is searched first. Where known-bad does not reproduce it but clearly shows
+the other failure, the other is searched instead (or the reason says exactly why not, with the
+counts of timeouts, errors and wedge log lines): the target stays `not_reproduced` and the
+other's culprits are the other's ("corruption not reproduced; wedging follows ...", never
+corruption culprits); where the target was found and known-bad's stored trials show the other
+failure too, the other is searched beside it. The other failure's search is the same search
+made for it (its *twin*), replayed on the same trials judged against its own failing set, so
+evidence is shared: the other failure adds only the trials its own tests still need.
+
+The adaptive strategy and the commit search are `Replaying` strategies: they keep no state,
+every call replays their decisions from the stored evidence through the wrapper, and their one
+`propose` is the trials that replay still asks for.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from experiments.outcomes import WEDGE_LOG_KINDS
-from orchestrator.core.evidence import CORRUPTING, WEDGING, TrialEvidence, target_of, variant_key
-from orchestrator.core.stats.compare import Answer, reproduced
-from orchestrator.core.strategies.base import Conclusion, Status
-from orchestrator.core.strategies.sequential import Step, cells_of
-
-if TYPE_CHECKING:
-    from orchestrator.core.strategies.adaptive import Adaptive, Replay
-    from orchestrator.core.strategies.commits import CommitReplay, Commits
-
-
-def replay_both(strategy: Adaptive, evidence: Sequence[TrialEvidence]) -> Replay:
-    """The target's replay, with the other failure's where known-bad shows it."""
-    first = strategy.replay_target(evidence)
-    other = copy.copy(strategy)  # the same strategy (a subclass too), judging the other failure
-    other.failing = WEDGING if strategy.failing == CORRUPTING else CORRUPTING
-    seen = [t.judged_as(other.failing) for t in evidence]
-    if first.outcome is Status.NOT_REPRODUCED:
-        return _instead(strategy, other, evidence, seen, first)
-    if first.outcome is None or not _shows(other, seen):
-        return first
-    second = _named(other.replay_target(seen), other)
-    return dataclasses.replace(first, also=second)
+from orchestrator.core.evidence import (
+    CORRUPTING,
+    WEDGING,
+    Failing,
+    Levels,
+    TrialEvidence,
+    target_of,
+)
+from orchestrator.core.strategies.base import Conclusion, Status, not_yet_running
 
 
-def _shows(strategy: Adaptive, seen: Sequence[TrialEvidence]) -> bool:
-    """Known-bad's stored trials reproduce this failure already (no trial is added to ask)."""
-    cells = cells_of(seen)
-    bad, good = cells.get(variant_key(strategy.bad)), cells.get(variant_key(strategy.good))
-    return bad is not None and good is not None and \
-        reproduced(bad.pair, good.pair, strategy.alpha)[0] is Answer.FAIL
+class Searched(Protocol):
+    """One failure's replay, as the wrapper joins two (adaptive's `Replay`, the commit
+    search's `CommitReplay`): a frozen dataclass with a ``reason`` and an ``also``."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # joined by dataclasses.replace
+
+    @property
+    def needed(self) -> tuple[dict[str, str], ...]: ...  # variants that need a trial now
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def concluded(self) -> Status | None: ...  # None while trials are needed
+
+    @property
+    def asking(self) -> Self: ...  # the replay whose trials are needed now (the target's first)
+
+    def named(self, failing: Failing) -> Self:
+        """This replay as the other failure's (its trail lines named by it, where it keeps
+        them)."""
+        ...
+
+    def followed_by(self, other: Self) -> Self:
+        """This replay with ``other``'s trail after its own, where it keeps one."""
+        ...
 
 
-def _named(replay: Replay, strategy: Adaptive) -> Replay:
-    """Its trail lines named by the failure they test (`wedging: flip f3`)."""
-    name = target_of(strategy.failing)
-    trail = tuple(dataclasses.replace(step, phase=f"{name}: {step.phase}")
-                  for step in replay.trail)
-    return dataclasses.replace(replay, trail=trail, failing=strategy.failing)
+R = TypeVar("R", bound=Searched)
 
 
-def _instead(target: Adaptive, other: Adaptive, evidence: Sequence[TrialEvidence],
-             seen: Sequence[TrialEvidence], replay: Replay) -> Replay:
-    """The target was not reproduced: bisect the other failure if known-bad clearly shows it
-    (its own replay, on the same trials), or say why not."""
-    counts = _counts(target, evidence)
-    if not _any_of(other, seen):
-        return dataclasses.replace(replay, reason=f"{replay.reason}; {counts}")
-    bisected = _named(other.replay_target(seen), other)
-    if bisected.outcome is Status.NOT_REPRODUCED:
-        trail: tuple[Step, ...] = (*replay.trail, *bisected.trail)
-        return dataclasses.replace(replay, trail=trail, reason=(
-            f"{replay.reason}; {counts}, not worse than known-good's: {bisected.reason}"))
-    # The target stays not reproduced; the other failure is concluded beside it, its culprits
-    # its own (conclude_replay: "corruption not reproduced; wedging follows ...").
-    return dataclasses.replace(replay, reason=f"{replay.reason}; {counts}", also=bisected)
+class Replaying(ABC, Generic[R]):
+    """A strategy that replays its search of one failure from the stored evidence; both
+    failures through `BothFailures`."""
+
+    failing: Failing  # what the evidence it is given was judged against
+    # the failing end and the good one, as a reason names them: ("known-bad", "known-good's")
+    ENDS: ClassVar[tuple[str, str]]
+
+    @abstractmethod
+    def replay_target(self, evidence: Sequence[TrialEvidence]) -> R:
+        """The search for ``self.failing`` alone, on evidence judged against it."""
+
+    @abstractmethod
+    def judging(self, failing: Failing) -> Replaying[R]:
+        """The same search, for ``failing``: the other failure's twin."""
+
+    @abstractmethod
+    def bad_trials(self, evidence: Sequence[TrialEvidence]) -> list[TrialEvidence]:
+        """The failing end's trials (known-bad, the bad commit)."""
+
+    @abstractmethod
+    def shows(self, seen: Sequence[TrialEvidence]) -> bool:
+        """The failing end's stored trials reproduce this failure already (no trial is added
+        to ask)."""
+
+    def replay(self, evidence: Sequence[TrialEvidence]) -> R:
+        """The search for both failures: the target's first."""
+        return BothFailures(self, self.judging).replay(evidence)
+
+    def propose(self, done: Sequence[TrialEvidence], pending: Sequence[Levels]) -> list[
+            dict[str, str]]:
+        return not_yet_running(self.replay(done).asking.needed, pending)
+
+
+@dataclass(frozen=True)
+class BothFailures(Generic[R]):
+    """The target's search, then its twin's for the other failure where the failing end
+    shows it too, or instead."""
+
+    search: Replaying[R]
+    twin: Callable[[Failing], Replaying[R]]  # the same search for another failure
+
+    def replay(self, evidence: Sequence[TrialEvidence]) -> R:
+        first = self.search.replay_target(evidence)
+        other = self.twin(WEDGING if self.search.failing == CORRUPTING else CORRUPTING)
+        seen = [t.judged_as(other.failing) for t in evidence]
+        if first.concluded is Status.NOT_REPRODUCED:
+            return self._instead(first, other, evidence, seen)
+        if first.concluded is None or not other.shows(seen):
+            return first
+        return dataclasses.replace(first, also=other.replay_target(seen).named(other.failing))
+
+    def _instead(self, first: R, other: Replaying[R], evidence: Sequence[TrialEvidence],
+                 seen: Sequence[TrialEvidence]) -> R:
+        """The target was not reproduced: search the other failure if the failing end clearly
+        shows it (its own replay, on the same trials), or say why not."""
+        bad, good = self.search.ENDS
+        said = f"{first.reason}; {_shown(bad, self.search.bad_trials(evidence))}"
+        if not any(t.failures for t in other.bad_trials(seen)):
+            return dataclasses.replace(first, reason=said)
+        searched = other.replay_target(seen).named(other.failing)
+        if searched.concluded is Status.NOT_REPRODUCED:
+            return dataclasses.replace(first.followed_by(searched), reason=(
+                f"{said}, not worse than {good}: {searched.reason}"))
+        # The target stays not reproduced; the other failure is concluded beside it, its culprits
+        # its own (both_reason: "corruption not reproduced; wedging follows ...").
+        return dataclasses.replace(first, reason=said, also=searched)
 
 
 def both_reason(status: Status, reason: str, also: Conclusion) -> str:
@@ -94,59 +153,11 @@ def both_reason(status: Status, reason: str, also: Conclusion) -> str:
     return f"{target} not reproduced; {said} ({reason})"
 
 
-def _any_of(strategy: Adaptive, seen: Sequence[TrialEvidence]) -> bool:
-    bad = [t for t in seen if variant_key(t.levels) == variant_key(strategy.bad)]
-    return any(t.failures for t in bad)
-
-
-def _counts(strategy: Adaptive, evidence: Sequence[TrialEvidence]) -> str:
-    """What known-bad showed of both failures, for a reason."""
-    return _shown("known-bad", [t for t in evidence
-                                if variant_key(t.levels) == variant_key(strategy.bad)])
-
-
 def _shown(name: str, bad: Sequence[TrialEvidence]) -> str:
+    """What the failing end showed of both failures, for a reason."""
     timeouts = sum(t.counts.get("timeout", 0) for t in bad)
     errors = sum(t.counts.get("error", 0) for t in bad)
     logged = sum(t.events.get(kind, 0) for t in bad for kind in WEDGE_LOG_KINDS)
     corrupt = sum(t.judged_as(CORRUPTING).failures for t in bad)
     return (f"{name}: {corrupt} corrupt, {timeouts} timeouts, {errors} errors, {logged} "
             f"wedge log lines in {sum(t.sessions for t in bad)} sessions")
-
-
-def commit_replay_both(strategy: Commits, evidence: Sequence[TrialEvidence]) -> CommitReplay:
-    """The commit search for the target, and for the other failure as the adaptive strategy
-    does: instead, where the bad commit does not reproduce the target but shows the other
-    (the target stays not reproduced, the other's search beside it; or the reason says what
-    it showed), beside, where its stored trials reproduce both."""
-    first = strategy.search(evidence)
-    other = WEDGING if strategy.failing == CORRUPTING else CORRUPTING
-    seen = [t.judged_as(other) for t in evidence]
-    last = len(strategy.commits) - 1
-    if first.status is Status.NOT_REPRODUCED:
-        if not any(t.failures for t in strategy.trials_at(seen, last)):
-            return dataclasses.replace(first, reason=f"{first.reason}; {_ends(strategy, evidence)}")
-        second = strategy.search(seen)
-        if second.status is Status.NOT_REPRODUCED:
-            return dataclasses.replace(first, reason=(
-                f"{first.reason}; {_ends(strategy, evidence)}, not worse than the good "
-                f"commit's: {second.reason}"))
-        # the target stays not reproduced, the other's search beside it (both_reason)
-        return dataclasses.replace(first, reason=f"{first.reason}; {_ends(strategy, evidence)}",
-                                   also=dataclasses.replace(second, failing=other))
-    if not first.finished:
-        return first
-    bad, good = (strategy.trials_at(seen, end) for end in (last, 0))
-    if reproduced(_pair(bad), _pair(good), strategy.alpha)[0] is not Answer.FAIL:
-        return first
-    return dataclasses.replace(first, also=dataclasses.replace(strategy.search(seen),
-                                                               failing=other))
-
-
-def _pair(trials: Sequence[TrialEvidence]) -> tuple[int, int]:
-    return sum(t.failures for t in trials), sum(t.judged for t in trials)
-
-
-def _ends(strategy: Commits, evidence: Sequence[TrialEvidence]) -> str:
-    """What the bad commit showed of both failures, for a reason."""
-    return _shown("the bad commit", strategy.trials_at(evidence, len(strategy.commits) - 1))

@@ -33,32 +33,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import betaln, gammaln
 
-from orchestrator.core.attribution import Culprit, measure
-from orchestrator.core.evidence import (
-    CORRUPTING,
-    Failing,
-    Levels,
-    TrialEvidence,
-    cells,
-    target_of,
-)
+from orchestrator.core.evidence import CORRUPTING, Failing, Levels, TrialEvidence, target_of
 from orchestrator.core.stats.clustered import RESTART_PRIOR, Counts, dispersion
 from orchestrator.core.stats.compare import Answer, StopWhenFailing, reproduced
-from orchestrator.core.strategies.base import (
-    UNFINISHED,
-    Conclusion,
-    Status,
-    Unresolvable,
-    not_yet_running,
-)
-from orchestrator.core.strategies.both_failures import both_reason, commit_replay_both
-from orchestrator.core.strategies.commits_said import (
-    FACTOR,
-    CommitSearch,
-    CommitStep,
-    commit_words,
-)
-from orchestrator.core.verdict import judged_trials
+from orchestrator.core.strategies.base import UNFINISHED, Conclusion, Status, Unresolvable
+from orchestrator.core.strategies.both_failures import Replaying, both_reason
+from orchestrator.core.strategies.commits_said import FACTOR, commit_words, conclude_commit_replay
 
 # Weak priors that still say "clean is clean, broken is broken": rates near 0 before the change,
 # anything after it (the data decides how much).
@@ -86,9 +66,20 @@ class CommitReplay:
     also: CommitReplay | None = None  # the other failure the bad commit shows, searched beside
 
     @property
+    def concluded(self) -> Status | None:
+        return self.status
+
+    @property
     def asking(self) -> CommitReplay:
         """The search whose trials are needed now (the target's first)."""
         return self.also if self.also is not None and self.finished else self
+
+    def named(self, failing: Failing) -> CommitReplay:
+        # its trail is drawn at conclusion, named there (conclude_commit_replay(named=))
+        return dataclasses.replace(self, failing=failing)
+
+    def followed_by(self, other: CommitReplay) -> CommitReplay:
+        return self  # its trail is drawn from its own posterior at conclusion
 
 
 def _log_marginal(k: np.ndarray, n: np.ndarray, prior: tuple[float, float]) -> np.ndarray:
@@ -198,7 +189,9 @@ def blocks(size: int, skipped: Collection[int]) -> list[tuple[int, int]]:
     return runs
 
 
-class Commits:
+class Commits(Replaying[CommitReplay]):
+    ENDS = ("the bad commit", "the good commit's")
+
     def __init__(self, commits: Sequence[str], *, sessions: int, alpha: float = 0.01,
                  confidence: float = 0.95, reproduce_trials: int = 2,
                  max_trials: int = 40, background: Mapping[str, str] | None = None,
@@ -215,6 +208,12 @@ class Commits:
         self.skipped = frozenset(skipped)  # commits that cannot be deployed
         self.described = dict(described or {})  # commit -> (subject, author), as git gave them
         self.failing = failing  # what the evidence it is given was judged against
+
+    def judging(self, failing: Failing) -> Commits:
+        return Commits(self.commits, sessions=self.sessions, alpha=self.alpha,
+                       confidence=self.confidence, reproduce_trials=self.reproduce_trials,
+                       max_trials=self.max_trials, background=self.background,
+                       skipped=self.skipped, described=self.described, failing=failing)
 
     def skipping(self, commits: Iterable[str]) -> Commits:
         """The same search, told that these commits cannot be deployed."""
@@ -253,20 +252,19 @@ class Commits:
         """The trials of one commit of the range."""
         return [t for t in evidence if t.levels.get(FACTOR) == self.commits[index]]
 
-    def propose(self, done: Sequence[TrialEvidence], pending: Sequence[Levels]) -> list[
-            dict[str, str]]:
-        return not_yet_running(self.replay(done).asking.needed, pending)
+    def bad_trials(self, evidence: Sequence[TrialEvidence]) -> list[TrialEvidence]:
+        return self.trials_at(evidence, len(self.commits) - 1)
+
+    def shows(self, seen: Sequence[TrialEvidence]) -> bool:
+        bad, good = (self.trials_at(seen, end) for end in (len(self.commits) - 1, 0))
+        return reproduced(_pair(bad), _pair(good), self.alpha)[0] is Answer.FAIL
 
     def stop_rule(
         self, levels: Levels, done: Sequence[TrialEvidence]
     ) -> StopWhenFailing | None:
         return None  # the posterior uses the full counts of every trial
 
-    def replay(self, evidence: Sequence[TrialEvidence]) -> CommitReplay:
-        """The search for both failures (both_failures.py): the target's first."""
-        return commit_replay_both(self, evidence)
-
-    def search(self, evidence: Sequence[TrialEvidence]) -> CommitReplay:
+    def replay_target(self, evidence: Sequence[TrialEvidence]) -> CommitReplay:
         """The search for the failure ``evidence`` was judged against."""
         index = {sha: i for i, sha in enumerate(self.commits)}
         per_trial: list[list[Counts]] = [[] for _ in self.commits]
@@ -363,51 +361,5 @@ def _judged(evidence: Sequence[TrialEvidence], failing: Failing | None
     return evidence if failing is None else [t.judged_as(failing) for t in evidence]
 
 
-def conclude_commit_replay(
-    replay: CommitReplay,
-    commits: Sequence[str],
-    evidence: Sequence[TrialEvidence],
-    unresolvable: Sequence[Unresolvable] = (),
-    described: Mapping[str, tuple[str, str]] | None = None,
-    named: str = "",
-) -> Conclusion:
-    """The change point as a conclusion: the first bad commit, its effect measured as every
-    commit from it on against every commit before it. When skipped commits (that cannot be
-    deployed) sit right before it, the culprit is that run, ``A^..B`` in git's notation.
-    ``described``: each commit's subject and author, beside its SHA in the trail and the JSON;
-    ``named``: the failure its trail's steps are named by ("wedging: posterior"), where this
-    search is the other failure's."""
-    described = described or {}
-    prefix = f"{named}: " if named else ""
-
-    judged = judged_trials(evidence)
-    status = Status.INCONCLUSIVE if replay.status is None else replay.status
-    reason = replay.reason or UNFINISHED
-    why = {u.levels.get(FACTOR): u for u in unresolvable}
-    if replay.unverifiable in why:
-        reason += f": {why[replay.unverifiable].error.splitlines()[0]}"
-    culprits: tuple[Culprit, ...] = ()
-    if replay.status is Status.CULPRIT and replay.first_bad:
-        first = commits.index(replay.first_bad[0])
-        sides = [dataclasses.replace(t, levels={**t.levels, FACTOR: "after" if commits.index(
-            t.levels[FACTOR]) >= first else "before"}) for t in judged if not t.stopped_early]
-        measured = measure({FACTOR: "after"}, cells(sides))
-        named = replay.first_bad[0] if len(replay.first_bad) == 1 else \
-            f"{replay.first_bad[0]}^..{replay.first_bad[-1]}"
-        culprits = (dataclasses.replace(measured, factors={FACTOR: named}),)
-    tested = {sha: [t for t in judged if t.levels.get(FACTOR) == sha] for sha in commits}
-    log = (CommitStep(prefix + ("skipped" if sha in replay.skipped else "posterior"), sha, p,
-                      sum(t.failures for t in tested[sha]), sum(t.judged for t in tested[sha]),
-                      len(tested[sha]), described.get(sha),
-                      why[sha].error.splitlines()[0] if sha in why else None)
-           for sha, p in zip(commits, replay.posterior, strict=True)
-           if p >= 0.001 or tested[sha] or sha in replay.skipped)
-    mentioned = [*replay.first_bad, *([replay.last_good] if replay.last_good else []),
-                 replay.credible[0], replay.credible[-1], *replay.skipped]
-    search = CommitSearch(
-        tuple(replay.first_bad), replay.mass, replay.last_good,
-        (replay.credible[0], replay.credible[-1]),
-        tuple(why[sha] for sha in replay.skipped if sha in why),
-        # The subject and author of every commit named above, where git gave them.
-        {sha: described[sha] for sha in dict.fromkeys(mentioned) if sha in described})
-    return Conclusion(status, reason, culprits, tuple(log), finding=search)
+def _pair(trials: Sequence[TrialEvidence]) -> tuple[int, int]:
+    return sum(t.failures for t in trials), sum(t.judged for t in trials)

@@ -1,14 +1,27 @@
 """What a commit search says (commits.py decides): a commit in words, its trail entries (each
-commit's posterior mass) and its finding (the first bad commit, the credible range, the
-commits skipped). Pure: values in, words and plain dicts out."""
+commit's posterior mass), its finding (the first bad commit, the credible range, the commits
+skipped) and its replay as a conclusion. Pure: values in, words and plain dicts out."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from orchestrator.core.strategies.base import PROBE_SKIPPED, Unresolvable
+from orchestrator.core.attribution import Culprit, measure
+from orchestrator.core.evidence import TrialEvidence, cells
+from orchestrator.core.strategies.base import (
+    PROBE_SKIPPED,
+    UNFINISHED,
+    Conclusion,
+    Status,
+    Unresolvable,
+)
+from orchestrator.core.verdict import judged_trials
+
+if TYPE_CHECKING:
+    from orchestrator.core.strategies.commits import CommitReplay
 
 FACTOR = "commit"
 
@@ -88,3 +101,53 @@ class CommitSearch:
                         for u in self.skipped],
             "described": {sha: _said(sha, words) for sha, words in self.described.items()},
         }
+
+
+def conclude_commit_replay(
+    replay: CommitReplay,
+    commits: Sequence[str],
+    evidence: Sequence[TrialEvidence],
+    unresolvable: Sequence[Unresolvable] = (),
+    described: Mapping[str, tuple[str, str]] | None = None,
+    named: str = "",
+) -> Conclusion:
+    """The change point as a conclusion: the first bad commit, its effect measured as every
+    commit from it on against every commit before it. When skipped commits (that cannot be
+    deployed) sit right before it, the culprit is that run, ``A^..B`` in git's notation.
+    ``described``: each commit's subject and author, beside its SHA in the trail and the JSON;
+    ``named``: the failure its trail's steps are named by ("wedging: posterior"), where this
+    search is the other failure's."""
+    described = described or {}
+    prefix = f"{named}: " if named else ""
+
+    judged = judged_trials(evidence)
+    status = Status.INCONCLUSIVE if replay.status is None else replay.status
+    reason = replay.reason or UNFINISHED
+    why = {u.levels.get(FACTOR): u for u in unresolvable}
+    if replay.unverifiable in why:
+        reason += f": {why[replay.unverifiable].error.splitlines()[0]}"
+    culprits: tuple[Culprit, ...] = ()
+    if replay.status is Status.CULPRIT and replay.first_bad:
+        first = commits.index(replay.first_bad[0])
+        sides = [dataclasses.replace(t, levels={**t.levels, FACTOR: "after" if commits.index(
+            t.levels[FACTOR]) >= first else "before"}) for t in judged if not t.stopped_early]
+        measured = measure({FACTOR: "after"}, cells(sides))
+        named = replay.first_bad[0] if len(replay.first_bad) == 1 else \
+            f"{replay.first_bad[0]}^..{replay.first_bad[-1]}"
+        culprits = (dataclasses.replace(measured, factors={FACTOR: named}),)
+    tested = {sha: [t for t in judged if t.levels.get(FACTOR) == sha] for sha in commits}
+    log = (CommitStep(prefix + ("skipped" if sha in replay.skipped else "posterior"), sha, p,
+                      sum(t.failures for t in tested[sha]), sum(t.judged for t in tested[sha]),
+                      len(tested[sha]), described.get(sha),
+                      why[sha].error.splitlines()[0] if sha in why else None)
+           for sha, p in zip(commits, replay.posterior, strict=True)
+           if p >= 0.001 or tested[sha] or sha in replay.skipped)
+    mentioned = [*replay.first_bad, *([replay.last_good] if replay.last_good else []),
+                 replay.credible[0], replay.credible[-1], *replay.skipped]
+    search = CommitSearch(
+        tuple(replay.first_bad), replay.mass, replay.last_good,
+        (replay.credible[0], replay.credible[-1]),
+        tuple(why[sha] for sha in replay.skipped if sha in why),
+        # The subject and author of every commit named above, where git gave them.
+        {sha: described[sha] for sha in dict.fromkeys(mentioned) if sha in described})
+    return Conclusion(status, reason, culprits, tuple(log), finding=search)
