@@ -1,6 +1,7 @@
 """The sweep's rules for trials that differ by restart (issue 27): a SAME that allows for a
 failing variant's low restarts, the spread a clean baseline cannot show, a budget that runs on
-while a metric leans worse, and a performance suspect at DETECT of its threshold. Pure replays:
+while a metric leans either way, SAME at a few looks only, and a performance suspect at DETECT
+of its threshold. Pure replays:
 trials are plain values."""
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from orchestrator.core.strategies.sweep import (
     DETECT,
     SweepStrategy,
     compare,
+    compare_looks,
     confirm_looks,
     of_baseline,
+    of_trial,
 )
 from tests.support.sweep_trials import NOW, THEN, plan, trial
 
@@ -59,18 +62,20 @@ def test_the_spread_allows_for_restarts_a_clean_baseline_cannot_show() -> None:
     assert strategy.spread(spread)["corruption"].tau2 > 1.0
 
 
-@pytest.mark.parametrize(("leaks", "state", "p_worse"), [
-    ((0, 8, 0, 0, 6, 0), "measuring", 0.076),  # leans worse: runs on past max_trials
-    ((0, 9, 0, 0, 5, 0), "inconclusive", 0.139),  # not within LEANS_AT: stops at it
+@pytest.mark.parametrize(("leaks", "state", "p_worse", "p_same"), [
+    ((0, 14, 0, 0, 10, 0), "measuring", 0.056, 0.399),  # leans worse: runs on past max_trials
+    ((0, 9, 0, 0, 5, 0), "measuring", 0.139, 0.069),  # leans SAME: runs on too
+    ((0, 11, 0, 0, 4, 0), "inconclusive", 0.152, 0.132),  # neither within LEANS_AT: stops
 ])
-def test_a_variant_leaning_worse_runs_past_the_budget(leaks: tuple[int, ...], state: str,
-                                                      p_worse: float) -> None:
+def test_a_variant_leaning_either_way_runs_past_the_budget(
+        leaks: tuple[int, ...], state: str, p_worse: float, p_same: float) -> None:
     strategy = SweepStrategy(plan([ONE_IN_80] * 12))  # max_trials 6
     done = [trial(PRODUCTION, k) for k in leaks]
     judged = strategy.judged(done)[0]
     [corruption] = [c for c in judged.comparisons if c.metric == "corruption"]
     assert corruption.answer is Difference.UNKNOWN
     assert corruption.p_worse == pytest.approx(p_worse, abs=0.001)
+    assert corruption.p_same == pytest.approx(p_same, abs=0.001)
     assert judged.state == state
     assert strategy.propose(done, []) == ([PRODUCTION] if state == "measuring" else [])
 
@@ -118,3 +123,22 @@ def test_a_confirmation_judges_at_its_looks_each_at_a_share_of_alpha() -> None:
     assert confirming.answer is Difference.UNKNOWN
     # to the look at 6: pairs 8 and 9 of the run, each the reverse of the last
     assert strategy.propose(done, []) == [THEN, NOW, NOW, THEN]
+
+
+def test_same_settles_a_variant_at_the_looks_only() -> None:
+    # Four trials that rule out the 5-point rise (SAME) do not settle the variant: SAME is
+    # judged at 3, 6 and 12 trials only (`compare_looks`), or a rise of exactly the threshold
+    # would pass for SAME at one of ten looks. Between the looks only a suspect is sought.
+    strategy = SweepStrategy(plan([ONE_IN_80] * 12))  # min 3, max 6: looks at 3, 6, 12
+    assert compare_looks(strategy.plan) == (3, 6, 12)
+    done = [trial(PRODUCTION, k) for k in (0, 1, 3, 0)]
+    spread = strategy.spread(done)["corruption"]
+    alone = compare("corruption", [of_trial(t) for t in done], [of_baseline(ONE_IN_80)] * 12,
+                    strategy.plan, spread=spread)
+    assert alone is not None and alone.answer is Difference.SAME
+    judged = strategy.judged(done)[0]
+    [corruption] = [c for c in judged.comparisons if c.metric == "corruption"]
+    assert judged.state == "measuring" and strategy.propose(done, []) == [PRODUCTION]
+    assert corruption.answer is Difference.UNKNOWN and corruption.p_same is None  # untested
+    done += [trial(PRODUCTION, 0), trial(PRODUCTION, 0)]
+    assert strategy.judged(done)[0].state == "clean"  # at the look of 6

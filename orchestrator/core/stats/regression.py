@@ -59,7 +59,9 @@ class Comparison:
     change: float
     interval: tuple[float, float]  # of change, two-sided 1 - 2 alpha (each side errs alpha)
     p_worse: float  # one-sided p that current is worse than baseline
-    p_same: float  # p of H0 "current is worse by min_effect or more" (small => SAME)
+    # p of H0 "current is worse by min_effect or more" (small => SAME); None where SAME was
+    # not tested (``same=False``: a sweep settles SAME at its looks only)
+    p_same: float | None
     min_effect: float  # in the units of change
     alpha: float
     counts: tuple[tuple[int, int], tuple[int, int]] | None = None  # ((k, n) current, baseline)
@@ -132,7 +134,7 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
                    min_effect: float, alpha: float, detect: float | None = None,
                    effective: tuple[tuple[int, int], tuple[int, int]] | None = None,
                    p_same_trials: float | None = None,
-                   alpha_worse: float | None = None) -> Comparison:
+                   alpha_worse: float | None = None, same: bool = True) -> Comparison:
     """Compare failing sessions of judged sessions, ``(k, n)``, current against baseline.
 
     DIFFERENT: one-sided Fisher p <= alpha and a rise of at least ``detect`` (a rate
@@ -152,7 +154,9 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
     failing at the rate SAME rules out, whose few restarts landed low, shows fewer failures
     than a design effect taken at those trials' own rate allows for. SAME must pass both;
     ``p_same`` is the larger. ``alpha_worse``: the p_worse DIFFERENT needs, where a caller
-    looking several times spends ``alpha`` over its looks (default ``alpha``).
+    looking several times spends ``alpha`` over its looks (default ``alpha``). ``same=False``:
+    SAME is not tested (``p_same`` None, never the answer), only DIFFERENT: the exact test of
+    SAME is the costly one, and a caller between its looks asks only whether it is worse.
     """
     _check_alpha(metric, alpha)
     worse_at = _check_alpha_worse(metric, alpha, alpha_worse)
@@ -170,12 +174,12 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
     interval = newcombe_difference(e1, m1, e2, m2, confidence=1.0 - 2.0 * alpha)
     p_worse = fisher_greater(e1, m1, e2, m2)
     p_same = max(noninferiority_p(e1, m1, e2, m2, float(min_effect)),
-                 0.0 if p_same_trials is None else p_same_trials)
+                 0.0 if p_same_trials is None else p_same_trials) if same else None
     if n1 == 0 or n2 == 0:
         answer = Difference.UNKNOWN
     elif p_worse <= worse_at and change >= (min_effect if detect is None else detect) - SLACK:
         answer = Difference.DIFFERENT
-    elif p_same <= alpha and change < min_effect - SLACK:
+    elif p_same is not None and p_same <= alpha and change < min_effect - SLACK:
         answer = Difference.SAME
     else:
         answer = Difference.UNKNOWN
@@ -199,7 +203,8 @@ def _logs(metric: str, side: str, values: Sequence[float]) -> np.ndarray:
 def compare_values(metric: str, current: Sequence[float], baseline: Sequence[float], *,
                    min_relative: float, alpha: float, worse: Literal["lower", "higher"],
                    noise_floor: float = NOISE_FLOOR, paired: bool = False,
-                   detect: float | None = None, alpha_worse: float | None = None) -> Comparison:
+                   detect: float | None = None, alpha_worse: float | None = None,
+                   same: bool = True) -> Comparison:
     """Compare one value per trial, current against baseline, on the log scale (a ratio of
     geometric means: a 10% drop means the same at 100 and at 10,000 tokens/s).
 
@@ -218,8 +223,8 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
     ``compare_counts`` does);
     SAME: the one-sided 1 - alpha upper bound of the worsening is below ``min_relative``.
     The pooled standard deviation of log values is at least ``noise_floor`` (NOISE_FLOOR).
-    Fewer than two values on a side: UNKNOWN, and its interval is infinite. ``alpha_worse``:
-    the p_worse DIFFERENT needs, as ``compare_counts`` takes it.
+    Fewer than two values on a side: UNKNOWN, and its interval is infinite. ``alpha_worse``
+    and ``same``: as ``compare_counts`` takes them.
     """
     _check_alpha(metric, alpha)
     worse_at = _check_alpha_worse(metric, alpha, alpha_worse)
@@ -266,13 +271,13 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
     margin = -math.log1p(-min_relative) if worse == "lower" else math.log1p(min_relative)
     # Student's t distribution function and its inverse (scipy.stats.t without its overhead)
     p_worse = float(stdtr(df, -worsening / se))
-    p_same = float(stdtr(df, (worsening - margin) / se))
+    p_same = float(stdtr(df, (worsening - margin) / se)) if same else None
     half = float(stdtrit(df, 1.0 - alpha)) * se
     low, high = relative(worsening - half), relative(worsening + half)
     change = relative(worsening)
     if p_worse <= worse_at and change >= (min_relative if detect is None else detect) - SLACK:
         answer = Difference.DIFFERENT
-    elif high < min_relative:
+    elif same and high < min_relative:
         answer = Difference.SAME
     else:
         answer = Difference.UNKNOWN

@@ -128,14 +128,17 @@ def _values(samples: Sequence[Sample], metric: str) -> list[float]:
 
 def compare(metric: str, current: Sequence[Sample], reference: Sequence[Sample],
             plan: SweepConfig, confirming: bool = False,
-            spread: Dispersion = INDEPENDENT, paired: bool = False) -> Comparison | None:
+            spread: Dispersion = INDEPENDENT, paired: bool = False,
+            same: bool = True) -> Comparison | None:
     """One metric of ``current`` against ``reference``; None where it is not watched or not
     measured on both sides (a probe has no throughput). ``confirming``: a suspect's fresh
     trials, let go only when they rule out the rise that made it one (DETECT of the
     threshold), not merely the whole threshold, and found worse only at the level of one of
     the confirmation's looks (``confirm_looks``). ``spread``: between trials, of this metric's
     rate (session counts are tested at their design effect). ``paired``: ``reference[i]`` is
-    the control run beside ``current[i]`` (performance is then compared pair by pair)."""
+    the control run beside ``current[i]`` (performance is then compared pair by pair).
+    ``same=False``: between the looks that may settle it (``compare_looks``), only whether it
+    is worse (SAME untested)."""
     threshold = getattr(plan.thresholds, metric)
     if threshold is None:
         return None
@@ -151,8 +154,9 @@ def compare(metric: str, current: Sequence[Sample], reference: Sequence[Sample],
                               detect=detect,
                               effective=None if tested == (now, then) else tested,
                               p_same_trials=_tail(spread, now[0],
-                                                  tuple(n for _, n in trials), ruled_out),
-                              alpha_worse=alpha_worse)
+                                                  tuple(n for _, n in trials), ruled_out)
+                              if same else None,
+                              alpha_worse=alpha_worse, same=same)
     if paired:  # pairs where both trials measured it
         both = [(a, b) for a, b in zip(_values_each(current, metric),
                                        _values_each(reference, metric), strict=True)
@@ -164,7 +168,7 @@ def compare(metric: str, current: Sequence[Sample], reference: Sequence[Sample],
         return None
     return compare_values(metric, values, baseline, min_relative=least, alpha=plan.alpha,
                           worse="lower" if metric == "throughput" else "higher",
-                          paired=paired, detect=detect, alpha_worse=alpha_worse)
+                          paired=paired, detect=detect, alpha_worse=alpha_worse, same=same)
 
 
 def _answers(comparisons: Sequence[Comparison]) -> set[Difference]:
@@ -244,17 +248,21 @@ class SweepStrategy:
         # machine's drift: shown, deciding nothing (more trials would not tell it apart)
         drift_only = not controlled and not plan.unrestorable
         found: tuple[Comparison, ...] = ()
+        settle_at = compare_looks(plan)
         for seen in range(plan.min_trials, usable + 1):
+            settles = seen in settle_at
             found = tuple(c for metric in METRICS if (c := compare(
                 metric, *sides.detection(seen, metric), plan,
                 spread=spread.get(metric, INDEPENDENT),
-                paired=controlled and metric in CONTINUOUS)) is not None)
+                paired=controlled and metric in CONTINUOUS, same=settles)) is not None)
             deciding = [c for c in found if not drift_only or c.metric in BINARY]
             drifted = tuple(c.metric for c in found if drift_only and c.metric in CONTINUOUS
                             and c.answer == Difference.DIFFERENT)
             suspected = tuple(c.metric for c in deciding if c.answer == Difference.DIFFERENT)
             if suspected:
                 return self._confirm(variant, seen, found, suspected, sides, spread)
+            if not settles:
+                continue  # a suspect at any trial (the confirmation judges it); SAME at looks
             if _answers(deciding) <= {Difference.SAME}:
                 return Judged(variant, "uncontrolled" if drifted else "clean", seen, found,
                               controls=seen if controlled else 0, uncontrolled=drifted)
@@ -370,11 +378,23 @@ class SweepStrategy:
 
 def _budget(plan: SweepConfig, comparisons: Sequence[Comparison]) -> int:
     """A variant's trials before it is left undecided: ``max_trials``, or twice it
-    (sequential.budget) while an undecided metric leans worse (its p short of alpha, but within
-    ``LEANS_AT``): a regression that restarts spread shows itself a few trials later, and
-    stopping there would leave it as undecided as a clean variant."""
-    return budget(plan.max_trials, *((c.p_worse, c.level_worse) for c in comparisons
-                                     if c.answer == Difference.UNKNOWN))
+    (sequential.budget) while an undecided metric leans either way (a p short of its level,
+    but within ``LEANS_AT``): a regression that restarts spread shows itself a few trials
+    later, and a clean variant whose trials spread wide rules the threshold out a few trials
+    later (bench/sweeps.py: at a 10% throughput threshold, 26% of clean runs were left
+    undecided at 12 pairs, most with p_same within 0.1)."""
+    return budget(plan.max_trials, *((p, level) for c in comparisons
+                                     if c.answer == Difference.UNKNOWN
+                                     for p, level in ((c.p_worse, c.level_worse),
+                                                      (c.p_same, c.alpha))))
+
+
+def compare_looks(plan: SweepConfig) -> tuple[int, ...]:
+    """The trials a variant's comparison may settle at, SAME or undecided (3, 6, 12 and 24 at
+    a sweep file's default budget): settled after every trial, a regression of exactly the
+    threshold had ten chances or more to pass for SAME (bench/sweeps.py: 9 of 200 runs with a
+    10% throughput drop at a 10% threshold were called clean, 4.5% against alpha 1%)."""
+    return looks(plan.min_trials, plan.max_trials)
 
 
 def confirm_looks(plan: SweepConfig) -> tuple[int, ...]:
