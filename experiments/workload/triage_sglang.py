@@ -3,21 +3,23 @@
 Which detector class a ``--tool-call-parser`` name runs is SGLang's own table,
 ``FunctionCallParser.ToolCallParserEnum``. Its module imports xgrammar and transformers (seconds,
 and not in the ``sglang`` extra), so the table is read from that module's source, not imported;
-the detectors triage uses are then imported one by one (their modules are light). Nothing here
-raises for a missing or broken sglang: ``load()`` says why instead.
+the detectors triage uses are then imported one by one, without the torch and openai that their
+package and protocol module would pull (``sglang_narrow.py``). Nothing here raises for a missing
+or broken sglang: ``load()`` says why instead.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
-import importlib
 import importlib.util
 import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from experiments.workload.sglang_narrow import NarrowImportError, import_detectors
 
 TABLE_MODULE = "sglang/srt/function_call/function_call_parser.py"
 TABLE_CLASS, TABLE_NAME = "FunctionCallParser", "ToolCallParserEnum"
@@ -83,14 +85,14 @@ class Loaded:
 
     detectors: dict[str, type] | None
     error: str | None
+    tool: type | None = None  # SGLang's request model of a tool, which the detectors take
 
     def parse(self, names: list[str], text: str, tools: list[dict[str, Any]]
               ) -> dict[str, Calls]:
         """What each named detector's one-shot ``detect_and_parse`` recovers from ``text``."""
-        assert self.detectors is not None
-        from sglang.srt.entrypoints.openai.protocol import Tool
-
-        sgl_tools = [Tool.model_validate(tool) for tool in tools]  # once for every detector
+        assert self.detectors is not None and self.tool is not None
+        tool_model: Any = self.tool
+        sgl_tools = [tool_model.model_validate(tool) for tool in tools]  # once for every one
         found: dict[str, Calls] = {}
         for name in names:
             result = self.detectors[name]().detect_and_parse(text, sgl_tools)  # fresh: stateful
@@ -101,19 +103,19 @@ class Loaded:
 
 @functools.cache
 def load() -> Loaded:
-    """Import the detectors of ``triage_parsers`` once. Any failure (absent, partial install, a
-    missing torch or triton, a crash at import) is an error string, never an exception."""
+    """Import the detectors of ``triage_parsers`` once, without torch. Any failure (absent,
+    partial install, a detector that needs torch, a crash at import) is an error string naming
+    the detector, never an exception."""
     table = parser_table()
     names = triage_parsers(table)
-    if not names:
+    root = _source_root()
+    if not names or root is None:
         return Loaded(None, "sglang's parser table (FunctionCallParser.ToolCallParserEnum) "
                       "was not found: is sglang installed?")
     try:
-        importlib.import_module("sglang.srt.entrypoints.openai.protocol")
-        detectors = {name: getattr(importlib.import_module(table[name][0]), table[name][1])
-                     for name in names}
-    except Exception as exc:  # ImportError, or whatever a half-installed sglang raises
-        return Loaded(None, f"{type(exc).__name__}: {exc}")
+        detectors, tool = import_detectors(root, {name: table[name] for name in names})
+    except NarrowImportError as exc:  # it names the detector, and what its import raised
+        return Loaded(None, str(exc))
     # The detectors log every dropped invoke; a leak triage expects those, so keep them quiet.
     logging.getLogger("sglang.srt.function_call").setLevel(logging.CRITICAL)
-    return Loaded(detectors, None)
+    return Loaded(detectors, None, tool)
