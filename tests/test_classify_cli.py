@@ -220,3 +220,75 @@ def test_a_request_without_tools_exits_2_naming_it(runner: CliRunner, tmp_path: 
     response.write_text(json.dumps(completion("hi")))
     code, _, stderr = invoke(runner, str(response), "--request", str(request))
     assert code == 2 and str(request) in stderr and "tools" in stderr
+
+
+# ---- many responses in one call ------------------------------------------------------------
+
+
+def lines(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines()]
+
+
+def test_several_files_and_a_directory(runner: CliRunner, tmp_path: Path) -> None:
+    folder = tmp_path / "saved"
+    folder.mkdir()
+    (folder / "a.json").write_text(json.dumps(completion(None, [call(ARGS)])))
+    (folder / "b.json").write_text(json.dumps(completion(render(MarkupFamily.V4, "read_file",
+                                                                ARGS))))
+    (folder / ".hidden").write_text("not a response")
+    ok = tmp_path / "ok.json"
+    ok.write_text(json.dumps(completion(None, [call(ARGS)])))
+    result = runner.invoke(app, ["classify", str(ok), str(folder), "--json"])
+    assert result.exit_code == 1  # b.json leaked
+    reports = lines(result.stdout)
+    assert [(r["file"], r["line"], r["outcome"]) for r in reports] == [
+        (str(ok), None, "ok"), (str(folder / "a.json"), None, "ok"),
+        (str(folder / "b.json"), None, "leak")]
+    assert "3 judged, 1 corrupt, 0 unreadable" in result.stderr
+    # Without --json: a line each, the leak with its label.
+    result = runner.invoke(app, ["classify", str(ok), str(folder / "b.json")])
+    assert result.stdout.splitlines() == [
+        f"{ok}: ok", f"{folder / 'b.json'}: leak: parses as deepseekv4 or deepseekv32"]
+    # All clean: 0.
+    result = runner.invoke(app, ["classify", str(ok), str(folder / "a.json")])
+    assert result.exit_code == 0
+
+
+def test_json_lines_on_stdin(runner: CliRunner) -> None:
+    clean = json.dumps(completion(None, [call(ARGS)]))
+    leak = json.dumps(completion(render(MarkupFamily.V31, "read_file", ARGS)))
+    result = runner.invoke(app, ["classify", "-", "--json"], input=f"{clean}\n\n{leak}\n")
+    assert result.exit_code == 1
+    reports = lines(result.stdout)
+    assert [(r["file"], r["line"], r["outcome"]) for r in reports] == [
+        ("<stdin>", 1, "ok"), ("<stdin>", 3, "leak")]
+    assert reports[1]["leak_label"] == "parses as deepseekv31"
+    result = runner.invoke(app, ["classify", "-", "--json"], input=f"{clean}\n{clean}\n")
+    assert result.exit_code == 0 and len(lines(result.stdout)) == 2
+
+
+def test_a_bad_line_is_named_and_the_rest_judged(runner: CliRunner, tmp_path: Path) -> None:
+    clean = json.dumps(completion(None, [call(ARGS)]))
+    result = runner.invoke(app, ["classify", "-", "--json"],
+                           input=f'{clean}\n{{"choices": [\n{clean}\n')
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert "<stdin>:2: " in result.stderr and "not valid JSON" in result.stderr
+    assert [r["line"] for r in lines(result.stdout)] == [1, 3]
+    # A file of JSON Lines is read the same way, and one bad file among good ones is named.
+    saved = tmp_path / "capture.jsonl"
+    saved.write_text(f"{clean}\n[1]\n")
+    missing = tmp_path / "missing.json"
+    result = runner.invoke(app, ["classify", str(saved), str(missing), "--json"])
+    assert result.exit_code == 2
+    assert f"{saved}:2: JSON is a list" in result.stderr and str(missing) in result.stderr
+    assert "1 judged, 0 corrupt, 2 unreadable" in result.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = runner.invoke(app, ["classify", str(empty)])
+    assert result.exit_code == 2 and f"{empty}: a directory without files" in result.stderr
+
+
+def test_a_pretty_printed_response_is_one_response(runner: CliRunner) -> None:
+    pretty = json.dumps(completion(None, [call(ARGS)]), indent=2)
+    code, report, _ = invoke(runner, "-", stdin=pretty)
+    assert (code, report["outcome"], report["line"]) == (0, "ok", None)

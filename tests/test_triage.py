@@ -154,6 +154,41 @@ def test_a_broken_sglang_falls_back_to_builtin(tmp_path: Path, kind: str) -> Non
     assert status and (source, form) == ("builtin", "well_formed")
 
 
+FAKE_SGLANG = {  # a detector that imports torch at module level, and what the load reads
+    "srt/function_call/function_call_parser.py": (
+        "from sglang.srt.function_call.deepseekv4_detector import DeepSeekV4Detector\n"
+        "class FunctionCallParser:\n"
+        "    ToolCallParserEnum = {'deepseekv4': DeepSeekV4Detector}\n"),
+    "srt/function_call/deepseekv4_detector.py": "import torch\nclass DeepSeekV4Detector: ...\n",
+    "srt/entrypoints/openai/protocol.py": "from pydantic import BaseModel\n" + "".join(
+        f"class {name}(BaseModel): pass\n"
+        for name in ("Function", "Tool", "ToolChoiceFuncName", "ToolChoice")),
+}
+
+
+@pytest.mark.real
+def test_a_detector_that_needs_torch_falls_back_to_builtin_naming_it(tmp_path: Path) -> None:
+    for name, text in FAKE_SGLANG.items():
+        (tmp_path / "sglang" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "sglang" / name).write_text(text)
+    (tmp_path / "sglang" / "__init__.py").write_text("raise RuntimeError('never run')\n")
+    script = (
+        "import json, sys; from experiments.workload.triage import sglang_status, triage_leak\n"
+        f"t = triage_leak({blk('tool_calls', inv())!r})\n"
+        "print(json.dumps([sglang_status(), t.source, t.form, 'torch' in sys.modules,\n"
+        "                  'sglang' in sys.modules]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}
+    env.pop(ENV, None)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+    )
+    status, source, form, torch, stand_in = json.loads(done.stdout)
+    assert status.startswith("deepseekv4 (sglang.srt.function_call.deepseekv4_detector): ")
+    assert "torch is refused" in status
+    assert (source, form, torch, stand_in) == ("builtin", "well_formed", False, False)
+
+
 @pytest.mark.pure
 def test_classify_turn_records_the_triage(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV, backend)

@@ -8,6 +8,7 @@ sglang is not optional here: `make test` installs the extra, and a missing one f
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import timeit
 from functools import cache
@@ -111,6 +112,20 @@ def test_the_corpus_covers_every_shape_and_both_verdicts() -> None:
                  for t in TOOL_TEXTS.values()}
         assert forms == {"well_formed", "parser_mismatch", "malformed"}, server
     assert {n.rsplit("_cut", 1)[0] for n in TRUNCATED} == set(WHOLE)
+
+
+def test_the_oracle_is_sglangs_ordinary_import() -> None:
+    """The triage's detectors come from a narrow import (sglang_narrow.py) that leaves no
+    module behind: the oracle above imports the whole package as a server does, and the
+    classes are the same source loaded twice."""
+    import sglang
+
+    narrow = triage_sglang.load().detectors
+    assert narrow is not None and getattr(sglang, "__file__", None)  # no stand-in left
+    for parser in parsers():
+        ours, oracle = narrow[parser], _detector(parser)
+        assert (ours.__module__, ours.__qualname__) == (oracle.__module__, oracle.__qualname__)
+        assert inspect.getsourcefile(ours) == inspect.getsourcefile(oracle)
 
 
 # ---- sglang's table, read from its source ----------------------------------------------------

@@ -18,8 +18,8 @@ Every other module the detectors import (``base_format_detector``, ``core_types`
 the length of the import: SGLang's optional imports (xgrammar) fall back as they do without the
 package; a module that needs one fails the load, and triage says so and uses its built-in
 parser. Afterwards every ``sglang`` module the import added is taken out of ``sys.modules``
-again (the classes keep their modules' globals), so a later ordinary ``import sglang`` in the same process
-(a test's oracle, a benchmark) loads the whole package as usual.
+again (the classes keep their modules' globals), so a later ordinary ``import sglang`` in the
+same process (a test's oracle, a benchmark) loads the whole package as usual.
 """
 
 from __future__ import annotations
@@ -51,14 +51,21 @@ class NarrowImportError(ImportError):
 
 
 class _Refuse(importlib.abc.MetaPathFinder):
-    """Refuses the heavy packages, as if they were not installed."""
+    """Refuses the heavy packages, as if they were not installed, to the thread that runs a
+    narrow import only. Installed once and left in place: taking a finder out of
+    ``sys.meta_path`` while another thread walks it could make that thread skip one."""
+
+    owner: int | None = None  # the thread whose imports are refused, while it imports
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec:
-        if fullname.split(".", 1)[0] in REFUSED:
+        if self.owner == threading.get_ident() and fullname.split(".", 1)[0] in REFUSED:
             raise ModuleNotFoundError(f"{fullname} is refused by the narrow import of "
                                       "SGLang's detectors", name=fullname)
         return None  # type: ignore[return-value]  # not ours: the next finder looks
+
+
+_REFUSE = _Refuse()
 
 
 def _protocol(root: Path) -> types.ModuleType:
@@ -81,7 +88,7 @@ def _protocol(root: Path) -> types.ModuleType:
     body = ast.Module([*imports, *(classes[name] for name in PROTOCOL_CLASSES)], [])
     sys.modules[PROTOCOL] = module  # pydantic resolves the annotations in this namespace
     try:
-        exec(compile(body, str(path), "exec"), module.__dict__)  # noqa: S102 - SGLang's source
+        exec(compile(body, str(path), "exec"), module.__dict__)  # SGLang's own source
     except Exception as exc:  # a newer protocol.py whose classes need more than these imports
         raise NarrowImportError(f"{PROTOCOL}: {type(exc).__name__}: {exc}") from exc
     return module
@@ -100,22 +107,23 @@ def _classes(classes: dict[str, tuple[str, str]]) -> tuple[dict[str, type], type
 def import_detectors(root: Path, classes: dict[str, tuple[str, str]]
                      ) -> tuple[dict[str, type], type]:
     """``name -> (module, class)`` imported the narrow way from the sglang package at ``root``,
-    and the ``Tool`` model they take; NarrowImportError (or what SGLang's module raised) when
-    one cannot be (its message names the detector)."""
+    and the ``Tool`` model they take; NarrowImportError, naming the detector and what its
+    import raised, when one cannot be."""
     with _lock:
         if "sglang" in sys.modules:  # already paid for: the ordinary import costs nothing
             return _classes(classes)
         before = set(sys.modules)
-        refuse = _Refuse()
+        if _REFUSE not in sys.meta_path:
+            sys.meta_path.insert(0, _REFUSE)
         stand_in = types.ModuleType("sglang", "A stand-in: sglang's __init__ does not run.")
         stand_in.__path__ = [str(root)]
         sys.modules["sglang"] = stand_in
-        sys.meta_path.insert(0, refuse)
+        _REFUSE.owner = threading.get_ident()
         try:
             _protocol(root)
             found = _classes(classes)
         finally:
-            sys.meta_path.remove(refuse)
+            _REFUSE.owner = None
             # SGLang's modules only: a library imported on the way (pydantic, orjson) stays,
             # or a second import would make a second copy of its classes.
             for added in set(sys.modules) - before:

@@ -148,11 +148,13 @@ def serving(parser: str | None) -> Iterator[None]:
 
 
 def warm_up() -> Source:
-    """Import sglang now (~3 s with torch), not inside the first leak of a running stress."""
+    """Import SGLang's detectors now (~0.4 s, without torch: sglang_narrow.py), not inside the
+    first leak of a running stress."""
     if os.environ.get(ENV) == "builtin":
         return "builtin"
     source: Source = "sglang" if triage_sglang.load().detectors is not None else "builtin"
-    # torch and sglang leave ~400,000 long-lived objects that every full collection would walk
+    # The imports leave many long-lived objects (~400,000 when they pulled torch) that every
+    # full collection would walk
     # again during the load (bench/harness.py: half the client CPU per request at 1,000
     # sessions): out of the collector's sight while a run lasts (run_stress unfreezes after).
     gc.freeze()
