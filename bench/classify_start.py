@@ -4,9 +4,11 @@ responses per second on the triage corpus in one call.
     PYTHONPATH=. .venv/bin/python -m bench.classify_start --runs 9
 
 Each round runs, one after the other so that they share the machine's load alike: a bare
-``python -c 'import typer'``; ``bisect classify`` of one clean response (nothing to triage);
+``python -c 'import typer'``; a two-command typer app running one (the floor of any typer
+command line); ``bisect classify`` of one clean response (nothing to triage);
 of one leaked one (SGLang's detectors load, without torch); and of the whole triage corpus
-(tests/corpus_markup.py, every text a response, as JSON Lines) in one call. Medians of wall and
+(tests/corpus_markup.py, every text a response, ``--repeat`` times over, as JSON Lines) in one
+call. Medians of wall and
 CPU seconds (the child's user + system, less sensitive to a shared machine than wall), ratios
 of medians, and the load average before and after. ``--ordinary`` adds one ordinary import of
 SGLang's detectors (its ``__init__``, torch, transformers): what each call paid before.
@@ -22,12 +24,25 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from tests.corpus_markup import CORPUS
 
 BISECT = str(Path(sys.executable).parent / "bisect")
 ORDINARY = "from sglang.srt.function_call.deepseekv4_detector import DeepSeekV4Detector"
+# The floor for any typer command line: what typer costs to parse argv and run a command, beyond
+# importing it.
+TINY_CLI = """import typer
+app = typer.Typer()
+@app.command()
+def one(name: str) -> None:
+    print(name)
+@app.command()
+def two() -> None:
+    pass
+app()
+"""
 
 
 def completion(content: str) -> str:
@@ -39,9 +54,9 @@ def completion(content: str) -> str:
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Wall and CPU seconds of one run of ``argv`` (CPU: the child's user + system)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = os.times().elapsed
+    start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
-    wall = os.times().elapsed - start
+    wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(argv)}: exit {done.returncode}\n{done.stderr[-2000:]}")
@@ -51,6 +66,8 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--repeat", type=int, default=10,
+                        help="the corpus this many times over in the one call")
     parser.add_argument("--ordinary", action="store_true",
                         help="also time one ordinary import of SGLang's detectors")
     args = parser.parse_args()
@@ -61,12 +78,16 @@ def main() -> None:
         clean.write_text(json.dumps({"choices": [{"message": {"role": "assistant",
                                                                "content": "done"}}]}))
         leak.write_text(completion(CORPUS["v31"]))
-        corpus.write_text("".join(completion(text) + "\n" for text in CORPUS.values()))
+        texts = list(CORPUS.values()) * args.repeat
+        corpus.write_text("".join(completion(text) + "\n" for text in texts))
+        tiny = Path(tmp) / "tiny_cli.py"
+        tiny.write_text(TINY_CLI)
         cases = {
             "python -c 'import typer'": [sys.executable, "-c", "import typer"],
+            "a two-command typer app running one": [sys.executable, str(tiny), "one", "x"],
             "bisect classify CLEAN.json": [BISECT, "classify", str(clean)],
             "bisect classify LEAK.json": [BISECT, "classify", str(leak)],
-            f"bisect classify CORPUS.jsonl --json ({len(CORPUS)} responses)":
+            f"bisect classify CORPUS.jsonl --json ({len(texts)} responses)":
                 [BISECT, "classify", str(corpus), "--json"],
         }
         load_before = os.getloadavg()
@@ -91,12 +112,12 @@ def main() -> None:
         print(f"| `python -c '{ORDINARY}'` (ordinary import, 1 run) | {ordinary[0]:.3f} | "
               f"{ordinary[0] / wall[base]:.2f} | {ordinary[1]:.3f} | "
               f"{ordinary[1] / cpu[base]:.2f} |")
-    name = list(cases)[3]
+    name = list(cases)[4]
     extra = wall[name] - wall["bisect classify LEAK.json"]
-    print(f"\ncorpus in one call: {len(CORPUS) / wall[name]:.0f} responses/s including the "
-          f"start; {len(CORPUS) - 1} more responses than LEAK.json cost {extra:.3f} s more: "
-          f"{(len(CORPUS) - 1) / extra if extra > 0 else float('inf'):.0f} responses/s "
-          "after the start")
+    count = len(CORPUS) * args.repeat
+    print(f"\ncorpus in one call: {count / wall[name]:.0f} responses/s including the start; "
+          f"{count - 1} more responses than LEAK.json cost {extra:.3f} s more: "
+          f"{(count - 1) / extra if extra > 0 else float('inf'):.0f} responses/s after the start")
 
 
 if __name__ == "__main__":
