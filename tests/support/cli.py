@@ -17,9 +17,9 @@ from tests.support.agent_server import AgentServer, serve
 BISECT = str(Path(sys.executable).parent / "bisect")
 # bisect must not pick up a key from the environment the tests run in
 CLEAN_ENV = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-# No leak to triage in these runs: the built-in parser spares each run the seconds of importing
-# SGLang's detectors before its sessions start (test_stress_cli.py's Popen runs keep the
-# default).
+# No leak to triage in these runs: the built-in parser spares each run importing SGLang's
+# detectors (a few tenths of a second, without torch) before its sessions start
+# (test_stress_cli.py's Popen runs keep the default).
 QUICK_ENV = {**CLEAN_ENV, "BISECT_TRIAGE": "builtin"}
 
 
