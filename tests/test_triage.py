@@ -189,6 +189,32 @@ def test_a_detector_that_needs_torch_falls_back_to_builtin_naming_it(tmp_path: P
     assert (source, form, torch, stand_in) == ("builtin", "well_formed", False, False)
 
 
+@pytest.mark.real
+def test_threads_that_triage_at_once_all_get_sglangs_detectors() -> None:
+    """A pool actor warms the triage up in a thread while its first leaks arrive: every thread
+    that asks during the narrow import waits for it, none falls back to the built-in parser."""
+    require_sglang()
+    script = (
+        "import json, threading\n"
+        "from experiments.workload.triage import triage_leak, parsers\n"
+        "from experiments.workload.triage_sglang import parser_table\n"
+        "got = []\n"
+        f"work = [lambda: got.append(triage_leak({blk('tool_calls', inv())!r}).source),\n"
+        "        lambda: got.append(len(parser_table())), lambda: got.append(len(parsers()))]\n"
+        "threads = [threading.Thread(target=work[i % 3]) for i in range(12)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "print(json.dumps(sorted(map(str, got))))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop(ENV, None)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+    )
+    got = json.loads(done.stdout)
+    assert got.count("sglang") == 4 and got.count("6") == 4, got  # six triage parsers
+    assert "0" not in got
+
+
 @pytest.mark.pure
 def test_classify_turn_records_the_triage(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV, backend)

@@ -117,6 +117,9 @@ def import_detectors(root: Path, classes: dict[str, tuple[str, str]]
             sys.meta_path.insert(0, _REFUSE)
         stand_in = types.ModuleType("sglang", "A stand-in: sglang's __init__ does not run.")
         stand_in.__path__ = [str(root)]
+        # What find_spec("sglang") answers another thread meanwhile: the real package's place.
+        stand_in.__spec__ = importlib.machinery.ModuleSpec("sglang", None, is_package=True)
+        stand_in.__spec__.submodule_search_locations = [str(root)]
         sys.modules["sglang"] = stand_in
         _REFUSE.owner = threading.get_ident()
         try:

@@ -15,6 +15,7 @@ import functools
 import importlib.util
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,8 +102,18 @@ class Loaded:
         return found
 
 
-@functools.cache
+_loading = threading.Lock()
+
+
 def load() -> Loaded:
+    """SGLang's detectors, imported once: a second thread asking meanwhile (a pool actor's
+    warm-up beside its first leak) waits for the first import instead of starting its own."""
+    with _loading:
+        return _load()
+
+
+@functools.cache
+def _load() -> Loaded:
     """Import the detectors of ``triage_parsers`` once, without torch. Any failure (absent,
     partial install, a detector that needs torch, a crash at import) is an error string naming
     the detector, never an exception."""
