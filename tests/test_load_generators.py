@@ -249,9 +249,14 @@ def _in_flight(url: str) -> float:
 
 
 def _generator_processes() -> dict[int, psutil.Process]:
+    """This run's generator actors: under its own Ray (the raylets are this process's
+    children), never another run's on a shared machine, which a kill would break."""
     found = {}
-    for process in psutil.process_iter(["cmdline"]):
-        cmdline = process.info["cmdline"] or []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            cmdline = process.cmdline()
+        except psutil.Error:
+            continue  # gone already
         if cmdline and cmdline[0].startswith("ray::LoadGenerator"):
             found[process.pid] = process
     return found
