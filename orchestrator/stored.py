@@ -1,6 +1,8 @@
 """A campaign as the store holds it: created, read back, and its evidence and verdict
 recomputed from the stored trials. What a user reads (`verdict`, `log`, `show`, `report`) runs on
-this module alone: no Ray, no SSH, no executor.
+this module alone: no Ray, no SSH, no executor. Only ``recompute`` (``verdict_of``) computes: it
+alone imports the strategies and the verdict (scipy, numpy), so that `bisect show` reads
+without them.
 """
 
 from __future__ import annotations
@@ -8,10 +10,9 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from db.records import TrialRecord
-from db.store import Store
 from experiments.campaign import Campaign, Workload
 from orchestrator.core.evidence import (
     CORRUPTING,
@@ -22,9 +23,12 @@ from orchestrator.core.evidence import (
     failing_for,
     variant_key,
 )
-from orchestrator.core.strategies.base import Strategy
-from orchestrator.core.strategies.registry import strategy_for
-from orchestrator.core.verdict import CostModel, Unresolvable, Verdict, verdict_from
+from orchestrator.core.strategies.base import Unresolvable
+
+if TYPE_CHECKING:
+    from db.store import Store
+    from orchestrator.core.strategies.base import Strategy
+    from orchestrator.core.verdict import Verdict
 
 MAX_FAILED_ATTEMPTS = 2  # then the variant is unresolvable, like `git bisect skip`
 TRIAL_STRIDE = 1_000_003  # trial seq's seed: the run seed times this, plus seq
@@ -101,6 +105,9 @@ def verdict_of(store: Store, campaign_id: str) -> Verdict:
 def recompute(campaign: Campaign, trials: list[TrialRecord]) -> Verdict:
     """The verdict of ``campaign`` on its stored ``trials`` (every status), read by the caller:
     a report reads them once for the verdict and for what they observed."""
+    from orchestrator.core.strategies.registry import strategy_for
+    from orchestrator.core.verdict import CostModel, verdict_from
+
     failing = failing_for(campaign.strategy.target)
     done = evidence(trials, failing, campaign.workload.sessions)
     skipped = unresolvable(trials)

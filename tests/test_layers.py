@@ -119,11 +119,25 @@ def test_reading_a_campaign_loads_neither_ray_nor_ssh() -> None:
 
 
 HEAVY = ("scipy", "numpy", "ray", "paramiko")
+STATISTICS = ("scipy", "numpy")
+
+
+def loaded_by(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """The console script run in a fresh interpreter with ``-X importtime``: the run and every
+    module it loaded."""
+    bisect = Path(sys.executable).parent / "bisect"
+    done = subprocess.run([sys.executable, "-X", "importtime", str(bisect), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120, check=False)
+    loaded = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
+              if line.startswith("import time:") and "|" in line}
+    assert "typer" in loaded, done.stderr[-2000:]  # the measure sees imports
+    return done, loaded
 
 
 @pytest.mark.real
 @pytest.mark.parametrize("args", [["--help"], ["--version"], ["verdict", "--help"],
-                                  ["run", "--help"], ["schema"], ["ls", "--store", "STORE"]])
+                                  ["log", "--help"], ["show", "--help"], ["run", "--help"],
+                                  ["schema"], ["ls", "--store", "STORE"]])
 def test_trivial_commands_import_nothing_heavy(args: list[str], tmp_path: Path) -> None:
     """The console script itself, measured with ``-X importtime``: help, the version and a
     store's list load neither the statistics (scipy, numpy) nor Ray nor SSH."""
@@ -132,13 +146,36 @@ def test_trivial_commands_import_nothing_heavy(args: list[str], tmp_path: Path) 
     store = tmp_path / "bisect.db"
     with Store.open(str(store)):
         pass
-    bisect = Path(sys.executable).parent / "bisect"
-    done = subprocess.run([sys.executable, "-X", "importtime", str(bisect),
-                           *(str(store) if a == "STORE" else a for a in args)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    done, loaded = loaded_by([str(store) if a == "STORE" else a for a in args], tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    loaded = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
-              if line.startswith("import time:") and "|" in line}
-    assert "typer" in loaded  # the measure sees imports
     heavy = sorted(name for name in loaded if within(name, HEAVY))
     assert not heavy, heavy
+
+
+@pytest.mark.real
+def test_show_reads_without_the_statistics_and_verdict_computes_with_them(
+        tmp_path: Path) -> None:
+    """`bisect show` prints stored trials (a skipped variant among them) and computes nothing:
+    no scipy, no numpy. `bisect verdict` recomputes the verdict and may load them: it does,
+    which shows that the measure would see them."""
+    from db import TrialTiming
+    from db.store import Store
+    from tests.support.stored import campaign_spec, sessions
+
+    store = str(tmp_path / "bisect.db")
+    with Store.open(store) as db:
+        db.create_campaign("20260101-120000-abcd", "lazy", campaign_spec("lazy"), "test")
+        good = db.variant("20260101-120000-abcd", {"index_k": "fp8", "hicache": "off"})
+        bad = db.variant("20260101-120000-abcd", {"index_k": "bf16", "hicache": "on"})
+        trial = db.start_trial("20260101-120000-abcd", good.id, 1, "pool-1", 1)
+        db.finish_trial(trial, TrialTiming(wall_s=1.0), sessions(8, leaks=2), [], [])
+        for seq in (2, 3):  # failed twice: skipped, which `show` names
+            db.fail_trial(db.start_trial("20260101-120000-abcd", bad.id, seq, "pool-1", seq),
+                          "server exited")
+    done, loaded = loaded_by(["show", "last", "--store", store], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "skipped hicache=on,index_k=bf16 (2 attempts): server exited" in done.stdout
+    assert not sorted(name for name in loaded if within(name, STATISTICS))
+    done, loaded = loaded_by(["verdict", "last", "--store", store], tmp_path)
+    assert done.returncode in (0, 3), done.stderr[-2000:]  # inconclusive on one trial
+    assert {"scipy", "numpy"} <= loaded

@@ -18,10 +18,11 @@ from rich.console import Console
 
 from experiments.agent import find_canary, find_session_key
 from experiments.outcomes import Outcome
+from experiments.workload.arrival import Arrival
 from experiments.workload.context import CHARS_PER_TOKEN
 from experiments.workload.metrics import RequestMetrics, aggregate
 from experiments.workload.results import SessionResult, StressResult
-from experiments.workload.spec import SLO, Arrival, WorkloadSpec, parse_slo
+from experiments.workload.spec import SLO, WorkloadSpec, parse_slo
 from experiments.workload.stress import arrival_offsets, summary_table, write_jsonl
 from tests.support.agent_server import AgentServer, completion, stress
 

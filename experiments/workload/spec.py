@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from experiments.workload.arrival import Arrival
 
 # Upper bounds, far above any real run, so that `sessions: 1e30` or `timeout_s: .inf` is named
 # when the campaign is validated instead of hanging a run.
 MAX_TOKENS = 10_000_000
 DAY_MS = 86_400_000
-
-
-class Arrival(StrEnum):
-    BURST = "burst"  # every session starts at once (the seed investigation's harness)
-    POISSON = "poisson"  # sessions start at exponential gaps of mean 1/request_rate
 
 
 class ContextGrowth(BaseModel):

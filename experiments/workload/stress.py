@@ -30,6 +30,7 @@ from experiments.agent import first_user_message, new_canary, tool_result_messag
 from experiments.outcomes import CORRUPTION, INFRA, Outcome
 from experiments.workload import triage
 from experiments.workload.agent_tools import BUILT_IN, Agent
+from experiments.workload.arrival import Arrival
 from experiments.workload.classify import TurnVerdict, clip
 from experiments.workload.client import post_turn
 from experiments.workload.context import (
@@ -43,7 +44,7 @@ from experiments.workload.http_client import HttpClient, HttpError, bearer
 from experiments.workload.metrics import RequestMetrics
 from experiments.workload.output import summary_table, write_jsonl
 from experiments.workload.results import Progress, SessionResult, StressResult
-from experiments.workload.spec import Arrival, WorkloadSpec
+from experiments.workload.spec import WorkloadSpec
 
 # Re-exported: callers import these from here since before the split into modules.
 __all__ = [

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from experiments.workload.spec import Arrival, WorkloadSpec
+from experiments.workload.arrival import Arrival
 from orchestrator.cli.common import (
     JsonOption,
     app,
@@ -159,7 +159,7 @@ def stress(
     from experiments.workload import report
     from experiments.workload.agent_tools import ToolsError, load_agent
     from experiments.workload.results import Progress, StressResult
-    from experiments.workload.spec import parse_slo
+    from experiments.workload.spec import WorkloadSpec, parse_slo
     from experiments.workload.stress import (
         StressInterrupted,
         WarmupFailed,

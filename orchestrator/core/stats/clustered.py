@@ -29,8 +29,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 Counts = tuple[int, int]  # (failing, judged) sessions
 
 
@@ -75,6 +73,7 @@ class Dispersion:
         correlation at ``rate``, the trials' sums convolved. (A design effect matches the
         variance only; a run of clean trials is far less likely at a failing rate than the
         variance alone says, and a test of "no worse than this rate" is about that tail.)"""
+        import numpy as np  # here, not at the top: `bisect show` reads without it
         from scipy.stats import betabinom, binom
 
         sizes = [n for n in sizes if n > 0]
