@@ -114,11 +114,12 @@ def claim(conclusion: Conclusion) -> tuple[str, bool]:
     return "better" if versus["shown_better"] else "no better", versus["p_value"] is not None
 
 
-def measure(campaign: Campaign, seed: int, noise: TrialNoise = REAL_WORLD
-            ) -> list[TrialEvidence]:
-    """One search on the real loop, in a store of its own, its pools drawing ``noise``
-    between trials; its trials as the verdict reads them."""
-    with tempfile.TemporaryDirectory() as directory:
+def measure(campaign: Campaign, seed: int, noise: TrialNoise = REAL_WORLD,
+            under: str | None = None) -> list[TrialEvidence]:
+    """One search on the real loop, in a store of its own (in a fresh directory, under
+    ``under`` if given), its pools drawing ``noise`` between trials; its trials as the verdict
+    reads them."""
+    with tempfile.TemporaryDirectory(dir=under) as directory:
         store = Store.open(str(Path(directory) / "bench.db"))
         try:
             store.create_campaign("bench", campaign.name, campaign.model_dump(mode="json"),

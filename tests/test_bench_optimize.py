@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+import bench.optimize_runs
 from bench.knob_space import (
     BEST,
     KNOWN_GOOD,
@@ -17,6 +19,7 @@ from bench.knob_space import (
     knob_campaign,
     throughput,
 )
+from bench.noise import REAL_WORLD, TrialNoise
 from bench.optimize import main
 from bench.optimize_figures import against_production, better_verdict, render_against
 from bench.optimize_runs import (
@@ -26,14 +29,45 @@ from bench.optimize_runs import (
     answers,
     claim,
     hits,
-    measure,
     right,
     search_run,
 )
-from orchestrator.core.evidence import variant_key
+from experiments.campaign import Campaign
+from orchestrator.core.evidence import TrialEvidence, variant_key
 from orchestrator.core.strategies.registry import strategy_for
+from tests.support.scratch import in_memory
 
 pytestmark = pytest.mark.pure
+
+Measure = Callable[..., list[TrialEvidence]]
+MEASURE = bench.optimize_runs.measure  # the real one, beside the module's memo below
+
+
+@pytest.fixture(scope="module")
+def scratch() -> Iterator[str]:
+    with in_memory() as directory:
+        yield str(directory)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def measure(scratch: str) -> Iterator[Measure]:
+    """``bench.optimize_runs.measure``, its stores in memory, each search measured once for the
+    module: the tests here run the same searches again (the command's random search is its
+    oracle-stopped one on this budget; the oracle test's searches are the command's), and a
+    search is a function of its campaign, seed and noise
+    (``test_a_search_is_its_campaign_seed_and_noise``)."""
+    measured: dict[tuple[str, int, TrialNoise], list[TrialEvidence]] = {}
+
+    def once(campaign: Campaign, seed: int, noise: TrialNoise = REAL_WORLD
+             ) -> list[TrialEvidence]:
+        key = (campaign.model_dump_json(), seed, noise)
+        if key not in measured:
+            measured[key] = MEASURE(campaign, seed, noise, scratch)
+        return list(measured[key])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench.optimize_runs, "measure", once)
+        yield once
 
 
 def test_right_is_safe_and_within_two_percent_of_the_best() -> None:
@@ -44,7 +78,7 @@ def test_right_is_safe_and_within_two_percent_of_the_best() -> None:
     assert not right(PRODUCTION) and not right(KNOWN_GOOD) and not right(None)
 
 
-def test_the_oracles_order_is_the_real_loops() -> None:
+def test_the_oracles_order_is_the_real_loops(measure: Measure) -> None:
     """The grid's and random's budgets are set from an in-memory study's order: the stored run
     must measure its first right configuration exactly at that trial (random after the two
     seeds, the grid with them among its 1,280)."""
@@ -93,11 +127,12 @@ def test_the_command_writes_its_table_and_json(tmp_path: Path,
     assert any(line.startswith("said better than production") for line in document["verdicts"])
 
 
-def test_the_claims_against_production_add_up() -> None:
+def test_the_claims_against_production_add_up(measure: Measure) -> None:
     """Two seeds of TPE and random on a small budget: each run's claim is its verdict's, the
     counts of the claims add up to the runs, per search and over all, and the truth of each
-    claim is the space's (noise-free)."""
-    settings = Settings(trials=12)
+    claim is the space's (noise-free). The budget is the command test's: its seed-1 searches
+    are measured once."""
+    settings = Settings(trials=10)
     runs = [search_run(search, seed, settings) for search in ("tpe", "random") for seed in (1, 2)]
     assert [(r.search, r.seed) for r in runs] == [("tpe", 1), ("tpe", 2), ("random", 1),
                                                   ("random", 2)]
@@ -141,8 +176,15 @@ def test_the_claims_against_production_add_up() -> None:
     assert render_against(table).count("\n") == len(table) + 1
 
 
+def test_a_search_is_its_campaign_seed_and_noise(measure: Measure, scratch: str) -> None:
+    """Measured again from scratch (a new store, study and pools), a search gives the same
+    trials: what this module's memo, and the benchmark's seeds, rest on."""
+    campaign = knob_campaign(Settings(trials=10).strategy("tpe", 1))
+    assert MEASURE(campaign, 1, REAL_WORLD, scratch) == measure(campaign, 1)
+
+
 def test_with_the_best_as_production_no_safe_answer_is_truly_faster() -> None:
-    run = search_run("tpe", 1, Settings(trials=12, production="best"))
+    run = search_run("tpe", 1, Settings(trials=10, production="best"))
     assert run.production_trials >= 1 and run.claim in CLAIMS
     assert run.truly_faster is not True or run.truly_safe is False
     if run.best == BEST:

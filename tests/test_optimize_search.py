@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,14 @@ from bench.knob_space import (
 from db.store import Store
 from orchestrator.executor.base import TrialReport
 from orchestrator.search.study import DEPLOY_FAILED, ENDED, SEQ, study_name
+from orchestrator.stored import verdict_of
 from tests.support.knob_search import SEARCH, SHORT
+from tests.support.optimize_campaigns import (
+    OptimizeCampaigns,
+    optimize_campaigns_fixture,  # noqa: F401 - the stored searches
+)
 from tests.support.optimize_planted import Recorder
+from tests.support.scratch import in_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTUNA4 = Path(sys.prefix) / "optuna4"  # the Makefile installs Optuna 4.9 there
@@ -55,9 +62,16 @@ def assert_never_unsafe(verdict: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    directory = tmp_path_factory.mktemp("search")
-    return directory, run_search(str(directory), SEARCH, seed=2)
+def searched() -> Iterator[tuple[Path, dict[str, Any]]]:
+    with in_memory() as directory:
+        yield directory, run_search(str(directory), SEARCH, seed=2)
+
+
+@pytest.fixture
+def memory() -> Iterator[Path]:
+    """A directory in memory for a search's store and study (tests/support/scratch.py)."""
+    with in_memory() as directory:
+        yield directory
 
 
 @pytest.mark.pure
@@ -120,9 +134,10 @@ def test_the_study_holds_every_trial_with_its_constraints(
 
 
 @pytest.mark.pure
-def test_two_objectives_give_the_pareto_front(tmp_path: Path) -> None:
-    verdict = run_search(str(tmp_path), {**SHORT, "objectives": [
-        "output_throughput", "ttft_p99_ms"]}, seed=2)
+def test_two_objectives_give_the_pareto_front(optimize_campaigns: OptimizeCampaigns) -> None:
+    """On the report tests' stored search of two objectives (run once a test session)."""
+    with Store.open(optimize_campaigns.store_arg) as store:
+        verdict = verdict_of(store, optimize_campaigns.optimum).to_json()
     search = verdict["optimize"]
     assert_never_unsafe(verdict)
     front = search["pareto"]
@@ -132,20 +147,26 @@ def test_two_objectives_give_the_pareto_front(tmp_path: Path) -> None:
             better = (a["objectives"][0]["mean"] > b["objectives"][0]["mean"]
                       and a["objectives"][1]["mean"] < b["objectives"][1]["mean"])
             assert not better
-    assert len(study_of(tmp_path).directions) == 2
+    study = study_of(optimize_campaigns.db_path.parent, optimize_campaigns.optimum)
+    assert len(study.directions) == 2
+
+
+def assert_every_trial_told(directory: Path, verdict: dict[str, Any], sampler: str) -> None:
+    """Every stored trial was told to the study, as a trial of its own, and the verdict
+    names the sampler."""
+    told = study_of(directory).get_trials(states=(TrialState.COMPLETE,))
+    assert len(told) == verdict["cost"]["trials"]
+    assert verdict["optimize"]["sampler"] == sampler
 
 
 @pytest.mark.pure
-@pytest.mark.parametrize("sampler", ["gp", "random"])
-def test_other_samplers(tmp_path: Path, sampler: str) -> None:
-    verdict = run_search(str(tmp_path), {**SHORT, "trials": 9, "sampler": sampler,
-                                         "startup_trials": 6}, seed=3)
+def test_the_gp_sampler(memory: Path) -> None:
+    """(random: test_a_failed_deployment_is_a_failed_trial)"""
+    verdict = run_search(str(memory), {**SHORT, "trials": 9, "sampler": "gp",
+                                       "startup_trials": 6}, seed=3)
     assert_never_unsafe(verdict)
     assert verdict["cost"]["trials"] >= 9
-    # every stored trial was told to the study, as a trial of its own
-    told = study_of(tmp_path).get_trials(states=(TrialState.COMPLETE,))
-    assert len(told) == verdict["cost"]["trials"]
-    assert verdict["optimize"]["sampler"] == sampler
+    assert_every_trial_told(memory, verdict, "gp")
 
 
 @pytest.mark.real
@@ -189,10 +210,13 @@ class FailingDeploys(KnobPools):
 
 
 @pytest.mark.pure
-def test_a_failed_deployment_is_a_failed_trial(tmp_path: Path) -> None:
-    verdict = run_search(str(tmp_path), {**SHORT, "sampler": "random"}, seed=4,
+def test_a_failed_deployment_is_a_failed_trial(memory: Path) -> None:
+    """With the random sampler: also what the search with it must do."""
+    verdict = run_search(str(memory), {**SHORT, "sampler": "random"}, seed=4,
                          pools=FailingDeploys(4))
-    failed = [t for t in study_of(tmp_path).get_trials(states=(TrialState.FAIL,))
+    assert_never_unsafe(verdict)
+    assert_every_trial_told(memory, verdict, "random")
+    failed = [t for t in study_of(memory).get_trials(states=(TrialState.FAIL,))
               if t.user_attrs.get(ENDED) == DEPLOY_FAILED]
     assert failed and all(t.params["chunk"] == 8192 for t in failed)
     assert all(row["levels"]["chunk"] != "8192" for row in verdict["optimize"]["ranked"])

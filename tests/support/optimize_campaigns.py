@@ -14,6 +14,8 @@ once per test session (``_RUN``), however many modules take them (seconds each).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import pytest
 from bench.knob_space import KnobPools, knob_campaign
 from db.store import Store
 from orchestrator.executor.driver import drive
+from tests.support.scratch import in_memory
 
 TWO_OBJECTIVES = ["output_throughput", "ttft_p99_ms"]
 
@@ -38,13 +41,15 @@ class OptimizeCampaigns:
 
 
 _RUN: list[OptimizeCampaigns] = []  # the campaigns, once run
+_SCRATCH = ExitStack()  # their directory in memory (tests/support/scratch.py), for the session
 
 
 @pytest.fixture(scope="session", name="optimize_campaigns")
-def optimize_campaigns_fixture(tmp_path_factory: pytest.TempPathFactory) -> OptimizeCampaigns:
+def optimize_campaigns_fixture() -> Iterator[OptimizeCampaigns]:
     if not _RUN:
-        _RUN.append(_run(tmp_path_factory.mktemp("optimize")))
-    return _RUN[0]
+        _RUN.append(_run(_SCRATCH.enter_context(in_memory())))
+    yield _RUN[0]
+    _SCRATCH.close()  # at the session's end: every module's instance ends then
 
 
 def _run(directory: Path) -> OptimizeCampaigns:
