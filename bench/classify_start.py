@@ -71,7 +71,10 @@ def main() -> None:
     parser.add_argument("--ordinary", action="store_true",
                         help="also time one ordinary import of SGLang's detectors")
     args = parser.parse_args()
-    env = {**os.environ, "BISECT_TRIAGE": "sglang"}  # SGLang's detectors, or fail
+    # SGLang's detectors, or fail; bytecode written, as an installed package has it (a shell
+    # with PYTHONDONTWRITEBYTECODE would otherwise time the compiling of every module)
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+           "BISECT_TRIAGE": "sglang"}
     with tempfile.TemporaryDirectory() as tmp:
         clean, leak, corpus = (Path(tmp) / name for name in ("clean.json", "leak.json",
                                                               "corpus.jsonl"))
