@@ -82,6 +82,9 @@ def test_the_manager_raises_setup_errors_naming_node_and_unit(
                 (case, first)
             assert why in first and "fix the unit" in first, (case, first)
             assert (raised.value.node, raised.value.unit) == (node, f"{name}.service")
+            if case == "exec":  # said from the unit, whether the journal has its line yet or not
+                assert ("plain.service: ExecStart's /nonexistent/bisect-server could not be "
+                        "executed (status=203/EXEC)") in str(raised.value), str(raised.value)
         finally:
             manager.stop(name)
             manager.remove_dropin(name)

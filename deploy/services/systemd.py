@@ -56,7 +56,8 @@ class StartFailed(RuntimeError):
 def _why(journal: str) -> str:
     """The line of a failed start's output that says why: systemd's own words first."""
     lines = [line.strip() for line in journal.splitlines() if line.strip()]
-    for needle in ("Failed to locate executable", "Failed at step", "status=", "Job for"):
+    for needle in ("Failed to locate executable", "could not be executed", "Failed at step",
+                   "status=", "Job for"):
         found = [line for line in lines if needle in line]
         if found:
             return found[0].rstrip(".")
@@ -151,6 +152,11 @@ why() {{  # the journal of this start, and whether the variant's command ran (it
   journalctl -q --no-pager -o cat -n 30 -u "$u" --since "@$((s / 1000000000))" >&2 || true
   [ "$(main ExecMainStartTimestampMonotonic)" != "$m" ] || exit {SETUP_RC}  # never ran
   c=$(main ExecMainCode) x=$(main ExecMainStatus)
+  # 203/EXEC: the executable itself, from the unit (the executor's own journal line can come
+  # after the sync on a loaded node: the message must not depend on it)
+  [ "$c" != 1 ] || [ "${{x:-0}}" != 203 ] || {{
+    b=$(systemctl show -p ExecStart --value -- "$u" | sed -n 's/^{{ path=//p' | head -n 1)
+    b=${{b%%;*}}; echo "$u: ExecStart's ${{b% }} could not be executed (status=203/EXEC)" >&2; }}
   if [ "$c" = 1 ] && [ "${{x:-0}}" -ge 200 ] && [ "$x" -le 243 ]; then exit {SETUP_RC}; fi
   exit "$1"; }}
 systemctl start -- "$u" || why {EXITED_RC}
