@@ -74,7 +74,9 @@ def raise_budget(store: Store, campaign_id: str, wanted: dict[str, int]) -> list
 
 def budget_spent(verdict: Verdict, campaign_id: str, store: Store) -> str | None:
     """Where an `inconclusive` verdict stopped at its budget (the campaign's, or a variant's
-    with its extension), the resume that runs on with twice it; else None."""
+    with its extension), the resume that runs on with twice it; else None. A variant's budget
+    is not offered where a variant could not be judged: the search may have stopped at it
+    ("cannot go on"), which more trials would not change."""
     if verdict.status is not Status.INCONCLUSIVE:
         return None
     strategy = campaign_of(store, campaign_id).strategy
@@ -84,7 +86,8 @@ def budget_spent(verdict: Verdict, campaign_id: str, store: Store) -> str | None
     most = max((len(cell.trials) for cell in verdict.cells), default=0)
     spent = [field for field in fields
              if (field == PER_CAMPAIGN and len(verdict.trials) >= getattr(strategy, field))
-             or (field == PER_VARIANT and most >= getattr(strategy, field))]
+             or (field == PER_VARIANT and most >= getattr(strategy, field)
+                 and not verdict.unresolvable)]
     if not spent:
         return None
     return " ".join(f"--{field.replace('_', '-')} {2 * getattr(strategy, field)}"

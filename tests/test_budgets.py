@@ -3,6 +3,7 @@ raised (`bisect resume --max-trials`): the real driver loop on simulated pools, 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from bench.simulated import SimulatedPools, scenario_campaign
 from db.store import Store
 from experiments.campaign import CampaignError
 from orchestrator.budgets import budget_spent, raise_budget
+from orchestrator.core.strategies.base import Unresolvable
 from orchestrator.executor.driver import drive
 from orchestrator.stored import campaign_of, verdict_of
 
@@ -69,3 +71,19 @@ def test_a_budget_that_cannot_be_raised_is_bad_input_and_changes_nothing(
         raise_budget(store, campaign_id, wanted)
     assert store.get_campaign(campaign_id).spec == before
     assert raise_budget(store, campaign_id, {}) == []  # nothing asked: nothing stored
+
+
+def test_a_variant_s_budget_is_offered_only_where_no_variant_stopped_the_search(
+        tmp_path: Path) -> None:
+    store, campaign_id = _stored(tmp_path, {"kind": "adaptive", "max_trials_per_variant": 1,
+                                            "reproduce_trials": 1})
+    drive(store, campaign_id, campaign_of(store, campaign_id),
+          SimulatedPools(SINGLE.pool(3, IID)))
+    stopped = verdict_of(store, campaign_id)
+    assert stopped.reason.startswith("known-bad (6/160) against known-good (0/160) leans "
+                                     "failing")
+    assert budget_spent(stopped, campaign_id, store) == "--max-trials-per-variant 2"
+    # a variant that could not be judged may be what stopped it: more trials would not help
+    skipped = Unresolvable({"f0": "a"}, attempts=2, error="the probe exited 125")
+    assert budget_spent(dataclasses.replace(stopped, unresolvable=(skipped,)), campaign_id,
+                        store) is None
