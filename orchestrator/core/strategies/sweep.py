@@ -391,9 +391,10 @@ def _budget(plan: SweepConfig, comparisons: Sequence[Comparison]) -> int:
 
 def compare_looks(plan: SweepConfig) -> tuple[int, ...]:
     """The trials a variant's comparison may settle at, SAME or undecided (3, 6, 12 and 24 at
-    a sweep file's default budget): settled after every trial, a regression of exactly the
-    threshold had ten chances or more to pass for SAME (bench/sweeps.py: 9 of 200 runs with a
-    10% throughput drop at a 10% threshold were called clean, 4.5% against alpha 1%)."""
+    a sweep file's default budget): fewer chances for a regression of exactly the threshold to
+    pass for SAME than a judgement after every trial, and the exact test of SAME is skipped
+    between them. bench/sweeps.py, 10% drop at a 10% threshold: still 9 of 200 runs called
+    clean (each look is at alpha; a share of alpha per look is not measured yet)."""
     return looks(plan.min_trials, plan.max_trials)
 
 
