@@ -40,8 +40,8 @@ from orchestrator.sweeps.run import _start_campaign, read_facts
 from tests.sweep_support import HOSTILE_SUBJECT, commit_faults, sweep_file
 
 SWEEP = "nightly"
-HOSTILE_FACT = '<img src=x onerror="window.PWNED=2"> ]]> {{ 7*7 }}'
-HOSTILE_REASON = "held by <script>window.PWNED=3</script> ]]> {{ 7*7 }}"
+HOSTILE_FACT = '<img src=x onerror="window.PWNED=2"> ]]> {{ range(7) }}'
+HOSTILE_REASON = "held by <script>window.PWNED=3</script> ]]> {{ range(7) }}"
 SESSIONS = 24
 RACE_LEAKS = 14  # of 24 sessions: the race, where it is back (58%)
 THRESHOLDS = {"corruption": 0.15, "wedging": 0.15, "throughput": 0.15, "p99_latency": 0.25}

@@ -21,7 +21,7 @@ from orchestrator.demo import twin_pool
 # per-session fault draws at the twins: a 1% background (any variant), the race with HiCache
 BACKGROUND = {"name": "background", "probability": 0.01, "effect": "leak", "markup": "dsml"}
 # a commit subject that would run script or a template if a report did not escape it
-HOSTILE_SUBJECT = "reuse the host pool <script>window.PWNED=1</script> ]]> {{ 7*7 }} | *x*"
+HOSTILE_SUBJECT = "reuse the host pool <script>window.PWNED=1</script> ]]> {{ range(7) }} | *x*"
 
 
 @pytest.fixture(autouse=True)

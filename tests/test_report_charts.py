@@ -18,7 +18,7 @@ from orchestrator.reports.page import CSP, SCRIPT_HASH, SORT_SCRIPT
 pytestmark = pytest.mark.pure
 
 SVG = "{http://www.w3.org/2000/svg}"
-HOSTILE = '<script>alert(1)</script> </textarea> {{ 7*7 }} ]]> "q" & \'a\''
+HOSTILE = '<script>alert(1)</script> </textarea> {{ range(7) }} ]]> "q" & \'a\''
 CONTROL = "log\x1b[31mred\x00\udcff"  # a terminal escape, a NUL, undecodable bytes kept as text
 
 

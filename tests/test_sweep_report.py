@@ -42,7 +42,7 @@ from tests.sweep_support import (
     real_sweep_fixture,  # noqa: F401 - real runs of `bisect sweep`, shared with test_sweep_run
 )
 
-BRACES = "{{ 7*7 }}"
+BRACES = "{{ range(7) }}"
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 BAD_UTF8 = b"\xff\xfe\xc3( \xed\xa0\x80".decode("utf-8", "replace")  # as a server's bytes decode
 CONTROL = "\x01\x08\x0b\x0c\x1b[31m\x7f\x85"
-HOSTILE = ("<script>window.PWNED=1</script></textarea><img src=x onerror=alert(1)>{{ 7*7 }}"
+HOSTILE = ("<script>window.PWNED=1</script></textarea><img src=x onerror=alert(1)>{{ range(7) }}"
            "{% raw %}]]><![CDATA[x]]>|a|b| `code` [link](javascript:alert(1)) *em* $x$ & "
            f"{BAD_UTF8}{CONTROL}\nsecond line\r\n")
 HOSTILE_FACTOR = "idx|<script>f</script>`"

@@ -93,6 +93,7 @@ def assert_inert_html(page: str, shown_braces: bool = True) -> str:
              and (a.get("http-equiv") or "").lower() == "content-security-policy"]
     assert csp is not None and csp.startswith("default-src 'none'")
     text = "".join(parsed.text)
-    if shown_braces:  # the hostile campaign's: shown, never run as a template
-        assert "{{ 7*7 }}" in text and "49" not in text.replace("0.49", "")
+    if shown_braces:  # the hostile campaign's: shown, never run as a template (which prints
+        # "range(0, 7)": a mark no figure of a report can make by chance, as "49" could)
+        assert "{{ range(7) }}" in text and "range(0, 7)" not in text
     return text
