@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Literal
 
 import orchestrator.core.stats.noninferiority as noninferiority
-import orchestrator.core.strategies.sweep as sweep
+import orchestrator.core.strategies.sweep_compare as sweep
 from orchestrator.core.stats.regression import (
     NOISE_FLOOR,
     Comparison,

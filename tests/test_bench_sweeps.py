@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.stats import ttest_ind, ttest_rel
 
-import orchestrator.core.strategies.sweep as sweep
+import orchestrator.core.strategies.sweep_compare as sweep
 from bench.noise import REAL_WORLD
 from bench.sweep_fast import fast_comparisons
 from bench.sweep_naive import naive, welch_p
@@ -21,6 +21,7 @@ from bench.sweeps import clopper_pearson, main, plan_of, share, targets
 from experiments.strategy_config import BaselineTrial
 from orchestrator.core.evidence import Latency, Performance, TrialEvidence
 from orchestrator.core.stats.regression import Difference
+from orchestrator.core.strategies.sweep import SweepStrategy
 
 pytestmark = pytest.mark.pure
 
@@ -165,7 +166,7 @@ def test_memoised_comparisons_change_no_answer() -> None:
 def test_with_the_build_moved_each_trial_runs_beside_its_control_on_one_pool() -> None:
     plan = plan_of()
     machine = Machine(np.random.default_rng(5), Rates(), CLEAN)
-    strategy = sweep.SweepStrategy(plan.model_copy(update={
+    strategy = SweepStrategy(plan.model_copy(update={
         "baseline": baseline_run(plan, machine), "baseline_run": 1, "confirm_build": True}))
     done = replay(strategy, machine)
     pairs = list(zip(done[::2], done[1::2], strict=True))

@@ -11,9 +11,9 @@ import pytest
 from experiments.strategy_config import BaselineTrial, Thresholds
 from orchestrator.core.stats.clustered import INDEPENDENT, RESTART_PRIOR, Dispersion
 from orchestrator.core.stats.regression import Difference
-from orchestrator.core.strategies.sweep import (
+from orchestrator.core.strategies.sweep import SweepStrategy
+from orchestrator.core.strategies.sweep_compare import (
     DETECT,
-    SweepStrategy,
     compare,
     compare_looks,
     confirm_looks,

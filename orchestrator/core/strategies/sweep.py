@@ -2,13 +2,13 @@
 
 Each variant runs ``min_trials`` trials, then is compared with the baseline on every watched
 metric (corruption and wedging on session counts, throughput and p99 latency on per-trial
-values), three-way (orchestrator/core/stats/regression.py). UNKNOWN adds a trial, up to
-``max_trials`` (twice that while the metric leans worse: ``_budget``). A threshold is the
-change a sweep must catch: a significant worsening of ``DETECT`` of it makes a suspect, and
-SAME rules out the whole threshold. A variant found DIFFERENT is a *suspect*, not yet a
-regression: it is run again on fresh trials, and only a difference those fresh trials show
-again, on the same metric, is a regression. One unlucky trial on a noisy machine is how alert
-storms start; the fresh trials are how they stop.
+values), three-way (orchestrator/core/stats/regression.py; how: sweep_compare.py). UNKNOWN adds
+a trial, up to ``max_trials`` (twice that while the metric leans either way: ``budget_of``). A
+threshold is the change a sweep must catch: a significant worsening of ``DETECT`` of it makes a
+suspect, and SAME rules out the whole threshold. A variant found DIFFERENT is a *suspect*, not
+yet a regression: it is run again on fresh trials, and only a difference those fresh trials
+show again, on the same metric, is a regression. One unlucky trial on a noisy machine is how
+alert storms start; the fresh trials are how they stop.
 
 Controls, as Pinpoint runs them. Where the run can put the baseline's build back (the source
 tree moved: ``confirm_build``), every trial of a variant runs beside one of the baseline's build,
@@ -32,24 +32,12 @@ report.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-from experiments.strategy_config import BaselineTrial, NamedVariant, SweepConfig
-from orchestrator.core.evidence import CORRUPTING, WEDGING, TrialEvidence, variant_key
-from orchestrator.core.stats.clustered import (
-    INDEPENDENT,
-    RESTART_PRIOR,
-    Counts,
-    Dispersion,
-    dispersion,
-)
+from experiments.strategy_config import NamedVariant, SweepConfig
+from orchestrator.core.evidence import TrialEvidence, variant_key
+from orchestrator.core.stats.clustered import INDEPENDENT, RESTART_PRIOR, Dispersion, dispersion
 from orchestrator.core.stats.compare import StopWhenFailing
-from orchestrator.core.stats.regression import (
-    Comparison,
-    Difference,
-    compare_counts,
-    compare_values,
-)
+from orchestrator.core.stats.regression import Comparison, Difference
 from orchestrator.core.strategies.base import (
     UNFINISHED,
     Conclusion,
@@ -58,7 +46,18 @@ from orchestrator.core.strategies.base import (
     Unresolvable,
     not_yet_running,
 )
-from orchestrator.core.strategies.sequential import budget, looks, spent
+from orchestrator.core.strategies.sweep_compare import (
+    Sample,
+    Sides,
+    answers_of,
+    budget_of,
+    compare,
+    compare_looks,
+    confirm_looks,
+    of_baseline,
+    of_trial,
+    trial_counts,
+)
 from orchestrator.core.strategies.sweep_judged import (
     BINARY,
     CONTINUOUS,
@@ -71,132 +70,6 @@ from orchestrator.core.strategies.sweep_judged import (
 )
 
 BUILD = "build"  # the factor of a run that can put the baseline's commit back
-# A worsening of any watched metric becomes a suspect when it is significant and at least this
-# share of its threshold: the threshold is the change a sweep must catch, and a true change of
-# exactly it is seen below it half the time (bench/sweeps.py: 48% of 5-point regressions found
-# at a share of 1, 96% at 0.4). SAME still rules out the whole threshold.
-DETECT = 0.4
-
-
-@dataclass(frozen=True)
-class Sample:
-    """What one trial gives each metric: session counts, and the two performance figures."""
-
-    counts: Mapping[str, int]
-    output_throughput: float | None
-    p99_e2e_ms: float | None
-
-
-def of_trial(trial: TrialEvidence) -> Sample:
-    performance = trial.performance
-    p99 = None if performance is None or performance.e2e is None else performance.e2e.p99_ms
-    return Sample(trial.counts, None if performance is None else performance.output_throughput,
-                  p99)
-
-
-def of_baseline(trial: BaselineTrial) -> Sample:
-    return Sample(trial.counts, trial.output_throughput, trial.p99_e2e_ms)
-
-
-def _trial_counts(samples: Sequence[Sample], metric: str) -> list[Counts]:
-    """Each trial's (failing, judged) sessions: corruption among sessions that reached a
-    verdict of their own; wedging (errors and timeouts) among all sessions."""
-    failing = CORRUPTING if metric == "corruption" else WEDGING
-    judged = [TrialEvidence({}, s.counts, failing=failing) for s in samples]
-    return [(t.failures, t.judged) for t in judged]
-
-
-def _summed(trials: Sequence[Counts]) -> Counts:
-    return sum(k for k, _ in trials), sum(n for _, n in trials)
-
-
-def _tail(spread: Dispersion, failing: int, sizes: tuple[int, ...], rate: float) -> float:
-    """P(at most ``failing`` over trials of ``sizes``) at ``rate``, each trial's rate spread
-    as ``spread`` says (``Dispersion.at_most``)."""
-    return spread.at_most(failing, sizes, rate)
-
-
-def _values_each(samples: Sequence[Sample], metric: str) -> list[float | None]:
-    """Each trial's figure of ``metric``, None where it measured none."""
-    raw = [s.output_throughput if metric == "throughput" else s.p99_e2e_ms for s in samples]
-    return [v if v is not None and v > 0 else None for v in raw]
-
-
-def _values(samples: Sequence[Sample], metric: str) -> list[float]:
-    return [v for v in _values_each(samples, metric) if v is not None]
-
-
-def compare(metric: str, current: Sequence[Sample], reference: Sequence[Sample],
-            plan: SweepConfig, confirming: bool = False,
-            spread: Dispersion = INDEPENDENT, paired: bool = False,
-            same: bool = True) -> Comparison | None:
-    """One metric of ``current`` against ``reference``; None where it is not watched or not
-    measured on both sides (a probe has no throughput). ``confirming``: a suspect's fresh
-    trials, let go only when they rule out the rise that made it one (DETECT of the
-    threshold), not merely the whole threshold, and found worse only at the level of one of
-    the confirmation's looks (``confirm_looks``). ``spread``: between trials, of this metric's
-    rate (session counts are tested at their design effect). ``paired``: ``reference[i]`` is
-    the control run beside ``current[i]`` (performance is then compared pair by pair).
-    ``same=False``: between the looks that may settle it (``compare_looks``), only whether it
-    is worse (SAME untested)."""
-    threshold = getattr(plan.thresholds, metric)
-    if threshold is None:
-        return None
-    detect = DETECT * threshold
-    least = detect if confirming else threshold  # the worsening SAME rules out
-    alpha_worse = spent(plan.alpha, confirm_looks(plan)) if confirming else None
-    if metric in BINARY:
-        trials = _trial_counts(current, metric)
-        now, then = _summed(trials), _summed(_trial_counts(reference, metric))
-        tested = (spread.effective(now, len(current)), spread.effective(then, len(reference)))
-        ruled_out = (then[0] / then[1] if then[1] else 0.0) + least
-        return compare_counts(metric, now, then, min_effect=least, alpha=plan.alpha,
-                              detect=detect,
-                              effective=None if tested == (now, then) else tested,
-                              p_same_trials=_tail(spread, now[0],
-                                                  tuple(n for _, n in trials), ruled_out)
-                              if same else None,
-                              alpha_worse=alpha_worse, same=same)
-    if paired:  # pairs where both trials measured it
-        both = [(a, b) for a, b in zip(_values_each(current, metric),
-                                       _values_each(reference, metric), strict=True)
-                if a is not None and b is not None]
-        values, baseline = [a for a, _ in both], [b for _, b in both]
-    else:
-        values, baseline = _values(current, metric), _values(reference, metric)
-    if not values and not baseline:
-        return None
-    return compare_values(metric, values, baseline, min_relative=least, alpha=plan.alpha,
-                          worse="lower" if metric == "throughput" else "higher",
-                          paired=paired, detect=detect, alpha_worse=alpha_worse, same=same)
-
-
-def _answers(comparisons: Sequence[Comparison]) -> set[Difference]:
-    return {c.answer for c in comparisons}
-
-
-@dataclass(frozen=True)
-class _Sides:
-    """A variant's trials as one judgement reads them, in the order they ran."""
-
-    mine: list[Sample]  # the current build's
-    controls: list[Sample]  # the baseline's build's, fresh (empty where it cannot run)
-    reference: list[Sample]  # the baseline run's stored trials
-
-    @property
-    def pairs(self) -> int:
-        """Whole pairs run (a trial and its control)."""
-        return min(len(self.mine), len(self.controls))
-
-    def detection(self, seen: int, metric: str) -> tuple[list[Sample], list[Sample]]:
-        """What the first ``seen`` trials are compared with: performance with the controls
-        beside them only (another day's trials mix the machine's drift in), session counts
-        with the stored trials and the controls together."""
-        if not self.controls:
-            return self.mine[:seen], self.reference
-        if metric in CONTINUOUS:
-            return self.mine[:seen], self.controls[:seen]
-        return self.mine[:seen], [*self.reference, *self.controls[:seen]]
 
 
 class SweepStrategy:
@@ -221,7 +94,7 @@ class SweepStrategy:
             groups.setdefault(variant_key(trial.levels), []).append(of_trial(trial))
         for name, samples in self.baseline.items():
             groups[f"baseline run: {name}"] = samples
-        return {metric: dispersion(_trial_counts(samples, metric)
+        return {metric: dispersion(trial_counts(samples, metric)
                                    for samples in groups.values()).at_least(RESTART_PRIOR)
                 for metric in BINARY}
 
@@ -232,7 +105,7 @@ class SweepStrategy:
         key, base_key = variant_key(self.levels(variant)), variant_key(
             self.levels(variant, "baseline"))
         reference = self.baseline.get(variant.name, [])
-        sides = _Sides([of_trial(t) for t in done if variant_key(t.levels) == key],
+        sides = Sides([of_trial(t) for t in done if variant_key(t.levels) == key],
                        [of_trial(t) for t in done if variant_key(t.levels) == base_key]
                        if controlled and reference else [], reference)
         mine, controls = sides.mine, sides.controls
@@ -263,10 +136,10 @@ class SweepStrategy:
                 return self._confirm(variant, seen, found, suspected, sides, spread)
             if not settles:
                 continue  # a suspect at any trial (the confirmation judges it); SAME at looks
-            if _answers(deciding) <= {Difference.SAME}:
+            if answers_of(deciding) <= {Difference.SAME}:
                 return Judged(variant, "uncontrolled" if drifted else "clean", seen, found,
                               controls=seen if controlled else 0, uncontrolled=drifted)
-            if seen >= _budget(plan, deciding):
+            if seen >= budget_of(plan, deciding):
                 return Judged(variant, "inconclusive", seen, found,
                               controls=seen if controlled else 0)
         return Judged(variant, "measuring", len(mine), found,
@@ -282,7 +155,7 @@ class SweepStrategy:
                             [self.levels(variant, "baseline")] * max(0, baseline), ran)
 
     def _confirm(self, variant: NamedVariant, seen: int, found: tuple[Comparison, ...],
-                 suspected: tuple[str, ...], sides: _Sides,
+                 suspected: tuple[str, ...], sides: Sides,
                  spread: Mapping[str, Dispersion]) -> Judged:
         """The suspect again, on fresh trials only; against fresh trials of the baseline's
         build run beside them where the run can put it back, else against the baseline run's
@@ -300,10 +173,10 @@ class SweepStrategy:
                            if (c := compare(metric, fresh[:pairs], against, plan, True,
                                             spread.get(metric, INDEPENDENT),
                                             controlled and metric in CONTINUOUS)) is not None)
-            answers = _answers(judged)
+            answers = answers_of(judged)
             state = ("regression" if Difference.DIFFERENT in answers else
                      "unconfirmed" if answers <= {Difference.SAME} else
-                     "inconclusive" if pairs >= _budget(plan, judged) else "confirming")
+                     "inconclusive" if pairs >= budget_of(plan, judged) else "confirming")
             if state != "confirming":
                 return Judged(variant, state, seen, found, suspected, judged, pairs,
                               controls=seen if controlled else 0)
@@ -374,36 +247,6 @@ class SweepStrategy:
                 f"them (the build did not move), not an alert: {drifted}" if drifted else "") + (
                 f"; new since the baseline, measured only: {', '.join(new)}" if new else "")
         return Conclusion(status, reason, log=log, finding=summary)
-
-
-def _budget(plan: SweepConfig, comparisons: Sequence[Comparison]) -> int:
-    """A variant's trials before it is left undecided: ``max_trials``, or twice it
-    (sequential.budget) while an undecided metric leans either way (a p short of its level,
-    but within ``LEANS_AT``): a regression that restarts spread shows itself a few trials
-    later, and a clean variant whose trials spread wide rules the threshold out a few trials
-    later (bench/sweeps.py: at a 10% throughput threshold, 26% of clean runs were left
-    undecided at 12 pairs, most with p_same within 0.1)."""
-    return budget(plan.max_trials, *((p, level) for c in comparisons
-                                     if c.answer == Difference.UNKNOWN
-                                     for p, level in ((c.p_worse, c.level_worse),
-                                                      (c.p_same, c.alpha))))
-
-
-def compare_looks(plan: SweepConfig) -> tuple[int, ...]:
-    """The trials a variant's comparison may settle at, SAME or undecided (3, 6, 12 and 24 at
-    a sweep file's default budget): fewer chances for a regression of exactly the threshold to
-    pass for SAME than a judgement after every trial, and the exact test of SAME is skipped
-    between them. bench/sweeps.py, 10% drop at a 10% threshold: still 9 of 200 runs called
-    clean (each look is at alpha; a share of alpha per look is not measured yet)."""
-    return looks(plan.min_trials, plan.max_trials)
-
-
-def confirm_looks(plan: SweepConfig) -> tuple[int, ...]:
-    """The fresh trials a suspect's confirmation judges at (3, 6, 12 and 24 at a sweep file's
-    default budget), each at an equal share of ``alpha``: an alert is the confirmation's
-    DIFFERENT, and judged after every fresh trial, a clean variant's noise had ten chances or
-    more to cross alpha (bench/sweeps.py: 2 of 200 clean runs alerted)."""
-    return looks(plan.confirm_trials, plan.max_trials)
 
 
 def _interleaved(current: list[dict[str, str]], baseline: list[dict[str, str]], ran: int
