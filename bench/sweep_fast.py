@@ -28,10 +28,11 @@ from orchestrator.core.stats.regression import (
 def _values_of_tuples(metric: str, current: tuple[float, ...], baseline: tuple[float, ...],
                       min_relative: float, alpha: float, worse: Literal["lower", "higher"],
                       noise_floor: float, paired: bool, detect: float | None,
-                      alpha_worse: float | None, same: bool) -> Comparison:
+                      alpha_worse: float | None, alpha_same: float | None,
+                      same: bool) -> Comparison:
     return compare_values(metric, current, baseline, min_relative=min_relative, alpha=alpha,
                           worse=worse, noise_floor=noise_floor, paired=paired, detect=detect,
-                          alpha_worse=alpha_worse, same=same)
+                          alpha_worse=alpha_worse, alpha_same=alpha_same, same=same)
 
 
 # One memo per process, kept from one run to the next: the counts of a run repeat another's.
@@ -51,19 +52,20 @@ def _pair(counts: Pair | None) -> Pair | None:
 def memo_counts(metric: str, current: tuple[int, int], baseline: tuple[int, int], *,
                 min_effect: float, alpha: float, detect: float | None = None,
                 effective: Pair | None = None, p_same_trials: float | None = None,
-                alpha_worse: float | None = None, same: bool = True) -> Comparison:
+                alpha_worse: float | None = None, alpha_same: float | None = None,
+                same: bool = True) -> Comparison:
     return _COUNTS(metric, tuple(current), tuple(baseline), min_effect=min_effect, alpha=alpha,
                    detect=detect, effective=_pair(effective), p_same_trials=p_same_trials,
-                   alpha_worse=alpha_worse, same=same)
+                   alpha_worse=alpha_worse, alpha_same=alpha_same, same=same)
 
 
 def memo_values(metric: str, current: Sequence[float], baseline: Sequence[float], *,
                 min_relative: float, alpha: float, worse: Literal["lower", "higher"],
                 noise_floor: float = NOISE_FLOOR, paired: bool = False,
                 detect: float | None = None, alpha_worse: float | None = None,
-                same: bool = True) -> Comparison:
+                alpha_same: float | None = None, same: bool = True) -> Comparison:
     return _VALUES(metric, tuple(current), tuple(baseline), min_relative, alpha, worse,
-                   noise_floor, paired, detect, alpha_worse, same)
+                   noise_floor, paired, detect, alpha_worse, alpha_same, same)
 
 
 @contextmanager

@@ -332,3 +332,36 @@ def test_a_comparison_is_a_frozen_value() -> None:
     assert isinstance(c, Comparison)
     with pytest.raises(AttributeError):
         c.answer = Difference.DIFFERENT  # type: ignore[misc]
+
+
+def test_same_at_a_share_of_alpha_is_decided_at_that_share() -> None:
+    # A caller that settles SAME at several looks tests each at a share of alpha
+    # (``alpha_same``): SAME then needs p_same at or below the share, on counts and on values
+    # alike, and the comparison says the level it was held to.
+    alpha, share = 0.01, 0.0025
+    between = 0  # cases SAME at alpha that its share holds back
+    for k in range(0, 12):
+        for n in (320, 480, 640):
+            at_alpha = compare_counts("corruption", (k, n), (3, 320), min_effect=0.03,
+                                      alpha=alpha)
+            at_share = compare_counts("corruption", (k, n), (3, 320), min_effect=0.03,
+                                      alpha=alpha, alpha_same=share)
+            assert at_alpha.p_same == at_share.p_same and at_share.level_same == share
+            assert (at_share.answer is Difference.SAME) == (at_share.p_same <= share)
+            between += share < at_alpha.p_same <= alpha and at_alpha.answer is Difference.SAME
+    assert between >= 2
+    between = 0
+    base = [1000.0, 1030.0, 985.0, 1012.0]
+    for drop in np.linspace(0.0, 0.06, 61):
+        now = [v * (1.0 - drop) for v in base]
+        at_alpha = compare_values("throughput", now, base, min_relative=0.08, alpha=alpha,
+                                  worse="lower")
+        at_share = compare_values("throughput", now, base, min_relative=0.08, alpha=alpha,
+                                  worse="lower", alpha_same=share)
+        assert at_share.p_same is not None and at_alpha.level_same == alpha
+        assert (at_share.answer is Difference.SAME) == (at_share.p_same < share)
+        between += share < at_alpha.p_same < alpha and at_alpha.answer is Difference.SAME
+    assert between >= 2
+    with pytest.raises(ValueError, match="alpha_same"):
+        compare_counts("corruption", (0, 320), (0, 320), min_effect=0.02, alpha=0.01,
+                       alpha_same=0.02)

@@ -141,4 +141,9 @@ def test_same_settles_a_variant_at_the_looks_only() -> None:
     assert judged.state == "measuring" and strategy.propose(done, []) == [PRODUCTION]
     assert corruption.answer is Difference.UNKNOWN and corruption.p_same is None  # untested
     done += [trial(PRODUCTION, 0), trial(PRODUCTION, 0)]
-    assert strategy.judged(done)[0].state == "clean"  # at the look of 6
+    settled = strategy.judged(done)[0]
+    assert settled.state == "clean"  # at the look of 6
+    # each of the three looks tests SAME at a third of alpha: together they err at most alpha
+    [corruption] = [c for c in settled.comparisons if c.metric == "corruption"]
+    assert corruption.alpha_same == pytest.approx(strategy.plan.alpha / 3)
+    assert corruption.p_same is not None and corruption.p_same <= corruption.alpha_same

@@ -75,11 +75,18 @@ class Comparison:
     # the p_worse DIFFERENT needed where it is not ``alpha``: a caller that tests at several
     # looks spends its alpha over them (None: ``alpha``)
     alpha_worse: float | None = None
+    # the p_same SAME needed where it is not ``alpha``, spent over looks as ``alpha_worse`` is
+    alpha_same: float | None = None
 
     @property
     def level_worse(self) -> float:
         """The p_worse DIFFERENT needed."""
         return self.alpha if self.alpha_worse is None else self.alpha_worse
+
+    @property
+    def level_same(self) -> float:
+        """The p_same SAME needed."""
+        return self.alpha if self.alpha_same is None else self.alpha_same
 
 
 # The per-trial figures whose drop is the worsening (``compare_values(worse="lower")``).
@@ -112,13 +119,14 @@ def _check_alpha(metric: str, alpha: float) -> None:
         raise ValueError(f"{metric}: alpha must be between 0 and 0.5, got {alpha}")
 
 
-def _check_alpha_worse(metric: str, alpha: float, alpha_worse: float | None) -> float:
-    if alpha_worse is None:
+def _check_level(metric: str, name: str, alpha: float, level: float | None) -> float:
+    """A test's own level (``alpha_worse``, ``alpha_same``): ``alpha`` where None."""
+    if level is None:
         return alpha
-    if not 0.0 < alpha_worse <= alpha:
-        raise ValueError(f"{metric}: alpha_worse must be above 0 and at most alpha ({alpha}), "
-                         f"got {alpha_worse}")
-    return alpha_worse
+    if not 0.0 < level <= alpha:
+        raise ValueError(f"{metric}: {name} must be above 0 and at most alpha ({alpha}), "
+                         f"got {level}")
+    return level
 
 
 def _check_counts(metric: str, side: str, counts: tuple[int, int]) -> tuple[int, int]:
@@ -134,7 +142,8 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
                    min_effect: float, alpha: float, detect: float | None = None,
                    effective: tuple[tuple[int, int], tuple[int, int]] | None = None,
                    p_same_trials: float | None = None,
-                   alpha_worse: float | None = None, same: bool = True) -> Comparison:
+                   alpha_worse: float | None = None, alpha_same: float | None = None,
+                   same: bool = True) -> Comparison:
     """Compare failing sessions of judged sessions, ``(k, n)``, current against baseline.
 
     DIFFERENT: one-sided Fisher p <= alpha and a rise of at least ``detect`` (a rate
@@ -154,12 +163,14 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
     failing at the rate SAME rules out, whose few restarts landed low, shows fewer failures
     than a design effect taken at those trials' own rate allows for. SAME must pass both;
     ``p_same`` is the larger. ``alpha_worse``: the p_worse DIFFERENT needs, where a caller
-    looking several times spends ``alpha`` over its looks (default ``alpha``). ``same=False``:
+    looking several times spends ``alpha`` over its looks (default ``alpha``); ``alpha_same``
+    likewise the p_same SAME needs. ``same=False``:
     SAME is not tested (``p_same`` None, never the answer), only DIFFERENT: the exact test of
     SAME is the costly one, and a caller between its looks asks only whether it is worse.
     """
     _check_alpha(metric, alpha)
-    worse_at = _check_alpha_worse(metric, alpha, alpha_worse)
+    worse_at = _check_level(metric, "alpha_worse", alpha, alpha_worse)
+    same_at = _check_level(metric, "alpha_same", alpha, alpha_same)
     if not 0.0 < min_effect < 1.0:
         raise ValueError(f"{metric}: min_effect must be between 0 and 1, got {min_effect}")
     k1, n1 = _check_counts(metric, "current", current)
@@ -179,14 +190,15 @@ def compare_counts(metric: str, current: tuple[int, int], baseline: tuple[int, i
         answer = Difference.UNKNOWN
     elif p_worse <= worse_at and change >= (min_effect if detect is None else detect) - SLACK:
         answer = Difference.DIFFERENT
-    elif p_same is not None and p_same <= alpha and change < min_effect - SLACK:
+    elif p_same is not None and p_same <= same_at and change < min_effect - SLACK:
         answer = Difference.SAME
     else:
         answer = Difference.UNKNOWN
     return Comparison(metric, answer, rate2, rate1, change, interval, p_worse, p_same,
                       min_effect, alpha, counts=((k1, n1), (k2, n2)),
                       effective=None if tested == ((k1, n1), (k2, n2)) else tested,
-                      p_same_trials=p_same_trials, alpha_worse=alpha_worse)
+                      p_same_trials=p_same_trials, alpha_worse=alpha_worse,
+                      alpha_same=alpha_same)
 
 
 def _logs(metric: str, side: str, values: Sequence[float]) -> np.ndarray:
@@ -204,7 +216,7 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
                    min_relative: float, alpha: float, worse: Literal["lower", "higher"],
                    noise_floor: float = NOISE_FLOOR, paired: bool = False,
                    detect: float | None = None, alpha_worse: float | None = None,
-                   same: bool = True) -> Comparison:
+                   alpha_same: float | None = None, same: bool = True) -> Comparison:
     """Compare one value per trial, current against baseline, on the log scale (a ratio of
     geometric means: a 10% drop means the same at 100 and at 10,000 tokens/s).
 
@@ -223,11 +235,13 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
     ``compare_counts`` does);
     SAME: the one-sided 1 - alpha upper bound of the worsening is below ``min_relative``.
     The pooled standard deviation of log values is at least ``noise_floor`` (NOISE_FLOOR).
-    Fewer than two values on a side: UNKNOWN, and its interval is infinite. ``alpha_worse``
-    and ``same``: as ``compare_counts`` takes them.
+    Fewer than two values on a side: UNKNOWN, and its interval is infinite. ``alpha_worse``,
+    ``alpha_same`` and ``same``: as ``compare_counts`` takes them (SAME at ``alpha_same``: the
+    upper bound at that level).
     """
     _check_alpha(metric, alpha)
-    worse_at = _check_alpha_worse(metric, alpha, alpha_worse)
+    worse_at = _check_level(metric, "alpha_worse", alpha, alpha_worse)
+    same_at = _check_level(metric, "alpha_same", alpha, alpha_same)
     if worse not in ("lower", "higher"):
         raise ValueError(f"{metric}: worse must be 'lower' or 'higher', got {worse!r}")
     if not min_relative > 0.0 or (worse == "lower" and not min_relative < 1.0):
@@ -254,7 +268,7 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
         change = relative(sign * (mean1 - mean2)) if log1.size and log2.size else 0.0
         return Comparison(metric, Difference.UNKNOWN, baseline_mean, current_mean, change,
                           (-math.inf, math.inf), 1.0, 1.0, min_relative, alpha, values=values,
-                          alpha_worse=alpha_worse)
+                          alpha_worse=alpha_worse, alpha_same=alpha_same)
     worsening = sign * (mean1 - mean2)
     if paired:
         if log1.size != log2.size:
@@ -277,10 +291,11 @@ def compare_values(metric: str, current: Sequence[float], baseline: Sequence[flo
     change = relative(worsening)
     if p_worse <= worse_at and change >= (min_relative if detect is None else detect) - SLACK:
         answer = Difference.DIFFERENT
-    elif same and high < min_relative:
+    elif same and (high if same_at == alpha else relative(
+            worsening + float(stdtrit(df, 1.0 - same_at)) * se)) < min_relative:
         answer = Difference.SAME
     else:
         answer = Difference.UNKNOWN
     return Comparison(metric, answer, baseline_mean, current_mean, change, (low, high),
                       p_worse, p_same, min_relative, alpha, values=values,
-                      alpha_worse=alpha_worse)
+                      alpha_worse=alpha_worse, alpha_same=alpha_same)

@@ -63,6 +63,7 @@ def _comparison_json(c: Comparison) -> dict[str, Any]:
                else {}),
             **({"p_same_trials": c.p_same_trials} if c.p_same_trials is not None else {}),
             **({"alpha_worse": c.alpha_worse} if c.alpha_worse is not None else {}),
+            **({"alpha_same": c.alpha_same} if c.alpha_same is not None else {}),
             **({"values": [list(x) for x in c.values]} if c.values is not None else {})}
 
 
@@ -113,11 +114,10 @@ class SweepStep:
 
     def line(self) -> str:
         c = self.comparison
-        worse = c.alpha if c.alpha_worse is None else c.alpha_worse
         return (f"{self.phase:<8} {self.variant.name:<16} {c.metric:<12} {c.answer.value:<10} "
                 f"{self.change()}  in {self.trials} trial(s)  "
-                f"p(worse)={p_words(c.p_worse)}{at_words(worse)} "
-                f"p(same)={p_words(c.p_same)}{at_words(c.alpha)}  "
+                f"p(worse)={p_words(c.p_worse)}{at_words(c.level_worse)} "
+                f"p(same)={p_words(c.p_same)}{at_words(c.level_same)}  "
                 f"{variant_words(self.variant.levels)}")
 
     def change(self) -> str:
