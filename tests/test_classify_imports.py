@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from experiments.workload.triage import ENV, triage_leak
+from orchestrator.cli import MODULES
 from tests.corpus_markup import CORPUS
 from tests.support.cli import CLEAN_ENV
 
@@ -41,6 +42,8 @@ def test_classify_imports_no_torch_and_keeps_the_labels() -> None:
     # (importlib.import_module is not timed: the modules the detectors import by statement are.)
     assert "sglang.srt.function_call.base_format_detector" in imported
     assert not {module for module in imported if module.split(".")[0] in HEAVY}
+    # nor the other commands' modules (orchestrator/cli/__init__.py: only the one asked for)
+    assert not {f"orchestrator.cli.{m}" for m in MODULES if m != "tools"} & imported
     reports = [json.loads(line) for line in done.stdout.splitlines()]
     assert [report["line"] for report in reports] == list(range(1, len(names) + 1))
     os.environ.pop(ENV, None)

@@ -14,7 +14,7 @@ import pytest
 import typer
 
 from db.store import Store
-from orchestrator.cli import app
+from orchestrator.cli import COMMANDS, app
 
 BISECT = str(Path(sys.executable).parent / "bisect")
 READERS = ("verdict", "log", "show", "report", "doctor", "resume")
@@ -52,6 +52,21 @@ def test_every_option_and_argument_says_what_it_does() -> None:
     missing = [f"{name} {param.name}" for name, command in commands for param in command.params
                if not getattr(param, "help", None) and name != "twin"]  # twin: argparse's help
     assert not missing, missing
+
+
+@pytest.mark.pure
+def test_each_command_is_found_in_the_module_the_map_names() -> None:
+    # `bisect CMD` imports only COMMANDS[CMD]'s module: a command missing from the map, or
+    # mapped to another module, would be "No such command" for its user.
+    root = typer.main.get_command(app)
+    registered = {group.name: group.typer_instance.registered_commands[0].callback
+                  for group in app.registered_groups if group.typer_instance}
+    for name in root.list_commands(typer.Context(root)):
+        command = root.get_command(typer.Context(root), name)
+        callback = registered.get(name) or getattr(command, "callback", None)
+        assert callback is not None, name
+        assert callback.__module__ == f"orchestrator.cli.{COMMANDS[name]}", name
+    assert set(COMMANDS) == set(root.list_commands(typer.Context(root)))
 
 
 @pytest.mark.real
