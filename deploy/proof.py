@@ -6,6 +6,10 @@ argv (``/proc/PID/cmdline``), its initial environment (``/proc/PID/environ``), i
 plus the hashes of the files the variant deployed and the git tree's commit, and we compare all
 of it with what the variant says. Every mismatch is one specific sentence in ``Proof.problems``.
 
+A start command may be a launcher (a wrapper script, ``bash -c '… exec … "$@"'``, ``conda run``):
+then the process proven is the one the launcher exec'd or spawned whose command line carries the
+variant's flags (deploy.launchers), and ``checks["proved"]`` says which, with its argv.
+
 The script gets every value as a positional argument (never inside its text), so paths and
 names from a campaign cannot inject shell. Binary data (argv, environ) travels as ``od`` hex:
 values may contain newlines or invalid UTF-8, and a transport decodes text.
@@ -14,7 +18,6 @@ values may contain newlines or invalid UTF-8, and a transport decodes text.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import secrets
 import shlex
@@ -22,6 +25,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from deploy.launchers import (
+    Process,
+    descendants,
+    flag_problems,
+    resembling,
+    server,
+    shell_hint,
+)
 from deploy.services.base import ServiceConfig
 from deploy.transports.base import Transport, TransportError
 
@@ -30,6 +41,7 @@ from deploy.transports.base import Transport, TransportError
 _BTIME_RESOLUTION_S = 1.0
 _SHOW = 80  # values in sentences are cut to this many characters
 _SHOW_ARGV = 600  # a command line is long and its differing part may be at the end
+_DESCENDANTS = 16  # the nearest a launcher's server is looked for among (SGLang's own: ~10)
 
 # `_s NAME CMD...` prints one section: its output (stderr too: it explains failures) and exit
 # code, between lines holding $B, a boundary random per call (a file or a log cannot forge it).
@@ -50,6 +62,12 @@ _s environ _hex "/proc/$p/environ"
 _s btime sed -n 's/^btime //p' /proc/stat
 _s clk getconf CLK_TCK
 _s now date +%s.%N
+# Every process's "PID PPID" (comm, in parentheses, may hold anything but ends at the last ")"):
+# where a launcher's server is, when it spawned one instead of exec'ing it.
+_tree() {
+  cat /proc/[0-9]*/stat 2>/dev/null | sed -n 's/^\([0-9]*\) (.*) [A-Za-z] \([0-9]*\) .*/\1 \2/p'
+}
+_s tree _tree
 i=0
 while [ "$i" -lt "$n" ]; do
   _s "sha$i" _sha "$1"; _s "mtime$i" _mtime "$1"; shift; i=$((i+1))
@@ -59,6 +77,10 @@ if [ "$#" -gt 0 ]; then
   _s status git -C "$1" status --porcelain -z --untracked-files=no
   _s moved git -C "$1" log -g -1 --date=unix --format=%gd HEAD
 fi
+"""
+_ARGVS = SECTIONS_SH + r"""
+B=$1; shift
+for p in "$@"; do _s "argv$p" od -An -v -tx1 "/proc/$p/cmdline"; done
 """
 
 
@@ -117,20 +139,19 @@ def _why(section: Section | None) -> str:
     return section.text.strip().splitlines()[-1] if section.text.strip() else f"exit {section.rc}"
 
 
-def _argv_problem(actual: list[bytes], expected: list[bytes]) -> str | None:
-    if actual == expected:
-        return None
-    # A bare command name is found on the PATH: a manager may exec it by its full path
-    # (systemd's ExecStart needs one), and that is the same command.
-    if (b"/" not in expected[0] and len(actual) == len(expected) and actual[1:] == expected[1:]
-            and os.path.basename(actual[0]) == expected[0]):
-        return None
-    # A script with a shebang: the kernel runs [interpreter, (arg,) script path, args...].
-    k = len(expected)
-    if (len(actual) > k and actual[len(actual) - k + 1:] == expected[1:]
-            and os.path.basename(actual[-k]) == os.path.basename(expected[0])):
-        return None
+def _argv_problem(actual: list[bytes], expected: list[bytes], own: int,
+                  described: Process, main_pid: int) -> str:
+    """Why no process carries the variant, said of the one most like its server."""
+    who = ("the process" if described.pid == main_pid
+           else f"process {described.pid} (started under {main_pid})")
     running = _show(shlex.join(a.decode(errors="replace") for a in actual), _SHOW_ARGV)
+    flags = expected[own:]
+    if flags and (parts := flag_problems(actual, flags)):
+        return (f"the command line differs from the variant's ({'; '.join(parts)}): "
+                f"{who} runs {running}{shell_hint(expected, own)}")
+    if flags:  # all there, but something after them may override one
+        return (f"the variant's flags are not the last arguments of the command line: {who} "
+                f"runs {running}")
     missing = [a for a in expected if a not in actual]
     extra = [a for a in actual if a not in expected]
     if not missing and not extra:
@@ -138,12 +159,57 @@ def _argv_problem(actual: list[bytes], expected: list[bytes]) -> str | None:
     parts = [f"missing {_show(a)!r}" for a in missing[:3]] + [
         f"unexpected {_show(a)!r}" for a in extra[:3]]
     return (f"the command line differs from the variant's ({'; '.join(parts)}): "
-            f"the process runs {running}")
+            f"{who} runs {running}")
+
+
+def _argv(section: Section | None) -> list[bytes] | None:
+    if section is None or section.rc != 0:
+        return None
+    return _unhex(section.text).split(b"\0")[:-1]  # cmdline ends with a NUL
+
+
+def _alive(section: Section | None) -> bool:
+    fields = section.text.rsplit(")", 1)[-1].split() if section and section.rc == 0 else []
+    return len(fields) >= 20 and fields[0] not in ("Z", "X")
+
+
+def _find_server(transport: Transport, sec: dict[str, Section], pid: int, want: list[bytes],
+                 own: int, timeout_s: float
+                 ) -> tuple[int, dict[str, Section], dict[str, Any] | None, str | None]:
+    """The process to prove (the started one, or the server a launcher spawned under it), its
+    sections, what says it carries the variant, and else why none does."""
+    main = _argv(sec.get("cmdline"))
+    if main is None or not _alive(sec.get("stat")):
+        return pid, sec, None, None  # gone or unreadable: the process checks say so
+    processes = [Process(pid, 0, 0, tuple(main))]
+    tree = sec.get("tree")
+    kids = descendants(tree.text, pid, _DESCENDANTS) if tree is not None and tree.rc == 0 else []
+    if kids:  # one more round trip, only for a process that has children
+        boundary = new_boundary()
+        result = transport.run(["sh", "-c", _ARGVS, "sh", boundary, *(str(k) for k, _, _ in kids)],
+                               timeout_s=timeout_s)
+        argvs = parse_sections(result.stdout, boundary)
+        processes += [Process(k, parent, depth, None if (a := _argv(argvs.get(f"argv{k}"))) is None
+                              else tuple(a)) for k, parent, depth in kids]
+    found = server(processes, want, own)
+    if found is None:
+        described = resembling(processes, want) or processes[0]
+        return pid, sec, None, _argv_problem(list(described.argv or main), want, own, described,
+                                             pid)
+    process, how = found
+    proved = {"pid": process.pid, "argv": [a.decode(errors="replace") for a in process.argv or ()],
+              "how": how.how, "launcher": list(how.launcher)}
+    if process.pid == pid:
+        return pid, sec, proved, None
+    boundary = new_boundary()  # the server's own record: its start time and environment
+    result = transport.run(["sh", "-c", _SCRIPT, "sh", boundary, str(process.pid), "0"],
+                           timeout_s=timeout_s)
+    return process.pid, parse_sections(result.stdout, boundary), proved, None
 
 
 def _process_checks(sec: dict[str, Section], pid: int, expected: ServiceConfig,
-                    deployed_at: float, slack_s: float, problems: list[str],
-                    checks: dict[str, Any]) -> float | None:
+                    argv_problem: str | None, deployed_at: float, slack_s: float,
+                    problems: list[str], checks: dict[str, Any]) -> float | None:
     """argv, env and start time; returns the start epoch (a lower bound) when it is known."""
     stat = sec.get("stat")
     fields = stat.text.rsplit(")", 1)[-1].split() if stat and stat.rc == 0 else []
@@ -157,11 +223,9 @@ def _process_checks(sec: dict[str, Section], pid: int, expected: ServiceConfig,
     if cmdline is None or cmdline.rc != 0:
         problems.append(f"cannot read the command line of process {pid}: {_why(cmdline)}")
     else:
-        actual = _unhex(cmdline.text).split(b"\0")[:-1]  # cmdline ends with a NUL
-        checks["argv"] = [a.decode(errors="replace") for a in actual]
-        problem = _argv_problem(actual, [a.encode() for a in expected.argv])
-        if problem:
-            problems.append(problem)
+        checks["argv"] = [a.decode(errors="replace") for a in _argv(cmdline) or ()]
+        if argv_problem:
+            problems.append(argv_problem)
     if environ is None or environ.rc != 0:
         problems.append(f"cannot read the environment of process {pid}: {_why(environ)}")
     else:
@@ -205,11 +269,14 @@ def prove_loaded(
     git: tuple[str, str] | None = None,
     clock_slack_s: float = 0.0,
     timeout_s: float = 30.0,
+    start_words: int | None = None,
 ) -> Proof:
     """Check that process ``pid`` on the node is the variant ``expected``, started after
     ``deployed_at_epoch`` (node clock: see ``node_clock``; else pass the skew as
     ``clock_slack_s``). ``log_text``: this start's log only. ``files``: path → sha256 the variant
     deployed. ``git``: (tree, commit or a prefix of it) the tree must be at, clean.
+    ``start_words``: how many words of ``expected.argv`` are the service's start command (the
+    rest are its levels' flags, which must reach the server through any launcher); None: all.
     Raises TransportError only when the node cannot be asked at all."""
     files = dict(files or {})
     boundary = new_boundary()
@@ -225,8 +292,14 @@ def prove_loaded(
     checks: dict[str, Any] = {"pid": pid, "deployed_at": deployed_at_epoch}
     with contextlib.suppress(ValueError):
         checks["node_now"] = float(sec["now"].text.strip())
-    start = _process_checks(sec, pid, expected, deployed_at_epoch, clock_slack_s, problems,
-                            checks)
+    wanted = [a.encode() for a in expected.argv]
+    own = len(wanted) if start_words is None else start_words
+    server_pid, server_sec, proved, argv_problem = _find_server(transport, sec, pid, wanted, own,
+                                                                timeout_s)
+    if proved is not None:
+        checks["proved"] = proved
+    start = _process_checks(server_sec, server_pid, expected, argv_problem, deployed_at_epoch,
+                            clock_slack_s, problems, checks)
 
     checks["markers"] = {m: m in log_text for m in markers}
     empty = " (this start's log is empty)" if not log_text.strip() else ""

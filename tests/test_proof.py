@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -215,3 +216,30 @@ def test_a_script_with_a_shebang_is_its_own_argv(tmp_path: Path) -> None:
         assert proof.checks["argv"] == ["/bin/sh", str(script), "--port", "1"]
     finally:
         manager.stop("svc")
+
+
+def test_a_launcher_that_spawns_the_server_has_its_child_proven(node: Node,
+                                                                 tmp_path: Path) -> None:
+    """As ``conda run`` does: the launcher stays, the server is its child; the child is proven
+    (its argv, environment and start), and the proof says which process it was."""
+    script = tmp_path / "run.sh"
+    server = [sys.executable, str(node.tree / "service.py")]
+    script.write_text(f'#!/bin/sh\n{shlex.join(server)} "$@"\n')  # no exec: a child
+    script.chmod(0o755)
+    cfg = ServiceConfig.of("svc", [str(script), "--role", "two words"],
+                           {"HICACHE": "1", "PYTHONDONTWRITEBYTECODE": "1"})
+    deployed_at = node_clock(node.transport)
+    pid, log = start(node, cfg)
+    proof = prove(node, pid, cfg, deployed_at, log, start_words=1)
+    assert proof.ok, proof.problems
+    proved = proof.checks["proved"]
+    assert proved["pid"] != pid and proof.checks["pid"] == pid
+    assert proved["argv"] == [*server, "--role", "two words"] == proof.checks["argv"]
+    assert (proved["how"], proved["launcher"]) == ("launcher", [str(script)])
+    assert proof.checks["env"]["HICACHE"] == "1"
+    # the same launcher given a flag its server lacks: the child is described, the flag named
+    dropped = ServiceConfig.of("svc", [*cfg.argv, "--tp", "8"], dict(cfg.env))
+    proof = prove(node, pid, dropped, deployed_at, log, start_words=2)
+    assert proof.problems == [
+        f"the command line differs from the variant's (missing '--tp 8'): process "
+        f"{proved['pid']} (started under {pid}) runs {shlex.join(proved['argv'])}"]

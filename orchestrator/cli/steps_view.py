@@ -24,6 +24,10 @@ def proof_lines(checks: dict[str, Any]) -> list[str]:
     lines = []
     if "argv" in checks:
         lines.append("argv " + _cut(" ".join(checks["argv"])))
+    proved = checks.get("proved") or {}
+    if proved.get("launcher"):  # the server a launcher exec'd or spawned, not the command
+        lines.append(f"proved process {proved.get('pid')}, started by the launcher "
+                     + _cut(" ".join(proved["launcher"])))
     for key, value in (checks.get("env") or {}).items():
         lines.append(f"env {key}=" + ("(not set)" if value is None else _cut(str(value))))
     started, deployed = checks.get("started_at"), checks.get("deployed_at")

@@ -177,7 +177,7 @@ class Prove(ServiceStep):
             log_text=parts.managers[service.name].read_log(service.name, started.log_offset),
             markers=[*service.log_markers, *(m for s in touching for m in s.markers)],
             absent_markers=[m for s in touching for m in s.absent_markers],
-            files=files, git=git,
+            files=files, git=git, start_words=len(service.start),  # the rest: levels' flags
         )
         if not proof.ok:
             raise DeployFailed(f"{service.name}: the variant is not loaded: "
