@@ -70,6 +70,9 @@ class TrialRecord:
     """The services' log events of this trial tallied by kind (experiments.collect)."""
     failure: str | None = None
     """A failed trial's class (FAILURE_CLASSES); None for any other status."""
+    failed_step: str | None = None
+    """The first of its steps that failed (apply, restart, health, prove, hooks, probe...): why a
+    failed trial failed; None for any other, or one stored before its steps were."""
     performance: dict[str, Any] | None = None
     """What its workload measured (``StressResult.performance``: throughput, goodput, latency
     percentiles); None for a trial not done, or stored before they were (0007)."""

@@ -74,10 +74,18 @@ def _variant(row: Variant) -> VariantRecord:
 
 
 def _trial(row: Trial, levels_json: str, counts: dict[str, int],
-           events: dict[str, int]) -> TrialRecord:
+           events: dict[str, int], failed_step: str | None) -> TrialRecord:
     performance = None if row.performance_json is None else json.loads(row.performance_json)
     return _record(TrialRecord, row, levels=json.loads(levels_json), counts=counts,
-                   events=events, performance=performance)
+                   events=events, performance=performance, failed_step=failed_step)
+
+
+def _failed_steps(rows: Any) -> dict[int, str]:
+    """The first failed step of each trial, from (trial id, step name) rows by position."""
+    first: dict[int, str] = {}
+    for trial_id, name in rows:
+        first.setdefault(trial_id, name)
+    return first
 
 
 def _finite(value: Any) -> Any:
@@ -476,9 +484,15 @@ class Store:
             events: dict[int, dict[str, int]] = {}
             for trial_id, kind, n in s.execute(logged):
                 events.setdefault(trial_id, {})[kind] = n
+            failed = _failed_steps(s.execute(
+                select(TrialStep.trial_id, TrialStep.name)
+                .join(Trial, TrialStep.trial_id == Trial.id)
+                .where(Trial.campaign_id == campaign_id, Trial.status == "failed",
+                       TrialStep.outcome == "failed")
+                .order_by(TrialStep.trial_id, TrialStep.position)))
             rows = s.execute(query.order_by(Trial.seq, Trial.id))
-            return [_trial(row, levels, counts.get(row.id, {}), events.get(row.id, {}))
-                    for row, levels in rows]
+            return [_trial(row, levels, counts.get(row.id, {}), events.get(row.id, {}),
+                           failed.get(row.id)) for row, levels in rows]
 
     def get_trial(self, trial_id: int) -> TrialRecord:
         with self._session(f"read trial {trial_id}") as s:
@@ -499,8 +513,12 @@ class Store:
                 .where(LogEvent.trial_id == trial_id)
                 .group_by(LogEvent.kind)
             )
+            failed = _failed_steps(s.execute(
+                select(TrialStep.trial_id, TrialStep.name)
+                .where(TrialStep.trial_id == trial_id, TrialStep.outcome == "failed")
+                .order_by(TrialStep.position)))
             return _trial(found[0], found[1], {outcome: n for outcome, n in tally},
-                          {kind: n for kind, n in logged})
+                          {kind: n for kind, n in logged}, failed.get(trial_id))
 
     # --- what a trial observed ------------------------------------------------------------
 

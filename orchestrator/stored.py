@@ -91,7 +91,8 @@ def unresolvable(trials: list[TrialRecord]) -> list[Unresolvable]:
         if trial.status == "failed" and trial.failure == "variant":
             failures.setdefault(variant_key(trial.levels), []).append(trial)
     return [
-        Unresolvable(failed[-1].levels, len(failed), failed[-1].error or "unknown error")
+        Unresolvable(failed[-1].levels, len(failed), failed[-1].error or "unknown error",
+                     failed[-1].failed_step)
         for failed in failures.values()
         if len(failed) >= MAX_FAILED_ATTEMPTS
     ]

@@ -344,10 +344,14 @@ def test_a_skipped_known_bad_stops_the_search_and_says_the_probe_skipped_it() ->
     assert conclusion.status is Status.INCONCLUSIVE
     assert conclusion.reason == ("cannot go on: known-bad index_k=bf16,hicache=on,topk_v2=on,"
                                  "cuda_graph=on is unresolvable: the probe skipped it (exit 125)")
-    assert "could not be deployed" not in conclusion.reason
-    # one that could not be deployed says that instead, with its error
-    broken = Unresolvable(BAD4, 2, "p0: the server exited with status 1\ntraceback ...")
-    assert broken.why() == "could not be deployed: p0: the server exited with status 1"
+    assert "its server" not in conclusion.reason
+    # one whose trials failed says at which step, with its error
+    broken = Unresolvable(BAD4, 2, "p0: the server exited with status 1\ntraceback ...", "restart")
+    assert broken.why() == "its server did not start: p0: the server exited with status 1"
+    unproven = Unresolvable(BAD4, 2, "p0: the variant is not loaded: env X is not set", "prove")
+    assert unproven.why() == ("it could not be proven loaded: p0: the variant is not loaded: env "
+                              "X is not set")
+    assert Unresolvable(BAD4, 2, "gone").why() == "its trials failed: gone"  # no step stored
 
 
 def test_a_culprit_whose_variant_alone_is_skipped_is_never_named_unconfirmed() -> None:

@@ -46,10 +46,10 @@ def launcher(node: SSHTransport, kind: str) -> str:
 
 
 def run_campaign(lab: Lab, node: SSHTransport, tmp_path: Path, kind: str
-                 ) -> tuple[int, list[str], list[dict[str, Any]], str]:
+                 ) -> tuple[int, list[str], list[dict[str, Any]], str, dict[str, Any]]:
     """Run a two-variant campaign (hicache off|on) whose unit starts the ``kind`` launcher;
-    return the exit code, the launcher's argv, each trial's outcome with its proof, and what
-    `bisect show --steps` prints."""
+    return the exit code, the launcher's argv, each trial's outcome with its proof, what
+    `bisect show --steps` prints and the verdict."""
     host, script = lab.host(1), launcher(node, kind)
     unit = f"launched-{kind}.service"
     base = f"http://{host.address}:{PORT}"
@@ -78,13 +78,15 @@ def run_campaign(lab: Lab, node: SSHTransport, tmp_path: Path, kind: str
                            "proof": prove.details if prove else None})
     shown = CliRunner().invoke(app, ["show", record.id, "--store", str(db), "--steps"],
                                env={"COLUMNS": "200"}).stdout
-    return result.exit_code, argv, trials, shown
+    return result.exit_code, argv, trials, shown, json.loads(result.stdout)
 
 
 def test_a_launcher_that_execs_the_server_passes_the_proof(
         systemd_lab: Lab, systemd_node: SSHTransport, ray_cluster: None, tmp_path: Path) -> None:
-    code, argv, trials, shown = run_campaign(systemd_lab, systemd_node, tmp_path, "exec")
+    code, argv, trials, shown, verdict = run_campaign(systemd_lab, systemd_node, tmp_path,
+                                                      "exec")
     assert code == 3, trials  # two sessions a variant decide nothing: the run itself went well
+    assert verdict["unresolvable"] == []
     assert sorted(t["levels"]["hicache"] for t in trials) == ["off", "on"]
     for trial in trials:
         assert trial["status"] == "done", trial
@@ -102,7 +104,7 @@ def test_a_launcher_that_execs_the_server_passes_the_proof(
 
 def test_a_launcher_that_drops_a_flag_fails_the_proof_naming_it(
         systemd_lab: Lab, systemd_node: SSHTransport, ray_cluster: None, tmp_path: Path) -> None:
-    code, argv, trials, _ = run_campaign(systemd_lab, systemd_node, tmp_path, "drop")
+    code, argv, trials, _, verdict = run_campaign(systemd_lab, systemd_node, tmp_path, "drop")
     served = shlex.join([PY, "-m", "experiments.twin", *argv[1:]])
     on = [t for t in trials if t["levels"]["hicache"] == "on"]
     off = [t for t in trials if t["levels"]["hicache"] == "off"]
@@ -116,3 +118,6 @@ def test_a_launcher_that_drops_a_flag_fails_the_proof_naming_it(
         assert "proved" not in trial["proof"]["checks"]
         assert trial["error"] == f"twin: the variant is not loaded: {problems[0]}"
     assert code == 3, json.dumps(trials)[:2000]  # the variant left undecided, not a failed run
+    [skipped] = verdict["unresolvable"]  # skipped, saying at which step and why
+    assert skipped["levels"] == {"hicache": "on"} and skipped["attempts"] == 2
+    assert skipped["why"] == f"it could not be proven loaded: {on[-1]['error']}"

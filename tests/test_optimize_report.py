@@ -337,3 +337,20 @@ def test_every_format_says_shown_better_and_production_itself() -> None:
     [suite] = ET.fromstring(render_optimize_junit(itself).encode("utf-8")).findall("testsuite")
     properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert properties["optimize.versus_production.is_production"] == "true"
+
+
+def test_a_search_s_header_says_what_it_searches_for_where_a_bisection_says_what_it_bisects(
+        ) -> None:
+    import dataclasses
+
+    report, _ = planted_report(CLEAR, CLEAR_PAIRS)
+    aim = "searches for the highest output_throughput proven free of corruption and wedging"
+    assert report.aim == aim
+    page = render_search_html(report)
+    assert f"{aim} with the optimize strategy" in page and "bisects" not in page
+    assert (f"optimize strategy (tpe) {aim.replace('_', chr(92) + '_')}: "  # Markdown's \\_
+            in render_optimize_markdown(report))
+    bisection = dataclasses.replace(report, optimize=None)
+    assert bisection.aim == "bisects corruption"
+    commits = dataclasses.replace(bisection, commits={"first_bad": None})
+    assert commits.aim == "bisects commits for the first with corruption"

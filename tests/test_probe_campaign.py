@@ -142,7 +142,7 @@ def test_a_probe_that_exits_125_skips_the_variant_never_judging_it(
     assert skipped[0]["probe"][0]["output"] == "exit 125 after " + skipped[0]["probe"][0][
         "status"].split(" after ")[1] + "\ncannot test hicache=on\n"
     text = CliRunner().invoke(app, ["show", "last", "--store", str(db)]).stdout
-    assert "skipped hicache=on (2 attempts): the probe exited 125" in text
+    assert "skipped hicache=on (2 attempts): the probe skipped it (exit 125)" in text
     # the reason names it for what it is: skipped by the probe, not a deploy that failed
     assert verdict["reason"] == ("cannot go on: known-bad hicache=on is unresolvable: the probe "
                                  "skipped it (exit 125)")
@@ -203,7 +203,7 @@ def test_a_variant_the_probe_skips_leaves_the_search_going_on_to_the_culprit(
     assert len(tried) == 2 and all(t["status"] == "failed" and t["counts"] == {}
                                    for t in tried)
     log = CliRunner().invoke(app, ["log", "last", "--store", str(db)]).stdout
-    assert "the probe skipped it (exit 125)" in log and "could not be deployed" not in log
+    assert "the probe skipped it (exit 125)" in log and "its trials failed" not in log
 
 
 def buggy_history(tree: Path, commits: int, first_bad: int) -> list[str]:

@@ -272,5 +272,5 @@ def show(campaign_id: CampaignId, store: StoreOption = "bisect.db", as_json: Jso
         out.print("\n".join(lines), highlight=False, markup=False)
     for u in skipped.values():
         variant = ",".join(f"{f}={lvl}" for f, lvl in u.levels.items())
-        out.print(f"skipped {variant} ({u.attempts} attempts): {u.error.splitlines()[0]}",
+        out.print(f"skipped {variant} ({u.attempts} attempts): {u.why()}",
                   highlight=False, markup=False)

@@ -88,7 +88,8 @@ class Verdict:
             **_finding(self.finding),
             "target": target_of(self.failing),
             "unresolvable": [
-                {"levels": dict(u.levels), "attempts": u.attempts, "error": u.error}
+                {"levels": dict(u.levels), "attempts": u.attempts, "error": u.error,
+                 "why": u.why()}
                 for u in self.unresolvable
             ],
             "status": self.status.value,

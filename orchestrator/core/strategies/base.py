@@ -38,17 +38,24 @@ UNFINISHED = "unfinished: `bisect resume` continues it"
 
 # How the error of a trial the user's probe skipped begins (exit 125, `git bisect skip`).
 PROBE_SKIPPED = "the probe exited 125"
+# Why a variant's trial failed, by the step that failed (orchestrator.executor.steps).
+FAILED_STEP = {
+    "apply": "its change could not be applied", "restart": "its server did not start",
+    "health": "its server did not become healthy", "prove": "it could not be proven loaded",
+    "hooks": "a hook after its restart failed",
+}
 
 
 @dataclass(frozen=True)
 class Unresolvable:
-    """A variant that cannot be judged, skipped like `git bisect skip`: it could not be
-    deployed (or proven loaded), or the user's probe skipped it (exit 125); with the last
-    reason."""
+    """A variant that cannot be judged, skipped like `git bisect skip`: its change could not be
+    applied, its server did not start or become healthy, it could not be proven loaded, or the
+    user's probe skipped it (exit 125); with the last error and the step that failed."""
 
     levels: Mapping[str, str]
     attempts: int
     error: str
+    step: str | None = None  # the step of its last trial that failed
 
     @property
     def by_probe(self) -> bool:
@@ -60,7 +67,7 @@ class Unresolvable:
         if self.by_probe:
             return "the probe skipped it (exit 125)"
         first = self.error.splitlines()[0] if self.error.strip() else "unknown error"
-        return f"could not be deployed: {first}"
+        return f"{FAILED_STEP.get(self.step or '', 'its trials failed')}: {first}"
 
 
 @dataclass(frozen=True)

@@ -82,8 +82,8 @@ def _skipped(error: str) -> str:
 class CommitSearch:
     """The change point a commit search found: the first bad commit (a run of them where
     skipped commits sit right before it), its posterior mass, the commit before it, the 90%
-    credible range, the commits that could not be deployed; the subject and author of each
-    commit named, where git gave them."""
+    credible range, the commits skipped (their trials failed before they were measured); the
+    subject and author of each commit named, where git gave them."""
 
     first_bad: tuple[str, ...]
     mass: float

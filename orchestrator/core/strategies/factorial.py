@@ -95,7 +95,7 @@ class Factorial:
             failing=self.failing)
 
     def meeting(self, unresolvable: Sequence[Unresolvable]) -> Factorial:
-        return self  # a fixed design: the verdict lists the variants that could not be deployed
+        return self  # a fixed design: the verdict lists the variants it skipped
 
 
 def decide(

@@ -121,7 +121,7 @@ class SearchFinding:
             # not shown unsafe, but measured too little to be proven safe (not re-run)
             "unproven": [{**c.to_json(), "seed": c.key in seeds} for c in unproven],
             "undeployable": [{"levels": dict(u.levels), "attempts": u.attempts,
-                              "error": u.error} for u in unresolvable],
+                              "error": u.error, "why": u.why()} for u in unresolvable],
             # the search's picks and the seeds, the re-runs of configurations measured, and the
             # final phase's pairs of production and the answer
             "trials": {"total": len(done),

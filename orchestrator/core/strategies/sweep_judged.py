@@ -24,7 +24,8 @@ STATES: Mapping[str, str] = {
     "uncontrolled": "performance differs from the baseline's trials of another day, with no "
                     "control beside it (the build did not move): not an alert",
     "inconclusive": "undecided within the budget", "new": "no baseline to compare with",
-    "undeployable": "could not be deployed", "measuring": "unfinished",
+    "undeployable": "skipped: its trials failed before it was measured",
+    "measuring": "unfinished",
     "confirming": "unfinished (confirming)"}
 
 
@@ -144,8 +145,8 @@ def trail(j: Judged) -> list[SweepStep]:
 @dataclass(frozen=True)
 class SweepFinding:
     """A sweep run's comparisons: each variant against its baseline, in its final state
-    (``undeployable`` where it could not be deployed), and the spread between trials of each
-    session metric."""
+    (``undeployable`` where its trials failed before it was measured), and the spread between
+    trials of each session metric."""
 
     baseline_run: int | None
     variants: tuple[tuple[Judged, str], ...]  # each variant and its state

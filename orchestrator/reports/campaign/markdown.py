@@ -80,8 +80,8 @@ def render_markdown(report: Report) -> str:
     if head.confidence:
         lines += [f"Confidence: {text(head.confidence, 1000)}", ""]
     lines.append(f"Campaign {text(facts.name)} ({text(facts.id, 80)}), "
-                 f"{text(facts.status)}, {text(facts.strategy)} strategy, target "
-                 f"{text(facts.target)}: {cost.trials} trials, {cost.restarts} restarts, "
+                 f"{text(facts.status)}, {text(facts.strategy)} strategy, "
+                 f"{text(report.aim)}: {cost.trials} trials, {cost.restarts} restarts, "
                  f"{cost.sessions:,} sessions, {cost.wall_s:,.0f} s of wall time, "
                  f"{cost.gpu_s_equivalent:,.0f} GPU-s equivalent.")
     if head.reason and head.reason != head.sentence:

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, TypedDict
 
+from experiments.optimize_config import direction
 from orchestrator.reports.search.model import Search, search_from_json
 
 REPORT_VERSION = 1
@@ -230,6 +231,17 @@ class Report:
     def family(self) -> str:
         """Which renderers read it (``renderer.FORMATS``): a search's answer reads as one."""
         return "campaign" if self.optimize is None else "search"
+
+    @property
+    def aim(self) -> str:
+        """What the campaign looks for, as its header says it: a search does not bisect."""
+        if self.optimize is not None:
+            best = " and ".join(f"{'highest' if direction(m) == 'maximize' else 'lowest'} {m}"
+                                for m in self.optimize.objectives)
+            return f"searches for the {best} proven free of corruption and wedging"
+        if self.commits is not None:
+            return f"bisects commits for the first with {self.campaign.target}"
+        return f"bisects {self.campaign.target}"
 
     def to_json(self) -> dict[str, Any]:
         """JSON-safe (``json.dumps`` takes it; non-finite floats become None), versioned."""

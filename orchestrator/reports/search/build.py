@@ -133,7 +133,8 @@ def search_headline(search: Search, status: str, reason: str) -> Headline:
     sure = (f"not decided: {len(search.ranked)} proven safe ({unconfirmed} of them not "
             f"re-run to confirmation), {len(search.rejected)} shown unsafe, "
             f"{len(search.unproven)} measured too little to prove safe, "
-            f"{len(search.undeployable)} could not be deployed")
+            f"{len(search.undeployable)} skipped (their trials failed before they were "
+            f"measured)")
     return Headline(status=status, sentence=f"No safe configuration named: {reason}.",
                     confidence=sure, reason=reason)
 

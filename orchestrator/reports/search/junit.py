@@ -5,7 +5,8 @@ A search's run fails only when it names no safe configuration: that is the one `
 its own: a safe one passes (its objectives and margins in ``system-out``); an unsafe one that
 looked fast is the search working, not the run failing, so it is ``skipped`` with why it was
 rejected (CI lists it, in yellow, without failing the build), as is one measured too little
-to prove safe and one that could not be deployed. The search's facts are ``properties``.
+to prove safe and one skipped (its trials failed before it was measured). The search's facts
+are ``properties``.
 Built with ElementTree (``junit_xml``): every name and text is escaped."""
 
 from __future__ import annotations
@@ -130,7 +131,8 @@ def render_optimize_junit(report: Report) -> str:
         case = _element(suite, "testcase", classname=facts.name,
                         name=_unique(f"undeployable: {labelled(u.levels)}", seen),
                         time="0.000")
-        _element(case, "skipped", message=f"could not be deployed ({u.attempts} attempts)")
+        _element(case, "skipped", message=f"skipped after {u.attempts} failed attempts: "
+                                          f"{u.why or u.error.splitlines()[0]}")
         out = _element(case, "system-out")
         out.text = clean(u.error)
     return document(root)

@@ -73,7 +73,8 @@ def render_optimize_markdown(report: Report) -> str:
     trials = search.trials
     lines.append(
         f"Campaign {text(facts.name)} ({text(facts.id, 80)}), {text(facts.status)}, "
-        f"{text(facts.strategy)} strategy ({text(search.sampler)}): {trials.total} trials "
+        f"{text(facts.strategy)} strategy ({text(search.sampler)}) {text(report.aim)}: "
+        f"{trials.total} trials "
         f"({trials.search} searching, {trials.confirmation} confirming, "
         f"{trials.final} in the final pairs with production, "
         f"{trials.stopped_early} stopped early), {cost.sessions:,} sessions, "

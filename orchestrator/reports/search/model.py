@@ -70,9 +70,12 @@ class Configuration:
 
 @dataclass(frozen=True)
 class Undeployable:
+    """A configuration skipped: each attempt failed before it could be measured."""
+
     levels: dict[str, str]
     attempts: int
     error: str  # raw: every renderer escapes it
+    why: str = ""  # which step failed, and the error's first line (Unresolvable.why)
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,7 @@ def versus_from_json(data: dict[str, Any] | None) -> VersusProduction | None:
 class Search:
     """A search's answer: the safe configurations best first, the Pareto front, the unsafe
     ones that looked fast (fastest first) with why, those measured too little to tell, and
-    those that could not be deployed."""
+    those skipped (their trials failed before they were measured)."""
 
     objectives: list[str]
     limits: Limits
@@ -210,6 +213,7 @@ def search_from_json(data: dict[str, Any] | None) -> Search | None:
                       slo=dict(limits["slo"]), alpha=limits["alpha"]),
         sampler=data["sampler"], best=data["best"], production=data["production"],
         undeployable=[Undeployable(levels=dict(u["levels"]), attempts=u["attempts"],
-                                   error=u["error"]) for u in data["undeployable"]],
+                                   error=u["error"], why=u.get("why", ""))
+                      for u in data["undeployable"]],
         trials=SearchTrials(**data["trials"]), factors=list(data.get("factors") or []),
         versus_production=versus_from_json(data.get("versus_production")), **rows)
