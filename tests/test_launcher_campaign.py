@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from db.store import Store
@@ -21,6 +20,7 @@ from deploy.lab import Lab
 from deploy.lab.units import install_unit, service_unit
 from deploy.transports.ssh import SSHTransport
 from orchestrator.cli import app
+from tests.support.systemd_campaigns import twin_start, unit_campaign
 
 pytestmark = pytest.mark.real
 
@@ -50,24 +50,13 @@ def run_campaign(lab: Lab, node: SSHTransport, tmp_path: Path, kind: str
     """Run a two-variant campaign (hicache off|on) whose unit starts the ``kind`` launcher;
     return the exit code, the launcher's argv, each trial's outcome with its proof, what
     `bisect show --steps` prints and the verdict."""
-    host, script = lab.host(1), launcher(node, kind)
-    unit = f"launched-{kind}.service"
-    base = f"http://{host.address}:{PORT}"
-    argv = [script, "--host", host.address, "--port", str(PORT), "--twin-startup-delay", "0"]
+    script, unit = launcher(node, kind), f"launched-{kind}.service"
+    argv = twin_start(lab, [script], PORT)
     install_unit(node, unit, service_unit(argv, description=f"twin by {kind} launcher"))
-    campaign = {
-        "name": f"launcher {kind}",
-        "nodes": [lab.node(1)],
-        "pools": [{"name": "p", "endpoint": base, "services": [{
-            "name": "twin", "node": host.name, "manager": "systemd", "unit": unit,
-            "start": argv, "health_url": f"{base}/health", "startup_timeout_s": 30}]}],
-        "factors": [{"name": "hicache", "levels": {"off": {"env": {"NOTE": "off"}},
-                                                   "on": {"flags": FLAG}}}],
-        "workload": {"sessions": 2, "rounds": 1, "timeout_s": 10},
-        "strategy": {"kind": "factorial", "repeats": 1},
-    }
-    path, db = tmp_path / f"{kind}.yaml", tmp_path / f"{kind}.db"
-    path.write_text(yaml.safe_dump(campaign))
+    path = unit_campaign(lab, tmp_path / f"{kind}.yaml", unit=unit, start=argv, port=PORT,
+                         repeats=1, factors=[{"name": "hicache", "levels": {
+                             "off": {"env": {"NOTE": "off"}}, "on": {"flags": FLAG}}}])
+    db = tmp_path / f"{kind}.db"
     result = CliRunner().invoke(app, ["run", str(path), "--store", str(db), "--json"])
     trials: list[dict[str, Any]] = []
     with Store.open(str(db)) as store:

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from db.store import Store
@@ -23,6 +22,7 @@ from deploy.services.base import ServiceConfig
 from deploy.services.systemd import UNIT_DIR, StartFailed, SystemdServiceManager
 from deploy.transports.ssh import SSHTransport
 from orchestrator.cli import app
+from tests.support.systemd_campaigns import twin_start, unit_campaign
 
 pytestmark = pytest.mark.real
 
@@ -107,24 +107,11 @@ def test_a_command_that_runs_and_exits_is_the_variant_s_failure_not_setup(
 
 
 def campaign_file(lab: Lab, tmp_path: Path, unit: str) -> Path:
-    host = lab.host(1)
-    base = f"http://{host.address}:{PORT}"
-    argv = [PY, "-m", "experiments.twin", "--host", host.address, "--port", str(PORT),
-            "--twin-startup-delay", "0"]
-    campaign = {
-        "name": f"setup {unit}",
-        "nodes": [lab.node(1)],
-        "pools": [{"name": "p", "endpoint": base, "services": [{
-            "name": "twin", "node": host.name, "manager": "systemd", "unit": unit,
-            "start": argv, "health_url": f"{base}/health", "startup_timeout_s": 30}]}],
-        "factors": [{"name": "index_k", "levels": {"fp8": {"env": {"BF16_INDEX_K": "0"}},
-                                                   "bf16": {"env": {"BF16_INDEX_K": "1"}}}}],
-        "workload": {"sessions": 2, "rounds": 1, "timeout_s": 10},
-        "strategy": {"kind": "factorial", "repeats": 2},
-    }
-    path = tmp_path / f"{unit}.yaml"
-    path.write_text(yaml.safe_dump(campaign))
-    return path
+    return unit_campaign(
+        lab, tmp_path / f"{unit}.yaml", unit=unit, port=PORT, repeats=2,
+        start=twin_start(lab, [PY, "-m", "experiments.twin"], PORT),
+        factors=[{"name": "index_k", "levels": {"fp8": {"env": {"BF16_INDEX_K": "0"}},
+                                                "bf16": {"env": {"BF16_INDEX_K": "1"}}}}])
 
 
 @needs_root
