@@ -243,3 +243,26 @@ def test_a_launcher_that_spawns_the_server_has_its_child_proven(node: Node,
     assert proof.problems == [
         f"the command line differs from the variant's (missing '--tp 8'): process "
         f"{proved['pid']} (started under {pid}) runs {shlex.join(proved['argv'])}"]
+
+
+def test_a_shell_c_launcher_passes_the_variant_on_after_its_name(node: Node) -> None:
+    """`sh -c '… exec server "$@"' NAME ARGS`, as a venv activation is written: proven, the
+    launcher named; without NAME the shell takes the first flag for its $0, and says so."""
+    server = shlex.join([sys.executable, str(node.tree / "service.py")])
+    launcher = ["/bin/sh", "-c", f'cd / && exec {server} "$@"', "svc"]
+    cfg = ServiceConfig.of("svc", [*launcher, "--role", "two words"],
+                           {"HICACHE": "1", "PYTHONDONTWRITEBYTECODE": "1"})
+    deployed_at = node_clock(node.transport)
+    pid, log = start(node, cfg)
+    proof = prove(node, pid, cfg, deployed_at, log, start_words=len(launcher))
+    assert proof.ok, proof.problems
+    assert proof.checks["proved"]["pid"] == pid  # exec'd: the started process is the server
+    assert proof.checks["proved"]["launcher"] == launcher
+    nameless = ServiceConfig.of("svc", [*launcher[:3], "--role", "two words"], dict(cfg.env))
+    deployed_at = node_clock(node.transport)
+    pid, log = start(node, nameless)
+    proof = prove(node, pid, nameless, deployed_at, log, start_words=3)
+    assert proof.problems == [
+        f"the command line differs from the variant's (missing '--role two words'): the process "
+        f"runs {server} 'two words' (`sh -c SCRIPT` takes the word after SCRIPT as its $0: "
+        f"'--role' is lost; put a name for $0 after the script)"]
