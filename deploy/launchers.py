@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -84,7 +85,35 @@ def carried(actual: Argv, expected: Argv, own: int) -> Carried | None:
                 and len(actual) > len(expected) - begin
                 and actual[len(actual) - (len(expected) - begin):] == expected[begin:]):
             return _launcher(expected, begin)
+    # A shell's -c script that ends by exec'ing plain words: `source venv/bin/activate && exec
+    # python -m sglang.launch_server --tp 8 "$@"`, its "$@" the words after its $0.
+    args_at = _shell_args_at(expected)
+    script = expected[args_at - 2] if args_at is not None and args_at - 2 < own else None
+    words = _exec_words(script) if script is not None else None
+    if args_at is not None and words is not None and (own == len(expected) or args_at <= own):
+        passed = list(expected[args_at:])
+        server = [w for word in words for w in (passed if word == b'"$@"' else [word])]
+        if (server and actual[1:] == server[1:] and _base(actual[0]) == _base(server[0])
+                and (own == len(expected) or b'"$@"' in words)):
+            return _launcher(expected, min(args_at, len(expected)))
     return None
+
+
+def _exec_words(script: bytes) -> list[bytes] | None:
+    """The words a -c script ends by exec'ing (``"$@"`` kept as one word), when they are plain:
+    no other expansion, no operator after the exec."""
+    try:
+        text = script.decode()
+    except UnicodeDecodeError:
+        return None
+    found = re.search(r"(?:^|[;&|\n]\s*)exec\s+(?P<tail>[^;&|<>`()\n]*)$", text)
+    if found is None or "$" in found["tail"].replace('"$@"', ""):
+        return None
+    try:
+        words = shlex.split(found["tail"].replace('"$@"', "\0"))
+    except ValueError:
+        return None
+    return [b'"$@"' if w == "\0" else w.encode() for w in words]
 
 
 def _launcher(expected: Argv, at: int) -> Carried:

@@ -141,3 +141,22 @@ def test_nothing_carries_it_and_the_likeliest_process_is_described() -> None:
     stays = Process(100, 1, 0, (b"/bin/sh", *start, *FLAGS[1:]))
     assert resembling([stays, dropped], expected) == dropped
     assert resembling([stays, Process(102, 100, 1, stays.argv)], expected) == stays  # a fork
+
+
+def test_a_shell_c_script_that_execs_plain_words_is_read_as_the_command_it_runs() -> None:
+    script = b"source /venv/bin/activate && exec python -m sglang.launch_server --tp 8"
+    start = [b"bash", b"-c", script]
+    running = [b"/venv/bin/python", b"-m", b"sglang.launch_server", b"--tp", b"8"]
+    assert carried(running, start, len(start)) == Carried(
+        "launcher", ("bash", "-c", script.decode()))
+    assert carried([*running[:-1], b"4"], start, len(start)) is None  # another value
+    # flags after a script without "$@" are lost (the first is its $0): not carried
+    assert carried([*running, *FLAGS], [*start, *FLAGS], len(start)) is None
+    # with "$@" and a name for $0 they are passed on, after the script's own words
+    passing = [b"bash", b"-c", script + b' "$@"', b"sglang"]
+    assert carried([*running, *FLAGS], [*passing, *FLAGS], len(passing)) is not None
+    assert carried(running, [*passing, *FLAGS], len(passing)) is None
+    # an expansion or an operator after the exec: the words are not known, nothing is read
+    for other in (b"exec python -m sglang.launch_server --tp $TP",
+                  b"exec python -m sglang.launch_server --tp 8 > /log"):
+        assert carried(running, [b"bash", b"-c", other], 3) is None
