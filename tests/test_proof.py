@@ -266,3 +266,11 @@ def test_a_shell_c_launcher_passes_the_variant_on_after_its_name(node: Node) -> 
         f"the command line differs from the variant's (missing '--role two words'): the process "
         f"runs {server} 'two words' (`sh -c SCRIPT` takes the word after SCRIPT as its $0: "
         f"'--role' is lost; put a name for $0 after the script)"]
+    # its arguments written in the script: read from the words it execs
+    plain = ServiceConfig.of("svc", ["/bin/sh", "-c", f"cd / && exec {server} --role solo"],
+                             dict(cfg.env))
+    deployed_at = node_clock(node.transport)
+    pid, log = start(node, plain)
+    proof = prove(node, pid, plain, deployed_at, log, start_words=3)
+    assert proof.ok, proof.problems
+    assert proof.checks["proved"]["argv"] == [*shlex.split(server), "--role", "solo"]
