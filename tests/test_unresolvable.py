@@ -18,6 +18,8 @@ from orchestrator.executor.nodes import PreflightFailed
 from orchestrator.stored import MAX_FAILED_ATTEMPTS, create_campaign
 
 pytestmark = pytest.mark.real
+# a server that exits at once: its start (the process manager) or its health wait sees it
+WHY_EXITED = ("its server did not start: ", "its server did not become healthy: ")
 
 
 def one_pool(tmp_path: Path, name: str, factors: list[dict[str, Any]]) -> dict[str, Any]:
@@ -54,6 +56,7 @@ def test_a_variant_whose_server_does_not_start_is_unresolvable(ray_cluster: None
         (("build", "broken"), ("hicache", "off")), (("build", "broken"), ("hicache", "on"))}
     assert all(u["attempts"] == MAX_FAILED_ATTEMPTS for u in broken)
     assert all("missing.yaml" in u["error"] for u in broken)  # the server's own words
+    assert all(u["why"].startswith(WHY_EXITED) for u in broken), [u["why"] for u in broken]
     assert len(failed) == 2 * MAX_FAILED_ATTEMPTS
     # Judged on the variants that did deploy: clean, but 16 sessions are too few to say so.
     assert verdict.status is Status.INCONCLUSIVE and "too few" in verdict.reason
@@ -77,6 +80,7 @@ def test_a_variant_that_cannot_be_proven_loaded_is_not_stressed(ray_cluster: Non
     [skipped] = verdict.to_json()["unresolvable"]
     assert skipped["levels"] == {"hicache": "on"}
     assert "not loaded" in skipped["error"] and "hicache_v9=1" in skipped["error"]
+    assert skipped["why"] == f"it could not be proven loaded: {skipped['error'].splitlines()[0]}"
     assert [t.levels for t in done] == [{"hicache": "off"}]  # the proven one was stressed
 
 
