@@ -274,3 +274,31 @@ def test_a_shell_c_launcher_passes_the_variant_on_after_its_name(node: Node) -> 
     proof = prove(node, pid, plain, deployed_at, log, start_words=3)
     assert proof.ok, proof.problems
     assert proof.checks["proved"]["argv"] == [*shlex.split(server), "--role", "solo"]
+
+
+def test_what_a_launcher_adds_after_the_variant_s_flags_or_a_stale_flag_is_named(
+        node: Node, tmp_path: Path) -> None:
+    server = [sys.executable, str(node.tree / "service.py")]
+    script = tmp_path / "run.sh"
+    env = {"HICACHE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    cfg = ServiceConfig.of("svc", [str(script), "--tp", "8"], env)
+    for tail, problem in [
+        ("--tp 4", "the command line differs from the variant's ('--tp' is '4' in the process, "
+                   "the variant passes '8')"),  # a later value undoes the variant's
+        ("--quiet", "the variant's flags are not the last arguments of the command line"),
+    ]:
+        script.write_text(f'#!/bin/sh\nexec {shlex.join(server)} "$@" {tail}\n')
+        script.chmod(0o755)
+        deployed_at = node_clock(node.transport)
+        pid, log = start(node, cfg)
+        proof = prove(node, pid, cfg, deployed_at, log, start_words=1)
+        assert proof.problems == [
+            f"{problem}: the process runs {shlex.join([*server, '--tp', '8', *tail.split()])}"]
+    # the command itself with a flag the variant no longer passes (a stale start)
+    stale = ServiceConfig.of("svc", [*server, "--old", "--tp", "8"], env)
+    deployed_at = node_clock(node.transport)
+    pid, log = start(node, stale)
+    variant = ServiceConfig.of("svc", [*server, "--tp", "8"], env)
+    proof = prove(node, pid, variant, deployed_at, log, start_words=2)
+    assert proof.problems == [f"the command line differs from the variant's (unexpected '--old'): "
+                              f"the process runs {shlex.join(stale.argv)}"]
