@@ -108,9 +108,12 @@ def test_fail_on_limits_exit_1_and_a_bad_limit_is_named() -> None:
         assert "--fail-on corruption>0.01: corruption is 0.2" in done.stderr
         assert json.loads(done.stdout)["rate"] == 0.2  # the results are printed all the same
         assert bisect(*args, "--fail-on", "corruption>0.25,error>5%").returncode == 0
-        # repeated, and any number of the JSON summary: the run's p99 TTFT is above 0 ms
-        done = bisect(*args, "--fail-on", "no_tool>=0.5", "--fail-on", "p99_ttft_ms>0")
+        # repeated, and any number of the JSON summary: the run's p99 TTFT is above 0 ms, and
+        # bench_serving's goodput keys: every request met an SLO of a minute
+        done = bisect(*args, "--fail-on", "no_tool>=0.5", "--fail-on", "p99_ttft_ms>0",
+                      "--slo", "e2e_ms=60000", "--fail-on", "slo_attainment>=1")
         assert done.returncode == 1 and "p99_ttft_ms>0: p99_ttft_ms is" in done.stderr
+        assert "--fail-on slo_attainment>=1: slo_attainment is 1" in done.stderr
         assert "no_tool>=0.5" not in done.stderr
     for bad, named in (("corruption>>1", "'corruption>>1' is not NAME>NUMBER"),
                        ("corrupt>0.1", "unknown name 'corrupt'"),

@@ -56,6 +56,7 @@ def test_stream_and_non_stream_agree_on_the_twin(twin: TwinFactory, tmp_path: Pa
     (["--request-rate", "inf", "--arrival", "poisson"], "--arrival poisson needs a finite"),
     (["--stream", "--disable-stream"], "--stream and --disable-stream contradict"),
     (["--arrival", "poisson"], "request_rate"),
+    (["--fail-on", "goodput_slos_ms>1"], "unknown name 'goodput_slos_ms'"),  # not a number
 ])
 def test_cli_bad_options_are_bad_input(options: list[str], said: str) -> None:
     result = CliRunner().invoke(app, ["stress", "http://127.0.0.1:9", *options])

@@ -199,10 +199,14 @@ class Condition:
         return value is not None and _OPS[self.op](value, self.limit)
 
 
+# The summary's keys that hold no number even with an SLO (None in a summary without one).
+_NOT_NUMBERS = frozenset(("slo", "goodput_slos_ms", "slo_attainment_by_metric"))
+
+
 def known_names(example: Mapping[str, Any]) -> list[str]:
     """Every name a condition may use: the outcome shares and the summary's numbers (a latency
     is None in a summary that measured none: its name is known all the same)."""
-    numbers = [k for k, v in example.items() if k != "slo" and (
+    numbers = [k for k, v in example.items() if k not in _NOT_NUMBERS and (
         v is None or (isinstance(v, int | float) and not isinstance(v, bool)))]
     return [*_shares(example), *numbers]
 
