@@ -12,10 +12,12 @@ a tool result with a fresh canary each round).
 load, metrics), so start-up, the torch and transformers imports and dataset loading are left out,
 as for the other clients. Requests/s uses bench_serving's own duration (after its warm-up).
 
-``once ARGS...``: one ``bench_serving`` run with ARGS, as its command line runs it (the shim
-aside). ``metrics``: bench_serving's own ``calculate_metrics`` on the requests read as JSON from
-stdin (``{"dur_s", "outputs": [{success, latency, ttft, itl, output_len, prompt_len,
-start_time}]}``); prints its ``BenchmarkMetrics`` as JSON (tests/test_stress_bench_serving.py).
+``once ARGS... [--- ARGS...]``: one ``bench_serving`` run with ARGS, as its command line runs it
+(the shim aside); one run after the other for each group of ARGS, in the one process (its
+imports take seconds of CPU). ``metrics``: bench_serving's own ``calculate_metrics`` on the
+requests read as JSON from stdin (``{"dur_s", "outputs": [{success, latency, ttft, itl,
+output_len, prompt_len, start_time}]}``); prints its ``BenchmarkMetrics`` as JSON
+(tests/test_stress_bench_serving.py).
 """
 
 from __future__ import annotations
@@ -156,8 +158,15 @@ def main() -> None:
     if args.command == "metrics":
         print(json.dumps(metrics(json.load(sys.stdin))))
     elif args.command == "once":
-        sys.argv = ["sglang.bench_serving", *rest]
-        sglang.benchmark.serving.cli_main()
+        runs: list[list[str]] = [[]]
+        for arg in rest:
+            if arg == "---":
+                runs.append([])
+            else:
+                runs[-1].append(arg)
+        for run_args in runs:
+            sys.argv = ["sglang.bench_serving", *run_args]
+            sglang.benchmark.serving.cli_main()
     else:
         serve(run)
 

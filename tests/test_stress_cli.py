@@ -108,9 +108,12 @@ def test_fail_on_limits_exit_1_and_a_bad_limit_is_named() -> None:
         assert "--fail-on corruption>0.01: corruption is 0.2" in done.stderr
         assert json.loads(done.stdout)["rate"] == 0.2  # the results are printed all the same
         assert bisect(*args, "--fail-on", "corruption>0.25,error>5%").returncode == 0
-        # repeated, and any number of the JSON summary: the run's p99 TTFT is above 0 ms
-        done = bisect(*args, "--fail-on", "no_tool>=0.5", "--fail-on", "p99_ttft_ms>0")
+        # repeated, and any number of the JSON summary: the run's p99 TTFT is above 0 ms, and
+        # bench_serving's goodput keys: every request met an SLO of a minute
+        done = bisect(*args, "--fail-on", "no_tool>=0.5", "--fail-on", "p99_ttft_ms>0",
+                      "--slo", "e2e_ms=60000", "--fail-on", "slo_attainment>=1")
         assert done.returncode == 1 and "p99_ttft_ms>0: p99_ttft_ms is" in done.stderr
+        assert "--fail-on slo_attainment>=1: slo_attainment is 1" in done.stderr
         assert "no_tool>=0.5" not in done.stderr
     for bad, named in (("corruption>>1", "'corruption>>1' is not NAME>NUMBER"),
                        ("corrupt>0.1", "unknown name 'corrupt'"),
@@ -210,7 +213,7 @@ def test_the_stress_json_is_strict_and_records_the_runs_settings() -> None:
     server = AgentServer(models=["m"])
     with served(server) as url:
         done = bisect("stress", url, "--sessions", "4", "--rounds", "2", "--seed", "9",
-                      "--request-rate", "100", "--max-concurrency", "2", "--stream", "--json")
+                      "--request-rate", "100", "--max-concurrency", "2", "--json")
     assert done.returncode == 0, done.stderr
     assert server.model_queries == 1  # the model named is /v1/models' first
     summary = json.loads(done.stdout, parse_constant=not_json)
@@ -225,3 +228,23 @@ def test_the_stress_json_is_strict_and_records_the_runs_settings() -> None:
         summary["input_throughput"] + summary["output_throughput"])
     assert summary["concurrency"] > 0 and summary["duration"] <= summary["wall_s"]
     assert summary["tools"] is None and summary["system_prompt"] is None
+
+
+def test_bench_servings_habits_all_at_once_streamed_and_its_server_info() -> None:
+    info = {"tp_size": 1, "version": "0.4.6"}  # an SGLang of /get_server_info only
+    server = AgentServer(models=["m"], info=info, info_path="/get_server_info")
+    with served(server) as url:
+        streamed = bisect("stress", url, "--sessions", "3", "--rounds", "2", "--request-rate",
+                          "inf", "--json")
+        plain = bisect("stress", url, "--sessions", "3", "--rounds", "2", "--disable-stream",
+                       "--json")
+        older = bisect("stress", url, "--sessions", "1", "--rounds", "1", "--no-stream",
+                       "--json")
+    summaries = [json.loads(done.stdout) for done in (streamed, plain, older)]
+    assert all(done.returncode == 0 for done in (streamed, plain, older)), plain.stderr
+    # inf: all at once, bench_serving's default (null in strict JSON, where it writes inf)
+    assert (summaries[0]["request_rate"], summaries[0]["arrival"]) == (None, "burst")
+    assert [s["stream"] for s in summaries] == [True, False, False]
+    assert [r["body"]["stream"] for r in server.requests] == [True] * 6 + [False] * 7
+    assert summaries[0]["median_itl_ms"] is not None and summaries[1]["median_itl_ms"] is None
+    assert all(s["server_info"] == info for s in summaries)

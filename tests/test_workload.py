@@ -234,7 +234,9 @@ def test_clean_server_all_ok_and_the_contract_is_followed() -> None:
     assert server.model_queries == 1
     last = next(r["body"] for r in server.requests if r["key"] == "s7-0" and r["turn"] == 3)
     assert last["model"] == "served-model" and last["tools"] == TOOLS
-    assert last["tool_choice"] == "auto" and last["stream"] is False
+    # streamed by default, as bench_serving, with the usage chunk its token counts need
+    assert last["tool_choice"] == "auto" and last["stream"] is True
+    assert last["stream_options"] == {"include_usage": True}
     roles = [m["role"] for m in last["messages"]]
     assert roles == ["system", "user", "assistant", "tool", "assistant", "tool"]
     assert last["messages"][2]["tool_calls"][0]["id"] == last["messages"][3]["tool_call_id"]

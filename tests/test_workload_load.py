@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,9 @@ from tests.support.agent_server import AgentServer, completion, stress
 @pytest.mark.pure
 def test_new_spec_fields_validate() -> None:
     spec = WorkloadSpec()
+    # streamed, all at once: bench_serving's defaults, in a campaign file as on the command line
     assert (spec.stream, spec.arrival, spec.max_concurrency, spec.context, spec.slo) == (
-        False, Arrival.BURST, None, None, None)
+        True, Arrival.BURST, None, None, None)
     heavy = WorkloadSpec.model_validate({"context": {"start_tokens": 2000, "end_tokens": 80000},
                                          "arrival": "poisson", "request_rate": 2.5,
                                          "slo": {"ttft_ms": 500}})
@@ -51,9 +53,19 @@ def test_parse_slo() -> None:
     assert parse_slo("ttft_ms=500, itl_ms=50,e2e_ms=8000") == SLO(ttft_ms=500, itl_ms=50,
                                                                    e2e_ms=8000)
     assert parse_slo("e2e_ms=1.5") == SLO(e2e_ms=1.5)
-    for bad in ("garbage", "ttft=5", "ttft_ms=", "ttft_ms=x", "ttft_ms=-1", "ttft_ms=nan",
-                "ttft_ms=1,ttft_ms=2", ""):
-        with pytest.raises(ValueError):
+    assert parse_slo("tpot_ms = 40") == SLO(tpot_ms=40)
+    # bench_serving's --goodput form and names: KEY:MS, space-separated, e2el for E2E
+    assert parse_slo("ttft:500 tpot:40 e2el:8000") == SLO(ttft_ms=500, tpot_ms=40, e2e_ms=8000)
+    assert parse_slo("itl=50,e2e=9") == SLO(itl_ms=50, e2e_ms=9)
+    assert SLO(tpot_ms=40, e2e_ms=9).limits() == {"ttft": None, "tpot": 40, "itl": None,
+                                                  "e2el": 9}
+    for bad, said in (("garbage", "'garbage' is not KEY=MS"), ("ttft_ms=", "'' is not a number"),
+                      ("tpot_ms=abc", "tpot_ms: 'abc' is not a number of milliseconds"),
+                      ("ttft_ms=-1", "must be a positive number"), ("ttft_ms=nan", "positive"),
+                      ("ttft_ms=1,ttft:2", "ttft_ms is given twice"), ("", "'' is not KEY"),
+                      ("p99_ttft_ms=5", "with KEY one of ttft_ms, tpot_ms, itl_ms, e2e_ms"),
+                      ("ttft_ms=inf", "positive")):
+        with pytest.raises(ValueError, match=re.escape(said)):
             parse_slo(bad)
 
 
@@ -61,14 +73,20 @@ def test_parse_slo() -> None:
 
 
 @pytest.mark.pure
-def test_poisson_offsets_are_seeded_with_the_asked_rate() -> None:
-    spec = WorkloadSpec(sessions=4000, arrival=Arrival.POISSON, request_rate=20)
+def test_poisson_offsets_are_seeded_with_the_asked_request_rate() -> None:
+    # request_rate counts requests, as bench_serving's: sessions of 4 rounds start at a quarter
+    # of it, so that the requests of the schedule come at 20 per second
+    spec = WorkloadSpec(sessions=4000, rounds=4, arrival=Arrival.POISSON, request_rate=20)
     offsets = arrival_offsets(spec, seed=5)
     assert offsets == arrival_offsets(spec, seed=5) != arrival_offsets(spec, seed=6)
     assert offsets[0] == 0 and offsets == sorted(offsets)
     gaps = np.diff(offsets)
-    assert statistics.mean(gaps) == pytest.approx(1 / 20, rel=0.1)
-    assert statistics.stdev(gaps) == pytest.approx(1 / 20, rel=0.1)  # exponential: sd = mean
+    assert statistics.mean(gaps) == pytest.approx(4 / 20, rel=0.1)
+    assert statistics.stdev(gaps) == pytest.approx(4 / 20, rel=0.1)  # exponential: sd = mean
+    assert 4000 * 4 / offsets[-1] == pytest.approx(20, rel=0.1)  # requests per second
+    # one round: a session is a request, and the schedule is the one sessions always had
+    single = arrival_offsets(spec.model_copy(update={"rounds": 1}), seed=5)
+    assert single == pytest.approx([offset / 4 for offset in offsets])
     assert arrival_offsets(WorkloadSpec(sessions=3), seed=5) == [0.0, 0.0, 0.0]
 
 
@@ -88,16 +106,21 @@ def test_poisson_with_max_concurrency_never_exceeds_the_bound() -> None:
 
 
 @pytest.mark.real
-def test_poisson_arrivals_are_spread_over_time() -> None:
+def test_poisson_arrivals_are_spread_over_time_at_the_request_rate() -> None:
     server = AgentServer()
-    spec = WorkloadSpec(sessions=8, rounds=1, arrival=Arrival.POISSON, request_rate=25, seed=4)
+    spec = WorkloadSpec(sessions=8, rounds=3, arrival=Arrival.POISSON, request_rate=75, seed=4)
     stress(server, spec)
-    offsets = arrival_offsets(spec, seed=4)
+    offsets = arrival_offsets(spec, seed=4)  # sessions at 75 / 3 = 25 per second
     assert offsets[-1] > 0.1
     # The run's clock starts after the model query; no session comes before its offset.
     for index, offset in enumerate(offsets):
         at = next(r["at"] for r in server.requests if r["key"] == f"s4-{index}")
         assert at - server.model_queried_at >= offset
+    # So the server saw at most the requests the schedule allows: 24 over its span, about
+    # 75 a second (a loaded machine only spreads them further); sessions per second would
+    # have sent them three times as fast.
+    last = max(r["at"] for r in server.requests) - server.model_queried_at
+    assert len(server.requests) == 24 and 24 / last <= 24 / offsets[-1] < 2 * 75
 
 
 @pytest.mark.real
@@ -194,6 +217,14 @@ def test_aggregate_matches_numpy_and_counts_only_completed() -> None:
     good = aggregate(requests, 2.0, SLO(e2e_ms=350, itl_ms=40))
     assert good["good_requests"] == 3 and good["goodput"] == pytest.approx(1.5)
     assert aggregate(requests, 2.0, SLO(itl_ms=20))["good_requests"] == 0  # the 30 ms gap
+    # bench_serving's goodput keys: the SLOs under its names, shares of the 6 requests sent
+    assert (good["goodput_slos_ms"], good["request_goodput"]) == ({"itl": 40, "e2el": 350}, 1.5)
+    assert good["slo_attainment"] == pytest.approx(3 / 6)
+    assert good["slo_attainment_by_metric"] == pytest.approx({"itl": 5 / 6, "e2el": 3 / 6})
+    # TTFT = E2E / 2: 50 to 500 ms; TPOT = (E2E - TTFT) / 4 = E2E / 8: 12.5 to 125 ms
+    both = aggregate(requests, 2.0, SLO(tpot_ms=40, ttft_ms=110))
+    assert both["slo_attainment_by_metric"] == pytest.approx({"ttft": 2 / 6, "tpot": 3 / 6})
+    assert both["good_requests"] == 2
 
 
 @pytest.mark.pure

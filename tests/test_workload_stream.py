@@ -50,8 +50,8 @@ def outcomes(result: StressResult) -> list[tuple[str, Outcome, int, int | None, 
 
 def test_streaming_and_non_streaming_give_the_same_outcomes() -> None:
     plain_server, stream_server = AgentServer(misbehave), AgentServer(misbehave)
-    plain = stress(plain_server, WorkloadSpec(sessions=10, rounds=3, seed=3))
-    streamed = stress(stream_server, WorkloadSpec(sessions=10, rounds=3, seed=3, stream=True))
+    plain = stress(plain_server, WorkloadSpec(sessions=10, rounds=3, seed=3, stream=False))
+    streamed = stress(stream_server, WorkloadSpec(sessions=10, rounds=3, seed=3))
     assert outcomes(streamed) == outcomes(plain)
     assert {s.outcome for s in plain.sessions} == {
         Outcome.OK, Outcome.LEAK, Outcome.NO_TOOL, Outcome.LOST_PLOT, Outcome.BAD_ARGS,
@@ -87,7 +87,7 @@ def test_stream_tokens_ttft_and_itl_are_measured() -> None:
 
 
 def test_non_streaming_ttft_is_e2e_and_has_no_itl() -> None:
-    result = stress(AgentServer(), WorkloadSpec(sessions=2, rounds=2))
+    result = stress(AgentServer(), WorkloadSpec(sessions=2, rounds=2, stream=False))
     for r in result.requests():
         assert r.ttft_s == r.e2e_s and r.itl_s == () and not r.streamed
         assert r.completion_tokens == 12

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from experiments.outcomes import Outcome
 from experiments.workload.spec import WorkloadSpec
-from experiments.workload.stress import StressResult, run_stress
+from experiments.workload.stress import StressResult, arrival_offsets, run_stress
 from orchestrator.cli import app
 from tests.conftest import TwinFactory
 
@@ -45,12 +45,23 @@ def test_stream_and_non_stream_agree_on_the_twin(twin: TwinFactory, tmp_path: Pa
 
 
 @pytest.mark.pure
-def test_cli_bad_slo_is_bad_input() -> None:
-    result = CliRunner().invoke(app, ["stress", "http://127.0.0.1:9", "--slo", "garbage"])
-    assert result.exit_code == 2
-    assert "--slo" in result.output and "Traceback" not in result.output
-    result = CliRunner().invoke(app, ["stress", "http://127.0.0.1:9", "--arrival", "poisson"])
-    assert result.exit_code == 2 and "request_rate" in result.output
+@pytest.mark.parametrize(("options", "said"), [
+    (["--slo", "garbage"], "--slo/--goodput: 'garbage' is not KEY=MS"),
+    (["--slo", "tpot_ms=abc"], "tpot_ms: 'abc' is not a number of milliseconds"),
+    (["--slo", "ttfb_ms=3"], "KEY one of ttft_ms, tpot_ms, itl_ms, e2e_ms (or ttft, tpot"),
+    (["--goodput", "ttft:500 e2el:x"], "e2e_ms: 'x' is not a number"),
+    (["--request-rate", "-1"], "--request-rate: '-1' is not a rate"),
+    (["--request-rate", "nan"], "--request-rate: 'nan' is not a rate"),
+    (["--request-rate", "fast"], "--request-rate: 'fast' is not a rate"),
+    (["--request-rate", "inf", "--arrival", "poisson"], "--arrival poisson needs a finite"),
+    (["--stream", "--disable-stream"], "--stream and --disable-stream contradict"),
+    (["--arrival", "poisson"], "request_rate"),
+    (["--fail-on", "goodput_slos_ms>1"], "unknown name 'goodput_slos_ms'"),  # not a number
+])
+def test_cli_bad_options_are_bad_input(options: list[str], said: str) -> None:
+    result = CliRunner().invoke(app, ["stress", "http://127.0.0.1:9", *options])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert said in " ".join(result.output.replace("│", " ").split()), result.output
 
 
 @pytest.mark.real
@@ -58,16 +69,30 @@ def test_cli_stress_with_every_option(twin: TwinFactory, tmp_path: Path) -> None
     url = twin("--twin-latency-ms", "1")
     jsonl = tmp_path / "sessions.jsonl"
     result = CliRunner().invoke(app, [
-        "stress", url, "--sessions", "6", "--rounds", "3", "--seed", "2", "--stream",
-        "--request-rate", "200", "--max-concurrency", "4", "--context-start", "200",
-        "--context-end", "2000", "--slo", "ttft_ms=10000,e2e_ms=10000", "--jsonl", str(jsonl),
-        "--timeout", "20", "--json",
+        "stress", url, "--sessions", "6", "--rounds", "3", "--seed", "2",
+        "--request-rate", "60", "--max-concurrency", "4", "--context-start", "200",
+        "--context-end", "2000", "--slo", "ttft_ms=10000,tpot_ms=10000,e2e_ms=10000",
+        "--jsonl", str(jsonl), "--timeout", "20", "--json",
     ])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["counts"]["ok"] == 6 and summary["completed"] == 18
     assert summary["good_requests"] == 18 and summary["goodput"] > 0
+    assert summary["request_goodput"] == summary["goodput"] and summary["slo_attainment"] == 1
+    assert summary["goodput_slos_ms"] == {"ttft": 10000, "tpot": 10000, "e2el": 10000}
+    assert summary["slo_attainment_by_metric"] == {"ttft": 1.0, "tpot": 1.0, "e2el": 1.0}
     assert summary["mean_ttft_ms"] <= summary["mean_e2e_latency_ms"]
+    # streamed by default: the twin's decode pace between chunks
+    assert summary["stream"] is True and summary["median_itl_ms"] > 0
+    assert summary["median_tpot_ms"] > 0
+    # 60 requests a second: sessions of 3 requests start at 20 a second on a seeded schedule,
+    # and none before its start, so no more than that (a loaded machine only spreads them)
+    spec = WorkloadSpec(sessions=6, rounds=3, seed=2, arrival="poisson", request_rate=60)
+    offsets = arrival_offsets(spec, seed=2)
+    assert summary["request_rate"] == 60 and summary["duration"] >= offsets[-1] > 0.1
+    assert summary["request_throughput"] <= 18 / offsets[-1] < 2 * 60
+    # the twin's own server arguments, as bench_serving records them
+    assert summary["server_info"]["port"] == int(url.rsplit(":", 1)[1])
     records = [json.loads(line) for line in jsonl.read_text().splitlines()]
     assert [r["key"] for r in records] == [f"s2-{i}" for i in range(6)]
     assert all(r["outcome"] == Outcome.OK.value and len(r["requests"]) == 3 for r in records)

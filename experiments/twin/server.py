@@ -133,6 +133,7 @@ class Twin:
             web.get("/health_generate", self.health),
             web.get("/v1/models", self.models),
             web.get("/get_server_info", self.server_info),
+            web.get("/server_info", self.server_info),  # today's SGLang's name of it
             web.get("/metrics", self.metrics_text),
             web.post("/flush_cache", self.flush_cache),
             web.post("/v1/chat/completions", handle_chat),

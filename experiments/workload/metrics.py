@@ -5,9 +5,12 @@ Names and meanings follow SGLang's ``bench_serving`` (its result file's keys: ``
 side: TTFT (time to the first output chunk; = E2E without streaming), ITL (gaps between
 successive output chunks), TPOT ((E2E - TTFT) / (output tokens - 1)), E2E, throughputs over the
 run's duration, ``concurrency`` (the sum of E2E over the duration: requests in flight on
-average), the peaks of output chunks per second and of requests in flight in any one second,
-and vLLM's goodput (requests per second meeting every SLO). Only completed requests (a whole
-response arrived) enter the latency statistics, as there.
+average), the peaks of output chunks per second and of requests in flight in any one second
+(``max_concurrent_requests``: requests that overlap the busiest one-second bucket, so more than
+``--max-concurrency`` when requests follow each other within a second, there as here), and the
+goodput of bench_serving's ``--goodput`` (requests per second meeting every SLO, the share that
+did, and the share that met each objective). Only completed requests (a whole response arrived)
+enter the latency statistics, as there.
 
 Where they differ from bench_serving, on purpose: an output chunk is any delta that carries
 output, tool-call deltas included (bench_serving times only ``content`` and
@@ -61,16 +64,17 @@ class RequestMetrics:
 
     def meets(self, slo: SLO) -> bool:
         """Completed and within every SLO given. ITL: no gap longer than the objective."""
-        if not self.completed:
-            return False
-        checks = (
-            (slo.ttft_ms, self.ttft_s),
-            (slo.itl_ms, max(self.itl_s, default=None)),
-            (slo.e2e_ms, self.e2e_s),
-        )
-        return all(
-            limit is None or value is None or value * 1000 <= limit for limit, value in checks
-        )
+        return self.completed and all(self.met(slo).values())
+
+    def met(self, slo: SLO) -> dict[str, bool]:
+        """Each objective ``slo`` gives (bench_serving's names: ttft, tpot, itl, e2el): met or
+        not, as bench_serving counts them: a figure the request has no value for (TPOT of one
+        token, ITL without a stream) meets it. A request that did not complete meets none."""
+        observed = {"ttft": self.ttft_s, "tpot": self.tpot_s,
+                    "itl": max(self.itl_s, default=None), "e2el": self.e2e_s}
+        return {name: self.completed and ((value := observed[name]) is None
+                                           or value * 1000 <= limit)
+                for name, limit in slo.limits().items() if limit is not None}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -149,6 +153,29 @@ def percentiles_ms(values_s: Sequence[float]) -> dict[str, float] | None:
     return {f"p{p}_ms": float(v) for p, v in zip(PERCENTILES, found, strict=True)}
 
 
+def goodput(every: Sequence[RequestMetrics], per_s: float, slo: SLO | None) -> dict[str, Any]:
+    """bisect's goodput keys (``slo``, ``good_requests``, ``goodput``) and bench_serving's
+    (``goodput_slos_ms``, ``request_goodput``, ``slo_attainment``, ``slo_attainment_by_metric``:
+    shares of the requests sent, failed ones included); all None without an SLO."""
+    if slo is None:
+        return dict.fromkeys(("slo", "good_requests", "goodput", "goodput_slos_ms",
+                              "request_goodput", "slo_attainment", "slo_attainment_by_metric"))
+    limits = {name: limit for name, limit in slo.limits().items() if limit is not None}
+    met = [r.met(slo) for r in every]  # a request that did not complete met nothing
+    good = sum(all(m.values()) for m in met)
+    share = 1 / len(every) if every else 0.0
+    return {
+        "slo": slo.model_dump(exclude_none=True),
+        "good_requests": good,
+        "goodput": good * per_s,
+        "goodput_slos_ms": limits,
+        "request_goodput": good * per_s,
+        "slo_attainment": good * share,
+        "slo_attainment_by_metric": {name: sum(m[name] for m in met) * share
+                                     for name in limits},
+    }
+
+
 def aggregate(
     requests: Iterable[RequestMetrics], duration_s: float, slo: SLO | None = None
 ) -> dict[str, Any]:
@@ -159,8 +186,8 @@ def aggregate(
     input_tokens = sum(r.prompt_tokens or 0 for r in done)
     output_tokens = sum(r.completion_tokens or 0 for r in done)
     samples = latency_samples(done)
-    good = sum(r.meets(slo) for r in done) if slo is not None else None
     max_chunks, max_in_flight = peaks(done)
+    total = (input_tokens + output_tokens) * per_s
     summary: dict[str, Any] = {
         "requests": len(every),
         "completed": len(done),
@@ -169,13 +196,12 @@ def aggregate(
         "request_throughput": len(done) * per_s,
         "input_throughput": input_tokens * per_s,
         "output_throughput": output_tokens * per_s,
-        "total_throughput": (input_tokens + output_tokens) * per_s,
+        "total_throughput": total,
+        "total_token_throughput": total,  # vLLM's `bench serve` name (SGLang's has none)
         "concurrency": sum(samples["e2e"]) * per_s,
         "max_output_tokens_per_s": max_chunks,
         "max_concurrent_requests": max_in_flight,
-        "slo": slo.model_dump(exclude_none=True) if slo is not None else None,
-        "good_requests": good,
-        "goodput": good * per_s if good is not None else None,
+        **goodput(every, per_s, slo),
     }
     for name in LATENCIES:
         summary.update(_stats(name, samples[name]))

@@ -49,7 +49,8 @@ def latency_table(summary: dict[str, Any]) -> Table:
         f"{summary['completed']}/{summary['requests']} requests completed in "
         f"{summary['duration']:.2f} s: {summary['request_throughput']:.2f} req/s; tokens/s "
         f"input {summary['input_throughput']:.1f}, output {summary['output_throughput']:.1f}, "
-        f"total {summary['total_throughput']:.1f}; concurrency {summary['concurrency']:.1f}"
+        f"total {summary['total_throughput']:.1f}; concurrency {summary['concurrency']:.1f} "
+        f"on average, {summary['max_concurrent_requests']} requests in the busiest second"
     )
     if summary["goodput"] is not None:
         slo = ", ".join(f"{key}≤{value:g}" for key, value in summary["slo"].items())

@@ -8,7 +8,10 @@ p90 / p95 / p99 of TTFT, TPOT, ITL and E2E, ``concurrency``, the peaks). The str
 has each of those keys with the same meaning (``metrics.py`` says where a figure is defined
 differently), the arguments that do not apply (its datasets' lengths) as null, and then the
 corruption counts, the failures by reason and the run's settings. ``request_rate`` is null for a
-burst where bench_serving writes ``inf``: a strict JSON document has no infinity.
+burst where bench_serving writes ``inf``: a strict JSON document has no infinity. The goodput
+keys its ``--goodput`` adds (``goodput_slos_ms``, ``request_goodput``, ``slo_attainment``,
+``slo_attainment_by_metric``) are always there, null without ``--slo``; ``total_token_throughput``
+is vLLM's name of ``total_throughput``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 import math
 import operator
 import re
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -44,22 +48,33 @@ def version() -> str:
         return "unknown"
 
 
+# bench_serving asks /server_info; older SGLang releases and the twin answer /get_server_info
+# (today's SGLang answers both).
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+
+
 def server_info(base: str, api_key: str | None, timeout_s: float = 5.0) -> dict[str, Any] | None:
-    """``GET /server_info`` as bench_serving records it (SGLang's server arguments and state);
-    None from a server without it, or when it does not answer a JSON object in time: a
-    redirect (not followed), a reply that is not HTTP, JSON too deep. A number JSON cannot
-    carry (Python's json writes NaN for a 0/0 statistic) is recorded as null: the result
-    stays strict JSON."""
-    request = urllib.request.Request(f"{base}/server_info")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with open_direct(request, timeout_s) as response:  # as the load goes
-            data = json.loads(response.read(1 << 20), parse_constant=_no_number,
-                              parse_float=_finite)
-    except (OSError, ValueError, RecursionError, http.client.HTTPException):
-        return None
-    return data if isinstance(data, dict) else None
+    """SGLang's server arguments and state as bench_serving records them: ``GET /server_info``,
+    or ``/get_server_info`` where that path is not found (404); None from a server with
+    neither, or when it does not answer a JSON object in time: a redirect (not followed), a
+    reply that is not HTTP, JSON too deep. A number JSON cannot carry (Python's json writes NaN
+    for a 0/0 statistic) is recorded as null: the result stays strict JSON."""
+    for path in SERVER_INFO_PATHS:
+        request = urllib.request.Request(f"{base}{path}")
+        if api_key:
+            request.add_header("Authorization", f"Bearer {api_key}")
+        try:
+            with open_direct(request, timeout_s) as response:  # as the load goes
+                data = json.loads(response.read(1 << 20), parse_constant=_no_number,
+                                  parse_float=_finite)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:  # the other path, once; a server that hangs is asked once
+                continue
+            return None
+        except (OSError, ValueError, RecursionError, http.client.HTTPException):
+            return None
+        return data if isinstance(data, dict) else None
+    return None
 
 
 def _no_number(_: str) -> None:
@@ -143,10 +158,6 @@ def stress_json(result: StressResult, settings: Settings,
         "tool_call_parser": settings.tool_call_parser,
         "leak_triage": dict(leaks or {}),
     })
-    if summary["goodput"] is not None:  # as bench_serving's --goodput adds them
-        document["request_goodput"] = summary["goodput"]
-        document["slo_attainment"] = (summary["good_requests"] / summary["requests"]
-                                      if summary["requests"] else 0.0)
     return document
 
 
@@ -188,10 +199,14 @@ class Condition:
         return value is not None and _OPS[self.op](value, self.limit)
 
 
+# The summary's keys that hold no number even with an SLO (None in a summary without one).
+_NOT_NUMBERS = frozenset(("slo", "goodput_slos_ms", "slo_attainment_by_metric"))
+
+
 def known_names(example: Mapping[str, Any]) -> list[str]:
     """Every name a condition may use: the outcome shares and the summary's numbers (a latency
     is None in a summary that measured none: its name is known all the same)."""
-    numbers = [k for k, v in example.items() if k != "slo" and (
+    numbers = [k for k, v in example.items() if k not in _NOT_NUMBERS and (
         v is None or (isinstance(v, int | float) and not isinstance(v, bool)))]
     return [*_shares(example), *numbers]
 

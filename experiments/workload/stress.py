@@ -3,8 +3,9 @@
 Every session follows the agent contract (experiments/agent.py) with the built-in tools or the
 user's (``agent_tools.py``); every assistant turn is judged by ``classify_turn``; a session ends
 at its first non-OK turn. One ``HttpClient`` (keep-alive pool, ``experiments/workload/
-http_client.py``) carries all requests. Sessions start all at once or at Poisson arrivals,
-optionally at most ``max_concurrency`` in flight, like bench_serving's ``--request-rate`` and
+http_client.py``) carries all requests. Sessions start all at once or at Poisson arrivals
+paced so that requests come at ``request_rate`` per second, optionally at most
+``max_concurrency`` sessions in flight, like bench_serving's ``--request-rate`` and
 ``--max-concurrency``; ``warmup`` one-turn sessions go first and are not counted, as its
 ``--warmup-requests``.
 """
@@ -177,15 +178,18 @@ async def _resolve_model(http: HttpClient, base: str, timeout_s: float) -> str:
 
 
 def arrival_offsets(spec: WorkloadSpec, seed: int) -> list[float]:
-    """Seconds after the start at which each session arrives: 0 for all (burst), or a seeded
-    Poisson process at ``request_rate`` whose first arrival is at 0 (as bench_serving)."""
+    """Seconds after the start at which each session arrives: 0 for all (burst: bench_serving's
+    request rate inf), or a seeded Poisson process whose first arrival is at 0 (as
+    bench_serving's) at ``request_rate / rounds`` sessions per second: ``request_rate`` counts
+    requests, as bench_serving's does, and each session sends ``rounds`` of them."""
     if spec.arrival is Arrival.BURST or spec.request_rate is None:
         return [0.0] * spec.sessions
     rng = random.Random(f"{seed}:arrival")
+    sessions_per_s = spec.request_rate / spec.rounds
     offsets, at = [], 0.0
     for _ in range(spec.sessions):
         offsets.append(at)
-        at += rng.expovariate(spec.request_rate)
+        at += rng.expovariate(sessions_per_s)
     return offsets
 
 

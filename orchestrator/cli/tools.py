@@ -91,12 +91,40 @@ def _api_key(url: str, name: str | None, given: str | None = None) -> str | None
     return key
 
 
+def _request_rate(text: str | None, arrival: Arrival | None) -> float | None:
+    """``--request-rate`` as the spec takes it: None for inf (all at once, bench_serving's
+    default), else a positive finite number of requests per second."""
+    if text is None:
+        return None
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = float("nan")
+    if rate == float("inf"):
+        if arrival is Arrival.POISSON:
+            raise typer.BadParameter("inf sends every session at once: --arrival poisson "
+                                     "needs a finite rate", param_hint="--request-rate")
+        return None
+    if not rate > 0:  # NaN too: it fails every comparison
+        raise typer.BadParameter(f"{text!r} is not a rate: give requests per second (a number "
+                                 "above 0), or inf for all at once", param_hint="--request-rate")
+    return rate
+
+
+def _streaming(disable: bool, stream: bool | None) -> bool:
+    """Streaming unless --disable-stream (or the earlier --no-stream) says not."""
+    if disable and stream:
+        raise typer.BadParameter("--stream and --disable-stream contradict each other",
+                                 param_hint="--disable-stream")
+    return not disable and stream is not False
+
+
 @app.command()
 def stress(
     url: Annotated[str, typer.Argument(help="Base URL of an OpenAI-compatible server.")],
     sessions: Annotated[int, typer.Option(
-        min=1, help="Agent sessions (multi-turn conversations), all at once unless --arrival "
-        "or --max-concurrency says otherwise.")] = 80,
+        min=1, help="Agent sessions (multi-turn conversations), all at once unless "
+        "--request-rate or --max-concurrency says otherwise.")] = 80,
     rounds: Annotated[int, typer.Option(
         min=1, help="Assistant turns (requests) per session.")] = 4,
     timeout: Annotated[float, typer.Option("--timeout", min=0.001, help="Per request, s.")] = 60.0,
@@ -104,20 +132,37 @@ def stress(
         help="Seeds session keys, canaries, filler and arrivals: the same seed, the same "
         "requests.")]
     = 0,
-    stream: Annotated[bool, typer.Option("--stream/--no-stream", help="SSE streaming.")] = False,
+    disable_stream: Annotated[bool, typer.Option(
+        "--disable-stream", help="Plain JSON replies instead of SSE streams (as "
+        "bench_serving's flag): TTFT is then E2E, and ITL and TPOT are not measured.")]
+    = False,
+    stream: Annotated[bool | None, typer.Option(
+        "--stream/--no-stream", hidden=True,
+        help="Earlier spellings: --stream is the default now, --no-stream is "
+        "--disable-stream.")] = None,
     arrival: Annotated[Arrival | None, typer.Option(
-        help="burst: all sessions at once; poisson: at --request-rate (default when given).")]
-    = None,
-    request_rate: Annotated[float | None, typer.Option(
-        help="Sessions started per second (Poisson arrivals).")] = None,
+        help="burst: all sessions at once (--request-rate inf); poisson: at a finite "
+        "--request-rate (the default when one is given).")] = None,
+    request_rate: Annotated[str | None, typer.Option(
+        metavar="R", help="Requests per second, as bench_serving's; inf (the default): all at "
+        "once. Sessions start as a Poisson process at R / --rounds per second and each sends "
+        "its next request when the last is answered, so requests come at R per second while "
+        "the server keeps up. (bench_serving's multi-turn datasets pace conversations at R: "
+        "to match one, give R × rounds.)")] = None,
     max_concurrency: Annotated[int | None, typer.Option(
-        min=1, help="At most this many sessions in flight.")] = None,
+        min=1, help="At most this many sessions in flight, each with one request in flight "
+        "at a time, as bench_serving bounds its multi-turn conversations. The JSON's "
+        "max_concurrent_requests is another figure: requests that overlap the busiest second, "
+        "more than this when they follow each other within it.")] = None,
     context_start: Annotated[int | None, typer.Option(
         min=0, help="Context tokens of a session's first request (default 0).")] = None,
     context_end: Annotated[int | None, typer.Option(
         min=0, help="Context tokens of a session's last request: grow the context.")] = None,
     slo: Annotated[str | None, typer.Option(
-        help="Goodput objectives, e.g. ttft_ms=500,itl_ms=50,e2e_ms=8000.")] = None,
+        "--slo", "--goodput", metavar="KEY=MS,...",
+        help="Goodput objectives in ms, from ttft_ms, tpot_ms, itl_ms (longest gap) and "
+        "e2e_ms, e.g. ttft_ms=500,tpot_ms=40,e2e_ms=8000; bench_serving's --goodput form "
+        "works too: 'ttft:500 tpot:40 e2el:8000'.")] = None,
     jsonl: Annotated[Path | None, typer.Option(
         "--jsonl", help="Write one JSON line per session to this file.")] = None,
     api_key_env: Annotated[str | None, typer.Option(
@@ -172,7 +217,7 @@ def stress(
     try:  # every input is checked before a single request goes out
         objectives = parse_slo(slo) if slo is not None else None
     except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--slo") from None
+        raise typer.BadParameter(str(exc), param_hint="--slo/--goodput") from None
     try:
         names = report.known_names(StressResult((), 0.0, False).summary())
         conditions = report.parse_fail_on(",".join(fail_on), names) if fail_on else []
@@ -194,12 +239,14 @@ def stress(
                  "judged without it")
     context = ({"start_tokens": context_start or 0, "end_tokens": context_end}
                if context_end is not None else None)
+    rate = _request_rate(request_rate, arrival)
     if arrival is None:
-        arrival = Arrival.POISSON if request_rate is not None else Arrival.BURST
+        arrival = Arrival.POISSON if rate is not None else Arrival.BURST
     try:
         spec = WorkloadSpec.model_validate({
             "sessions": sessions, "rounds": rounds, "timeout_s": timeout, "seed": seed,
-            "stream": stream, "arrival": arrival, "request_rate": request_rate,
+            "stream": _streaming(disable_stream, stream), "arrival": arrival,
+            "request_rate": rate,
             "max_concurrency": max_concurrency, "context": context, "slo": objectives,
             "model": model,
         })

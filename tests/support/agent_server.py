@@ -86,9 +86,12 @@ class AgentServer:
     """A chat-completions server that follows the agent contract unless ``misbehave`` says not."""
 
     def __init__(self, misbehave: Misbehave | None = None, models: list[str] | None = None,
-                 chunk_delay: float = 0.0):
+                 chunk_delay: float = 0.0, info: dict[str, Any] | None = None,
+                 info_path: str = "/server_info"):
         self.misbehave = misbehave
         self.models = models  # None: /v1/models answers 404
+        self.info = info  # what info_path answers; None: 404, as a server without it
+        self.info_path = info_path  # /server_info, or older SGLang's /get_server_info
         self.chunk_delay = chunk_delay  # seconds between streamed chunks
         self.requests: list[dict[str, Any]] = []  # key, turn, canary, at, body of every request
         self.model_queries = 0
@@ -150,6 +153,11 @@ class AgentServer:
         return web.json_response({"object": "list",
                                   "data": [{"id": m, "object": "model"} for m in self.models]})
 
+    async def server_info(self, request: web.Request) -> web.StreamResponse:
+        if self.info is None or request.path != self.info_path:
+            raise web.HTTPNotFound()
+        return web.json_response(self.info)
+
     def keys_by_turn(self, turn: int) -> set[str]:
         return {r["key"] for r in self.requests if r["turn"] == turn}
 
@@ -160,6 +168,8 @@ async def serve(server: AgentServer) -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", server.chat)
     app.router.add_get("/v1/models", server.list_models)
+    app.router.add_get("/server_info", server.server_info)
+    app.router.add_get("/get_server_info", server.server_info)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
