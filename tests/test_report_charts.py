@@ -53,14 +53,14 @@ def test_a_bar_and_a_whisker_per_variant_at_its_rate() -> None:
     assert widths[2] == pytest.approx(3 * widths[1], rel=0.02)  # linear in the rate
     groups = marks(root, "g", "variant")
     assert [g.get("class") for g in groups][2] == "variant known-bad culprit"
-    assert any("12 of 80 sessions corrupted (15.0%" in t for t in texts(root))
+    assert any("12 of 80 sessions judged corrupted (15.0%" in t for t in texts(root))
     whisker = marks(root, "line", "ci")[2]  # spans the interval, on the same scale as the bar
     x0 = float(rects[2].get("x", "nan"))
     assert float(whisker.get("x1", "nan")) - x0 == pytest.approx(widths[2] * 0.1 / 0.15, rel=0.02)
 
 
 def test_the_interaction_plot_has_a_line_per_level_and_a_point_per_cell() -> None:
-    points = [charts.Point(row, line, rate, (rate / 2, rate * 1.5 + 0.01), 60)
+    points = [charts.Point(row, line, rate, (rate / 2, rate * 1.5 + 0.01), 60, round(rate * 60))
               for row, line, rate in (("fp8", "off", 0.0), ("bf16", "off", 0.0),
                                       ("fp8", "on", 0.0), ("bf16", "on", 0.17))]
     root = parse(charts.interaction_chart("index_k", "hicache", points))
@@ -72,7 +72,9 @@ def test_the_interaction_plot_has_a_line_per_level_and_a_point_per_cell() -> Non
     assert off[0][1] == off[1][1] == on[0][1] > on[1][1]  # SVG y grows downwards
     shown = texts(root)
     assert {"fp8", "bf16", "off", "on", "index_k", "hicache"} <= set(shown)
-    assert any(t.startswith("index_k=bf16, hicache=on: 17.0% of 60 sessions") for t in shown)
+    # the rate with the counts it is of
+    assert any(t.startswith("index_k=bf16, hicache=on: 17.0%, 10 of 60 sessions judged")
+               for t in shown)
 
 
 def test_a_trial_series_draws_running_queued_and_each_timed_event() -> None:
@@ -105,7 +107,19 @@ def test_a_long_series_is_thinned_keeping_its_peaks() -> None:
 def test_an_empty_series_says_so() -> None:
     root = parse(charts.series_chart("nothing", [], [], []))
     assert list(root.iter(f"{SVG}polyline")) == []
-    assert "no metric samples stored" in texts(root)
+    assert "no samples" in texts(root)
+
+
+def test_two_idle_scrapes_are_no_samples_not_a_flat_line() -> None:
+    # a trial shorter than the scrape interval: scraped as it started and as it ended, both
+    # idle; a line between them would draw a server that was never under load
+    idle = [(0.02, 0.0), (0.28, 0.0)]
+    root = parse(charts.series_chart("short", idle, idle, []))
+    assert list(root.iter(f"{SVG}polyline")) == [] and marks(root, "line", "grid") == []
+    assert "no samples under load (2 scrapes, as it started and ended)" in texts(root)
+    # a third scrape, under load: drawn
+    root = parse(charts.series_chart("long", [*idle, (0.5, 4.0)], idle, []))
+    assert len(list(root.iter(f"{SVG}polyline"))) == 2 and marks(root, "text", "no-samples") == []
 
 
 def test_latency_draws_p50_and_p99_per_variant_and_says_what_is_unmeasured() -> None:

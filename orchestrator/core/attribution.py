@@ -15,10 +15,10 @@ A culprit must also hold trial by trial: whole trials as units, a one-sided Mann
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from orchestrator.core.evidence import Cell, pooled, spread_of
+from orchestrator.core.evidence import Cell, pooled, spread_of, variant_key
 from orchestrator.core.own_effect import OwnEffect
 from orchestrator.core.stats.clustered import Dispersion
 from orchestrator.core.stats.exact import fisher_greater, trials_greater
@@ -44,6 +44,12 @@ class Culprit:
     session_p_value: float | None = None  # the pooled sessions' Fisher p: a description only
     effective_in: tuple[int, int] | None = None  # (failing, judged) as independent sessions
     effective_out: tuple[int, int] | None = None
+    # the variants (keys) whose sessions the counts pool, with it and without it
+    variants_in: tuple[str, ...] = ()
+    variants_out: tuple[str, ...] = ()
+    # the pooled sessions with it by outcome class, and its trials' service log events by kind
+    outcomes_in: Mapping[str, int] = field(default_factory=dict)
+    events_in: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def rate_in(self) -> float:
@@ -111,7 +117,19 @@ def measure(condition: Mapping[str, str], group: Sequence[Cell],
         trials_in=len(rates_in), trials_out=len(rates_out),
         session_p_value=fisher_greater(k_in, n_in, k_out, n_out),
         effective_in=eff_in, effective_out=eff_out,
+        variants_in=tuple(variant_key(c.levels) for c in inside if c.judged),
+        variants_out=tuple(variant_key(c.levels) for c in outside if c.judged),
+        outcomes_in=_summed(t.counts for c in inside for t in c.trials),
+        events_in=_summed(t.events for c in inside for t in c.trials),
     )
+
+
+def _summed(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for one in counts:
+        for name, n in one.items():
+            total[name] = total.get(name, 0) + n
+    return total
 
 
 def find_culprits(

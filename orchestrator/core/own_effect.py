@@ -28,8 +28,8 @@ class OwnEffect:
     failed_without: int
     sessions_without: int
     ci95: tuple[float, float]  # of rate_with - rate_without
-    # sessions that trials stopped early never finished, counted clean: the rate with the
-    # culprit is then a lower bound (a trial stops once its failure is certain)
+    # sessions that trials stopped early never finished, counted clean where every trial of
+    # the culprit alone stopped early (``rated``): its rate is then a lower bound
     unfinished_with: int
     outcomes: Mapping[str, tuple[int, int]]  # outcome class -> (with, without), seen ones only
     log_events: Mapping[str, tuple[int, int]]  # wedge log event kind -> (with, without)
@@ -72,13 +72,14 @@ def own_effect(culprit: Levels, good: Levels, evidence: Sequence[TrialEvidence],
     without = [dict(good), *({**good, **culprit, f: good[f]} for f in culprit
                              if good[f] != culprit[f])]
     keys = tuple(dict.fromkeys(variant_key(v) for v in without if variant_key(v) != alone))
-    inside = [t.judged_as(failing) for t in evidence if variant_key(t.levels) == alone]
-    outside = [t.judged_as(failing) for t in evidence if variant_key(t.levels) in keys]
+    inside = rated([t.judged_as(failing) for t in evidence if variant_key(t.levels) == alone])
+    outside = [t for key in keys for t in rated(
+        [t.judged_as(failing) for t in evidence if variant_key(t.levels) == key])]
     if not inside or not outside:
         return None
-    k_in = sum(t.failures for t in inside)
-    n_in = sum(t.judged + t.unfinished for t in inside)
-    k_out, n_out = sum(t.failures for t in outside), sum(t.judged for t in outside)
+    k_in, n_in = sum(t.failures for t in inside), sum(t.judged + t.unfinished for t in inside)
+    k_out = sum(t.failures for t in outside)
+    n_out = sum(t.judged + t.unfinished for t in outside)
     seen_in, seen_out = _summed(t.counts for t in inside), _summed(t.counts for t in outside)
     events_in, events_out = _summed(t.events for t in inside), _summed(t.events for t in outside)
     return OwnEffect(
@@ -88,6 +89,15 @@ def own_effect(culprit: Levels, good: Levels, evidence: Sequence[TrialEvidence],
         {k: (events_in[k], events_out[k]) for k in WEDGE_LOG_KINDS
          if events_in[k] or events_out[k]},
     )
+
+
+def rated(trials: Sequence[TrialEvidence]) -> list[TrialEvidence]:
+    """The trials one variant's rate is of: those that ran to their end; where every one
+    stopped early, all of them, with the sessions never run counted clean (``unfinished``: a
+    lower bound, as a stopped trial ends with its failing sessions). The report's variant rows
+    and a culprit's own effect use this one rule, so a variant has one rate on the page."""
+    full = [t for t in trials if not t.stopped_early]
+    return full or list(trials)
 
 
 def _summed(counts: Iterable[Mapping[str, int]]) -> Counter[str]:

@@ -81,6 +81,17 @@ class Verdict:
                              "culprits": [_culprit_json(c) for c in self.wedge_culprits]}
         return by
 
+    def culprits_of(self) -> dict[str, tuple[Culprit, ...]]:
+        """The culprits of each failure that ``failures`` names, as values (the report reads
+        which variants and sessions each one pooled)."""
+        other = self.also
+        by = {target_of(self.failing): self.culprits}
+        if other is not None:
+            by[target_of(other.failing or CORRUPTING)] = other.culprits
+        elif self.failing != WEDGING:
+            by["wedging"] = self.wedge_culprits
+        return by
+
     def to_json(self) -> dict[str, Any]:
         failures = self.failures()
         spread = spread_of(self.cells)

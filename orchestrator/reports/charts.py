@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from markupsafe import Markup, escape
 
 from orchestrator.reports.files import clean
+from orchestrator.reports.text import share
 
 FONT = "system-ui, -apple-system, 'Segoe UI', sans-serif"
 INK, GRID, MUTED = "#1d1d1f", "#e5e5e5", "#6b6b6b"
@@ -28,15 +29,16 @@ MAX_POINTS = 300  # per series: a long trial keeps its peaks, not every sample
 
 @dataclass(frozen=True)
 class RateBar:
-    """One variant's corruption rate with its 95% interval."""
+    """One variant's corruption rate with its 95% interval, and the counts it is of."""
     label: str
     rate: float
     ci95: tuple[float, float]
-    corrupted: int
-    sessions: int
+    corrupted: int  # sessions failing ...
+    sessions: int  # ... of the sessions judged: rate = corrupted / sessions
     role: str = ""  # "known-good" | "known-bad" | ""
     culprit: bool = False
     lower_bound: bool = False  # every trial stopped early: the rate is at least this
+    stopped_early: int = 0  # its trials stopped early
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,8 @@ class Point:
     line_level: str
     rate: float
     ci95: tuple[float, float]
-    sessions: int
+    sessions: int  # judged
+    failed: int | None = None  # of them, failing (None: not known, a report of before)
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ def ticks(top: float, count: int = 5) -> list[float]:
 
 
 def _pct(value: float) -> str:
-    return f"{value * 100:.1f}%"
+    return share(value)
 
 
 def _ms(value: float) -> str:
@@ -145,23 +148,24 @@ def rate_chart(bars: Sequence[RateBar], title: str = "Corruption rate per varian
     known-good and known-bad tagged beside their value."""
     label_chars = min(max((len(b.label) for b in bars), default=8), 42)
     values = [f"{'≥' if b.lower_bound else ''}{_pct(b.rate)}  {b.corrupted}/{b.sessions}" + "".join(
-        f"  {t}" for t in (b.role, "culprit" if b.culprit else "") if t) for b in bars]
+        f"  {t}" for t in (b.role, "culprit" if b.culprit else "", _stopped(b)) if t)
+        for b in bars]
     left, plot, row = 16 + label_chars * CHAR_W, 280.0, 24.0
     right = 20 + max((len(v) for v in values), default=10) * 6.4  # the value beside each bar
     top_pad, height = 12.0, 12.0 + row * max(len(bars), 1) + 40
     scale = ticks(max((max(b.ci95[1], b.rate) for b in bars), default=0.0) or 0.05)
     y_end = top_pad + row * max(len(bars), 1)
-    body = _axis(left, left + plot, top_pad, y_end, scale, "sessions corrupted (95% interval)",
-                 _pct)
+    body = _axis(left, left + plot, top_pad, y_end, scale,
+                 "sessions corrupted / judged (95% interval)", _pct)
     for i, bar in enumerate(bars):
         y = top_pad + i * row
         x = lambda v: left + plot * min(max(v, 0.0), scale[-1]) / scale[-1]  # noqa: E731
         colour = CULPRIT if bar.culprit else BAR
         tags = [t for t in (bar.role, "culprit" if bar.culprit else "") if t]
-        summary = (f"{bar.label}: {bar.corrupted} of {bar.sessions} sessions corrupted "
+        summary = (f"{bar.label}: {bar.corrupted} of {bar.sessions} sessions judged corrupted "
                    f"({'at least ' if bar.lower_bound else ''}{_pct(bar.rate)}, 95% interval "
                    f"{_pct(bar.ci95[0])}–{_pct(bar.ci95[1])})"
-                   + "".join(f"; {t}" for t in tags))
+                   + "".join(f"; {t}" for t in (*tags, _stopped(bar)) if t))
         mid = y + row / 2
         body.append(el(
             "g", {"class": "variant" + "".join(f" {t}" for t in tags)},
@@ -179,6 +183,14 @@ def rate_chart(bars: Sequence[RateBar], title: str = "Corruption rate per varian
                   fill=CULPRIT if bar.culprit else (GOOD if bar.role == "known-good" else INK)),
         ))
     return svg(left + plot + right, height, title, *body, kind="rates")
+
+
+def _stopped(bar: RateBar) -> str:
+    """A lower bound says why: its trials stopped early, the sessions never run counted clean;
+    elsewhere, the trials stopped early that the rate leaves out."""
+    if bar.lower_bound:
+        return "stopped early: never-run sessions counted clean"
+    return f"{bar.stopped_early} stopped early, not counted" if bar.stopped_early else ""
 
 
 # --- an interaction plot for a two-factor culprit -----------------------------------------------
@@ -222,7 +234,9 @@ def interaction_chart(row_factor: str, line_factor: str, points: Sequence[Point]
             marks.append(el(
                 "g", {"class": "point"},
                 el("title", None, f"{row_factor}={row_level}, {line_factor}={level}: "
-                    f"{_pct(p.rate)} of {p.sessions} sessions (95% interval "
+                    f"{_pct(p.rate)}, "
+                    + (f"{p.failed} of " if p.failed is not None else "")
+                    + f"{p.sessions} sessions judged (95% interval "
                     f"{_pct(p.ci95[0])}–{_pct(p.ci95[1])})"),
                 rule(px, y(p.ci95[0]), px, y(p.ci95[1]), colour, **{"class": "ci"}),
                 el("circle", {"cx": num(px), "cy": num(py), "r": "4", "fill": colour})))
@@ -251,7 +265,12 @@ def series_chart(title: str, running: Sequence[tuple[float, float]],
     """Running and queued requests over a trial; each wedge log event a red mark at its time
     (those the log gave no time are counted under the chart)."""
     width, left, top, plot_w, plot_h = 420.0, 40.0, 40.0, 360.0, 110.0
-    runs, queue = _thin(running), _thin(queued)
+    # The collector scrapes once as the load starts, at each interval, and once after it:
+    # with no scrape between those two, nothing was sampled under load, and a line between
+    # two idle scrapes would read as a flat, idle server.
+    scrapes = len({t for t, _ in [*running, *queued]})
+    sampled = scrapes > 2
+    runs, queue = (_thin(running), _thin(queued)) if sampled else ([], [])
     timed = [e for e in events if e.t_s is not None and math.isfinite(e.t_s)]
     untimed = len(events) - len(timed)
     end = max([t for t, _ in runs + queue] + [e.t_s or 0.0 for e in timed] + [1.0])
@@ -260,10 +279,10 @@ def series_chart(title: str, running: Sequence[tuple[float, float]],
     y = lambda v: top + plot_h * (1 - max(v, 0.0) / scale[-1])  # noqa: E731
     body: list[Markup] = [text_at(0, 12, clip(title, int(width / CHAR_W)),
                                 **{"font-weight": "600"})]
-    for value in scale:
+    for value in scale if sampled else []:  # no axis of values where none was sampled
         body.append(rule(left, y(value), left + plot_w, y(value), GRID, **{"class": "grid"}))
         body.append(text_at(left - 5, y(value) + 4, num(value), "end", fill=MUTED))
-    for t in ticks(end, 4):
+    for t in ticks(end, 4) if sampled or timed else []:
         if t <= end:
             body.append(text_at(x(t), top + plot_h + 14, f"{num(t)} s", "middle", fill=MUTED))
     for name, samples, colour, dash in (("running", runs, LINES[0], None),
@@ -282,9 +301,11 @@ def series_chart(title: str, running: Sequence[tuple[float, float]],
                         rule(at, top, at, top + plot_h, CULPRIT, **{"stroke-width": "1.2"}),
                         el("path", {"d": f"M{num(at - 4)},{num(top - 6)}h8l-4,6z",
                                      "fill": CULPRIT})))
-    if not runs and not queue:
-        body.append(text_at(left + plot_w / 2, top + plot_h / 2, "no metric samples stored",
-                          "middle", fill=MUTED))
+    if not sampled:
+        said = "no samples" + (f" under load ({scrapes} scrape{'s' * (scrapes != 1)}, as it "
+                               "started and ended)" if scrapes else "")
+        body.append(text_at(left + plot_w / 2, top + plot_h / 2, said, "middle", fill=MUTED,
+                            **{"class": "no-samples"}))
     legend = [("running", LINES[0], None), ("queued", LINES[1], "5 3")]
     for i, (name, colour, dash) in enumerate(legend):
         body.append(rule(left + 80 * i, 24, left + 80 * i + 18, 24, colour,

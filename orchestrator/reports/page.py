@@ -16,6 +16,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from orchestrator.reports.files import clean
+from orchestrator.reports.text import share
 
 # Sorts a table.sortable by the column whose header button was pressed (a button: reachable by
 # Tab, pressed by Enter or Space); a cell's data-sort holds its raw value, empty sorts last.
@@ -69,8 +70,11 @@ def label(levels: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in levels.items())
 
 
-def _pct(value: float | None) -> str:
-    return "–" if value is None or not math.isfinite(value) else f"{value * 100:.1f}%"
+
+
+def _pp(value: float | None) -> str:
+    """A difference of two rates, in percentage points: +13.8 pp."""
+    return "–" if value is None or not math.isfinite(value) else f"{value * 100:+.1f} pp"
 
 
 def _p(value: float | None) -> str:
@@ -104,7 +108,7 @@ def environment(**filters: Callable[..., Any]) -> Environment:
         loader=PackageLoader("templates", ""),
         autoescape=select_autoescape(enabled_extensions=("html", "j2"), default=True),
         trim_blocks=True, lstrip_blocks=True)
-    environment.filters.update(pct=_pct, p=_p, num=_num, sortkey=_sort, duration=_duration,
+    environment.filters.update(pct=share, pp=_pp, p=_p, num=_num, sortkey=_sort, duration=_duration,
                                label=label, clean=_clean, when=when, **filters)
     return environment
 

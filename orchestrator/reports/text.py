@@ -5,6 +5,7 @@ table cell or row, open no link, code span, HTML tag or math), with its tables.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
@@ -47,6 +48,12 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def percent(rate: float) -> str:
     """17%, 0.42%, 0%: three significant figures at most, plainly."""
     return "0%" if rate == 0 else f"{rate * 100:.3g}%"
+
+
+def share(rate: float | None) -> str:
+    """A session rate as every table, chart and sentence of a page shows it: 14.4%, 0.6%
+    (one decimal, so that the same rate reads the same in each); '–' where there is none."""
+    return "–" if rate is None or not math.isfinite(rate) else f"{rate * 100:.1f}%"
 
 
 def p_text(p: float | None) -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from orchestrator.core.attribution import Culprit, measure
-from orchestrator.core.evidence import TrialEvidence, cells
+from orchestrator.core.evidence import TrialEvidence, cells, variant_key
 from orchestrator.core.strategies.base import (
     PROBE_SKIPPED,
     UNFINISHED,
@@ -134,7 +134,13 @@ def conclude_commit_replay(
         measured = measure({FACTOR: "after"}, cells(sides))
         named = replay.first_bad[0] if len(replay.first_bad) == 1 else \
             f"{replay.first_bad[0]}^..{replay.first_bad[-1]}"
-        culprits = (dataclasses.replace(measured, factors={FACTOR: named}),)
+        pooled = {side: tuple(dict.fromkeys(
+            variant_key(t.levels) for t in judged if not t.stopped_early and t.judged
+            and (commits.index(t.levels[FACTOR]) >= first) == (side == "after")))
+            for side in ("after", "before")}  # the commits, not the two sides' names
+        culprits = (dataclasses.replace(measured, factors={FACTOR: named},
+                                        variants_in=pooled["after"],
+                                        variants_out=pooled["before"]),)
     tested = {sha: [t for t in judged if t.levels.get(FACTOR) == sha] for sha in commits}
     log = (CommitStep(prefix + ("skipped" if sha in replay.skipped else "posterior"), sha, p,
                       sum(t.failures for t in tested[sha]), sum(t.judged for t in tested[sha]),

@@ -15,7 +15,7 @@ from typing import Any
 from db.store import Store
 from experiments.campaign import Campaign
 from experiments.outcomes import WEDGE_LOG_KINDS, Outcome, is_corrupt
-from orchestrator.core.attribution import TRIAL_ALPHA
+from orchestrator.core.attribution import TRIAL_ALPHA, Culprit
 from orchestrator.core.evidence import (
     CORRUPTING,
     WEDGING,
@@ -26,6 +26,7 @@ from orchestrator.core.evidence import (
     target_of,
     variant_key,
 )
+from orchestrator.core.own_effect import rated
 from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.verdict import Verdict, judged_trials
 from orchestrator.reports.campaign.model import (
@@ -43,7 +44,7 @@ from orchestrator.reports.campaign.model import (
 from orchestrator.reports.campaign.observed import excerpts, series
 from orchestrator.reports.campaign.provenance import provenance
 from orchestrator.reports.search.build import search_headline, search_section
-from orchestrator.reports.text import p_text, percent
+from orchestrator.reports.text import p_text, percent, share
 from orchestrator.stored import recompute
 
 FAILURES: Mapping[str, Failing] = {"corruption": CORRUPTING, "wedging": WEDGING}
@@ -61,7 +62,7 @@ def build_report(store: Store, campaign_id: str) -> Report:
     steps = store.campaign_steps(campaign_id)
     failures = verdict.failures()
     culprits = culprit_rows(failures, target_of(verdict.failing), verdict.trials,
-                            campaign.level_names())
+                            campaign.level_names(), verdict.culprits_of())
     cost = verdict.cost_json()
     facts = CampaignFacts(
         id=record.id, name=record.name, status=record.status, target=target_of(verdict.failing),
@@ -98,13 +99,20 @@ def build_report(store: Store, campaign_id: str) -> Report:
 
 
 def culprit_rows(failures: Mapping[str, Mapping[str, Any]], target: str,
-                 evidence: Sequence[TrialEvidence],
-                 factors: Mapping[str, Sequence[str]]) -> list[CulpritRow]:
+                 evidence: Sequence[TrialEvidence], factors: Mapping[str, Sequence[str]],
+                 measured: Mapping[str, Sequence[Culprit]] | None = None) -> list[CulpritRow]:
     """Every culprit of every failure (``Verdict.failures``: the target's first), with what it
-    comes with; its levels in the campaign's order of factors."""
+    comes with; its levels in the campaign's order of factors. ``measured``: the same
+    culprits as values (``Verdict.culprits_of``), which say what their counts pool."""
     rows = []
     for failure in sorted(failures, key=lambda name: name != target):
-        for c in failures[failure]["culprits"]:
+        values = list((measured or {}).get(failure, ()))
+        for at, c in enumerate(failures[failure]["culprits"]):
+            value = values[at] if at < len(values) else None
+            holding = [t for t in evidence
+                       if all(t.levels.get(f) == lvl for f, lvl in c["factors"].items())]
+            left_out = max(0, len(holding) - c.get("trials_with", 0)) if value else 0
+            stopped = min(left_out, sum(t.stopped_early for t in holding))
             rows.append(CulpritRow(
                 failure=failure, levels=_ordered(c["factors"], factors), kind=c["kind"],
                 failed_with=c["corrupted_with"], sessions_with=c["sessions_with"],
@@ -113,7 +121,11 @@ def culprit_rows(failures: Mapping[str, Mapping[str, Any]], target: str,
                 effect=c["effect"], ci95=(c["ci95"][0], c["ci95"][1]), p_value=c["p_value"],
                 trial_p_value=c["trial_p_value"], own=c.get("own"),
                 session_p_value=c.get("session_p_value"),
-                outcomes=_comes_with(c["factors"], FAILURES.get(failure, CORRUPTING), evidence)))
+                outcomes=_comes_with(value, FAILURES.get(failure, CORRUPTING)),
+                variants_with=list(value.variants_in) if value else [],
+                variants_without=list(value.variants_out) if value else [],
+                trials_with=c.get("trials_with", 0), trials_without=c.get("trials_without", 0),
+                stopped_with=stopped, unjudged_with=left_out - stopped))
     return rows
 
 
@@ -122,19 +134,14 @@ def _ordered(levels: Mapping[str, str], factors: Mapping[str, Sequence[str]]) ->
     return dict(sorted(levels.items(), key=lambda item: rank.get(item[0], len(rank))))
 
 
-def _comes_with(levels: Mapping[str, str], failing: Failing,
-                evidence: Sequence[TrialEvidence]) -> dict[str, int]:
-    """The failing outcome classes and wedge log events of the trials holding ``levels``."""
-    holding = [t for t in evidence if all(t.levels.get(f) == lvl for f, lvl in levels.items())]
-    counted: dict[str, int] = {}
-    for trial in holding:
-        for outcome, n in trial.counts.items():
-            if outcome in failing and n:
-                counted[outcome] = counted.get(outcome, 0) + n
-        for kind in WEDGE_LOG_KINDS:
-            if trial.events.get(kind):
-                key = LOG_PREFIX + kind
-                counted[key] = counted.get(key, 0) + trial.events[kind]
+def _comes_with(culprit: Culprit | None, failing: Failing) -> dict[str, int]:
+    """The failing outcome classes and wedge log events of the sessions and trials the
+    culprit's counts pool (so that they add up to ``failed_with``)."""
+    if culprit is None:
+        return {}
+    counted = {o: n for o, n in culprit.outcomes_in.items() if o in failing and n}
+    counted.update({LOG_PREFIX + kind: culprit.events_in[kind] for kind in WEDGE_LOG_KINDS
+                    if culprit.events_in.get(kind)})
     return counted
 
 
@@ -144,12 +151,12 @@ def _named(levels: Mapping[str, str]) -> str:
 
 def _clause(row: CulpritRow, commits: bool) -> str:
     if commits:
-        return (f"from commit {row.levels.get('commit', '?')} on: {percent(row.rate_with)} of "
+        return (f"from commit {row.levels.get('commit', '?')} on: {share(row.rate_with)} of "
                 f"sessions ({row.failed_with} of {row.sessions_with}), "
-                f"{percent(row.rate_without)} before it ({row.failed_without} of "
+                f"{share(row.rate_without)} before it ({row.failed_without} of "
                 f"{row.sessions_without}) (p = {p_text(row.p_value)})")
-    return (f"{_named(row.levels)}: {percent(row.rate_with)} of sessions with it "
-            f"({row.failed_with} of {row.sessions_with}), {percent(row.rate_without)} without "
+    return (f"{_named(row.levels)}: {share(row.rate_with)} of sessions with it "
+            f"({row.failed_with} of {row.sessions_with}), {share(row.rate_without)} without "
             f"({row.failed_without} of {row.sessions_without}) (p = {p_text(row.p_value)})")
 
 
@@ -241,10 +248,10 @@ def variant_rows(verdict: Verdict, campaign: Campaign,
         levels = _ordered(cell.levels, order)
         key = _key(levels)
         counted = [t for t in cell.trials if id(t) in judged]
-        full = [t for t in counted if not t.stopped_early]
-        failed = sum(t.failures for t in full or counted)
-        judged_n = sum(t.judged + (0 if full else t.unfinished) for t in full or counted)
-        low, high = wilson(*spread.effective((failed, judged_n), len(full or counted)))
+        rates = rated(counted)  # the rule a culprit's own effect follows too
+        failed = sum(t.failures for t in rates)
+        judged_n = sum(t.judged + t.unfinished for t in rates)
+        low, high = wilson(*spread.effective((failed, judged_n), len(rates)))
         outcomes: dict[str, int] = {}
         for trial in cell.trials:
             for outcome, n in trial.counts.items():
@@ -267,10 +274,10 @@ def variant_rows(verdict: Verdict, campaign: Campaign,
             ttft_p99_ms=_latency(cell.trials, "ttft", "p99_ms"),
             itl_p50_ms=_latency(cell.trials, "itl", "p50_ms"),
             itl_p99_ms=_latency(cell.trials, "itl", "p99_ms"),
-            judged=judged_n,
+            judged=judged_n, failed=failed,
             unjudged_trials=sum(id(t) not in judged for t in cell.trials),
             stopped_early=sum(t.stopped_early for t in cell.trials),
-            lower_bound=bool(counted) and not full))
+            lower_bound=bool(rates) and all(t.stopped_early for t in rates)))
     return rows
 
 
@@ -314,7 +321,7 @@ def interaction(culprits: Sequence[CulpritRow], verdict: Verdict,
             low, high = wilson(*spread.effective((failed, judged), len(inside)))
             points.append(InteractionPoint(
                 row_level=row_level, line_level=line_level, rate=round(failed / judged, 6),
-                ci95=(round(low, 6), round(high, 6)), sessions=judged))
+                ci95=(round(low, 6), round(high, 6)), sessions=judged, failed=failed))
     return Interaction(row_factor=row_factor, line_factor=line_factor, points=points)
 
 

@@ -39,12 +39,18 @@ def _short(levels: dict[str, str], report: Report) -> str:
     return _ordered(levels, report)
 
 
+def _named(variant: VariantRow, report: Report) -> str:
+    """A variant as a sentence names it: as the charts label it, with its role."""
+    short = _short(variant.levels, report)
+    return f"{short} ({variant.role})" if variant.role and variant.role != short else short
+
+
 def _charts(report: Report) -> dict[str, Any]:
     variants: list[VariantRow] = report.variants
     named = {v.key: _short(v.levels, report) for v in variants}
-    rates = charts.rate_chart([
-        charts.RateBar(_short(v.levels, report), v.rate, v.ci95, v.corrupted, v.sessions,
-                       v.role, v.culprit, v.lower_bound) for v in variants])
+    rates = charts.rate_chart([  # the rate's own counts: failing over judged
+        charts.RateBar(_short(v.levels, report), v.rate, v.ci95, v.failed, v.judged,
+                       v.role, v.culprit, v.lower_bound, v.stopped_early) for v in variants])
     latency = charts.latency_chart([
         charts.Latency(_short(v.levels, report), v.ttft_p50_ms, v.ttft_p99_ms, v.itl_p50_ms,
                        v.itl_p99_ms, v.culprit) for v in variants])
@@ -52,7 +58,8 @@ def _charts(report: Report) -> dict[str, Any]:
     if report.interaction is not None:
         interaction = charts.interaction_chart(
             report.interaction.row_factor, report.interaction.line_factor,
-            [charts.Point(p["row_level"], p["line_level"], p["rate"], p["ci95"], p["sessions"])
+            [charts.Point(p["row_level"], p["line_level"], p["rate"], p["ci95"], p["sessions"],
+                          p.get("failed"))
              for p in report.interaction.points])
     series = [
         charts.series_chart(
@@ -72,6 +79,7 @@ def render_html(report: Report, environment: Environment | None = None,
         charts={**_charts(report), **figures},
         factors=list(report.campaign.factors),
         variant_labels={v.key: _ordered(v.levels, report) for v in report.variants},
+        variant_names={v.key: _named(v, report) for v in report.variants},
         against_good=bool(report.campaign.known_good) and report.commits is None,
         # a search lists its own undeployable configurations (templates/optimize.html.j2)
         unresolvable=report.unresolvable if report.optimize is None else [],

@@ -58,8 +58,20 @@ class CulpritRow:
     p_value: float | None  # sessions counted at their design effects (the trials' evidence)
     trial_p_value: float | None
     own: dict[str, Any] | None  # the culprit's own effect, as the verdict JSON gives it
-    outcomes: dict[str, int]  # outcome classes and wedge log events it comes with, counted
+    # outcome classes and wedge log events it comes with: of the sessions and trials
+    # ``failed_with`` pools
+    outcomes: dict[str, int]
     session_p_value: float | None = None  # the pooled sessions' p: a description only
+    # the variants (keys) whose sessions ``failed_with``/``sessions_with`` and ``_without``
+    # pool, and their trials
+    variants_with: list[str] = field(default_factory=list)
+    variants_without: list[str] = field(default_factory=list)
+    trials_with: int = 0
+    trials_without: int = 0
+    # the trials holding its levels that the counts leave out: stopped early (such a trial
+    # ends with its failing sessions: no rate), and the rest (mostly errors and timeouts)
+    stopped_with: int = 0
+    unjudged_with: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,7 @@ class VariantRow:
     itl_p50_ms: float | None
     itl_p99_ms: float | None
     judged: int = 0  # the sessions ``rate`` is of: the verdict's judgeable ones
+    failed: int = 0  # of them, those failing: ``rate`` is failed / judged
     unjudged_trials: int = 0  # trials mostly errors and timeouts: not in ``rate``
     stopped_early: int = 0  # its trials stopped once their answer was certain
     # True when every trial stopped early: a stopped trial ends with its failing sessions
@@ -107,7 +120,8 @@ class InteractionPoint(TypedDict):
     line_level: str
     rate: float
     ci95: Interval  # a list in the JSON
-    sessions: int
+    sessions: int  # judged
+    failed: int  # of them, failing: ``rate`` is failed / sessions
 
 
 @dataclass(frozen=True)
@@ -284,7 +298,8 @@ def _report(data: dict[str, Any]) -> Report:
         interaction = Interaction(
             interaction["row_factor"], interaction["line_factor"],
             [InteractionPoint(row_level=p["row_level"], line_level=p["line_level"],
-                              rate=p["rate"], ci95=_pair(p["ci95"]), sessions=p["sessions"])
+                              rate=p["rate"], ci95=_pair(p["ci95"]), sessions=p["sessions"],
+                              failed=p.get("failed", round(p["rate"] * p["sessions"])))
              for p in interaction["points"]])
     series = [
         TrialSeries(trial_id=s["trial_id"], variant=s["variant"], pool=s["pool"],
