@@ -13,10 +13,20 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree
 
 import pytest
+
+from orchestrator.reports.text import share
+from tests.support.browser import (
+    browser_fixture,  # noqa: F401 - its headless Chromium
+    opened,
+    overflows,
+)
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 pytestmark = pytest.mark.real
 
@@ -165,3 +175,55 @@ def test_a_reading_command_without_the_demo_s_store_points_to_it(demo: Demo) -> 
     assert done.stderr == (f"error: no store at {demo.cwd / 'bisect.db'} (the demo's store is "
                            "bisect-demo/bisect.db: add --store bisect-demo/bisect.db)\n")
     assert not (demo.cwd / "bisect.db").exists()
+
+
+def test_the_demo_s_report_adds_up_and_fits_a_laptop(demo: Demo, browser: Browser) -> None:
+    """What a serving engineer reads in the demo's report: each rate beside the counts it is
+    of, the same in the table, the bars and the compare page (with its ≥ where every trial of
+    a variant stopped early); the culprit's counts are its pooled variants' rows, named; what
+    it causes counts those very sessions; a trial without a scrape under load draws no line;
+    and no table scrolls sideways or overflows at 1280x800."""
+    document = strict(demo.bisect("report", "last", "--store", "bisect-demo/bisect.db",
+                                  "--format", "json").stdout)
+    compared = demo.cwd / "compared.html"
+    demo.bisect("report", "last", "--store", "bisect-demo/bisect.db", "--compare", "last",
+                "-o", str(compared))
+    report = opened(browser, Path(demo.document["report"]))
+    page = report.page
+    assert overflows(page) == []
+    variants = document["variants"]
+    cells = page.locator("#variants tbody tr").all()
+    bars = page.locator("#chart-rates g.variant text").all_text_contents()[1::2]
+    for variant, row in zip(variants, cells, strict=True):
+        shown = ("≥ " if variant["lower_bound"] else "") + share(variant["rate"])
+        counts = f"{variant['failed']}/{variant['judged']}"
+        assert row.get_attribute("data-key") == variant["key"]
+        rate = row.locator("td.rate").inner_text()
+        assert rate.startswith(f"{shown} {counts}"), (rate, variant)
+        assert any(bar.startswith(f"{shown.replace(' ', '')}  {counts}") for bar in bars), bars
+    [culprit] = [c for c in document["culprits"] if c["failure"] == "corruption"]
+    pooled = [v for v in variants if v["key"] in culprit["variants_with"]]
+    assert (sum(v["failed"] for v in pooled), sum(v["judged"] for v in pooled)) == \
+        (culprit["failed_with"], culprit["sessions_with"])
+    assert sum(culprit["outcomes"].values()) == culprit["failed_with"]  # leaks: 23, not 41
+    said = page.locator("#verdict").inner_text()
+    assert f"({culprit['failed_with']} of {culprit['sessions_with']})" in said
+    assert share(culprit["rate_with"]) in said and share(culprit["rate_without"]) in said
+    pooled_text = page.locator("#pooled-corruption-1").inner_text()
+    assert f"{culprit['failed_with']} of {culprit['sessions_with']} sessions judged" in pooled_text
+    assert f"of {len(pooled)} variant" in pooled_text
+    stopped = sum(v["stopped_early"] for v in variants if all(
+        v["levels"].get(f) == lvl for f, lvl in culprit["levels"].items()))
+    assert culprit["stopped_with"] == stopped and (
+        f"{stopped} trial" in pooled_text if stopped else "stopped early" not in pooled_text)
+    idle = sum(len({t for t, _ in s["running"] + s["queued"]}) <= 2 for s in document["series"])
+    assert page.locator("#chart-series text.no-samples").count() == idle
+    assert page.locator("#chart-series polyline").count() == 2 * (len(document["series"]) - idle)
+    page.close()
+    side = opened(browser, compared)
+    assert overflows(side.page) == []
+    rows = side.page.locator("table").first.locator("tbody tr").all()
+    for variant, row in zip(variants, rows, strict=True):
+        rate_a = row.locator("td").nth(3).inner_text()
+        assert rate_a == ("≥ " if variant["lower_bound"] else "") + share(variant["rate"])
+    side.page.close()

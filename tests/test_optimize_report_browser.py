@@ -21,6 +21,7 @@ from tests.support.browser import (
     Loaded,
     browser_fixture,  # noqa: F401 - its headless Chromium
     decode_png,
+    overflows,
     written_and_opened,
 )
 from tests.support.optimize_campaigns import (
@@ -87,9 +88,17 @@ def test_the_ranked_table_marks_the_best_and_sorts(search: Loaded, model: Report
     assert throughput() == sorted(throughput())
     page.keyboard.press("Enter")
     assert throughput() == sorted(throughput(), reverse=True)
-    rejected = page.locator("#rejected tbody tr")
+    rejected = page.locator("#rejected tbody tr:not(.follows)")
     assert rejected.count() == len(model.optimize.rejected)
-    assert "upper bound" in rejected.first.locator("td.why").inner_text()
+    # why, in a full-width row under its configuration, which moves with it when sorted
+    why = page.locator("#rejected tbody tr.follows")
+    assert why.count() == rejected.count()
+    assert "upper bound" in why.first.locator("td.why").inner_text()
+    for header in ("output_throughput", "trials"):
+        page.locator("#rejected thead th button", has_text=header).click()
+        assert page.locator("#rejected tbody tr.follows").evaluate_all(
+            "rows => rows.every(r => r.previousElementSibling.dataset.key === "
+            "r.dataset.follows)")
 
 
 def test_the_pareto_chart_draws_the_front_and_the_rejected(search: Loaded,
@@ -118,3 +127,7 @@ def test_a_screenshot_has_content(search: Loaded, tmp_path: Path) -> None:
     figure = tmp_path / "pareto.png"
     search.page.locator("#chart-pareto").screenshot(path=str(figure))
     assert len(set(decode_png(figure.read_bytes())[2])) > 16
+
+
+def test_no_table_scrolls_sideways_or_overflows_at_1280_px(search: Loaded) -> None:
+    assert overflows(search.page) == []

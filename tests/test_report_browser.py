@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from typer.testing import CliRunner
 
 from db import LogRow, StepRow, Store
 from experiments.campaign import Campaign
+from orchestrator.cli import app
 from orchestrator.reports.campaign.build import build_report
 from orchestrator.reports.campaign.html import write_report
 from orchestrator.reports.campaign.model import Report
@@ -33,6 +35,7 @@ from tests.support.browser import (
     browser_fixture,  # noqa: F401 - its headless Chromium
     decode_png,
     opened,
+    overflows,
     written_and_opened,
 )
 from tests.support.report_campaigns import (
@@ -259,6 +262,31 @@ def test_a_screenshot_of_the_whole_report(real: Loaded, tmp_path: Path) -> None:
     width, height, pixels = decode_png(shot.read_bytes())
     assert width == WIDTH and height > HEIGHT  # the whole report, longer than the window
     assert len(set(pixels)) > 32  # text, tables and colours, not a blank page
+
+
+@pytest.mark.real
+def test_no_table_scrolls_sideways_or_overflows_at_1280_px(real: Loaded, hostile: Loaded) -> None:
+    # the latency columns are in a table of their own, beside the failures' table
+    for seen in (real, hostile):
+        assert overflows(seen.page) == []
+    assert real.page.locator("#variants-performance tbody tr").count() == 4
+
+
+@pytest.mark.real
+def test_the_compare_and_index_pages_fit_1280_px(browser: Browser,
+                                                 report_campaigns: ReportCampaigns,
+                                                 tmp_path: Path) -> None:
+    store = ["--store", report_campaigns.store_arg]
+    compared, site = tmp_path / "compare.html", tmp_path / "site"
+    for args in (["report", report_campaigns.clean, "--compare", report_campaigns.culprit,
+                  "-o", str(compared)], ["report", "--index", "-o", str(site)]):
+        done = CliRunner().invoke(app, [*args, *store])
+        assert done.exit_code == 0, done.output
+    for path in (compared, site / "index.html"):
+        seen = opened(browser, path)
+        assert overflows(seen.page) == [], path
+        assert seen.page.locator("th").count() > 5
+        seen.page.close()
 
 
 @pytest.mark.real

@@ -19,7 +19,7 @@ from orchestrator.reports.campaign.markdown import render_markdown
 from orchestrator.reports.campaign.model import REPORT_VERSION, Report
 from orchestrator.reports.campaign.observed import MAX_EXCERPTS, MAX_POINTS, excerpt
 from orchestrator.reports.campaign.provenance import campaign_file
-from orchestrator.reports.text import p_text, percent
+from orchestrator.reports.text import p_text, share
 from orchestrator.stored import create_campaign, verdict_of
 from tests.support.report_campaigns import (
     CULPRIT,
@@ -54,8 +54,8 @@ def test_the_culprit_rows_are_the_verdict_s(report_campaigns: ReportCampaigns) -
     # the headline says it plainly, with the rates with and without and the p-value
     sentence = report.headline.sentence
     assert sentence.startswith("Corruption follows index_k=bf16 AND hicache=on: ")
-    assert f"{percent(row.rate_with)} of sessions with it" in sentence
-    assert f"{percent(row.rate_without)} without" in sentence
+    assert f"{share(row.rate_with)} of sessions with it" in sentence
+    assert f"{share(row.rate_without)} without" in sentence
     assert f"p = {p_text(row.p_value)}" in sentence and "alpha = 0.01" in report.headline.confidence
     # and the wedge: errors in the sessions, WaitingForInput and aborts in the server's log
     [wedge] = [c for c in report.culprits if c.failure == "wedging"]

@@ -25,6 +25,7 @@ from tests.support.browser import (
     Loaded,
     browser_fixture,  # noqa: F401 - its headless Chromium
     opened,
+    overflows,
 )
 from tests.sweep_report_support import (
     HOSTILE_FACT,
@@ -160,3 +161,7 @@ def test_hostile_text_is_text_and_nothing_runs(regression: Loaded, browser: Brow
         assert skipped.page.locator("#exit").inner_text().startswith("exit 4")
     finally:
         skipped.page.close()
+
+
+def test_no_table_scrolls_sideways_or_overflows_at_1280_px(regression: Loaded) -> None:
+    assert overflows(regression.page) == []

@@ -19,7 +19,8 @@ from orchestrator.reports.files import clean
 from orchestrator.reports.text import share
 
 # Sorts a table.sortable by the column whose header button was pressed (a button: reachable by
-# Tab, pressed by Enter or Space); a cell's data-sort holds its raw value, empty sorts last.
+# Tab, pressed by Enter or Space); a cell's data-sort holds its raw value, empty sorts last. A
+# row of class "follows" (a wide note under its row) moves with the row before it.
 SORT_SCRIPT = """
 (function () {
   "use strict";
@@ -45,15 +46,23 @@ SORT_SCRIPT = """
         heads.forEach(function (other) { other.removeAttribute("aria-sort"); });
         head.setAttribute("aria-sort", ascending ? "ascending" : "descending");
         var body = table.tBodies[0];
-        var rows = Array.prototype.slice.call(body.rows).map(function (row, index) {
-          return { row: row, key: key(row, column), index: index };
+        var rows = [];
+        Array.prototype.slice.call(body.rows).forEach(function (row) {
+          if (row.classList.contains("follows") && rows.length) {
+            rows[rows.length - 1].after.push(row);
+          } else {
+            rows.push({ row: row, key: key(row, column), index: rows.length, after: [] });
+          }
         });
         rows.sort(function (a, b) {
           var order = compare(a.key, b.key);
           if (!a.key.empty && !b.key.empty && !ascending) { order = -order; }
           return order || a.index - b.index;
         });
-        rows.forEach(function (item) { body.appendChild(item.row); });
+        rows.forEach(function (item) {
+          body.appendChild(item.row);
+          item.after.forEach(function (row) { body.appendChild(row); });
+        });
       });
     });
   });
@@ -135,9 +144,11 @@ body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 76rem; 
 h1 { font-size: 1.5rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
 table { border-collapse: collapse; width: 100%; margin: 1rem 0; font-size: .9rem; }
 th, td { border-bottom: 1px solid #e5e5e5; padding: .35rem .6rem; text-align: left;
-         vertical-align: top; overflow-wrap: anywhere; }
+         vertical-align: top; }
+td { overflow-wrap: anywhere; } /* a long name or id breaks; a header only between words */
 th { background: #f6f6f6; } td.num, th.num { text-align: right;
                                              font-variant-numeric: tabular-nums; }
+td.num { white-space: nowrap; }
 .culprit, .worse { color: #9b1c1c; font-weight: 600; } .better, .no_culprit { color: #03543f; }
 .inconclusive, .not_reproduced, .unknown { color: #723b13; }
 pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f6f6f6; padding: .6rem; }

@@ -108,3 +108,64 @@ def decode_png(data: bytes) -> tuple[int, int, bytes]:
         at += 12 + length
     width, height = struct.unpack(">II", chunks[b"IHDR"][:8])
     return int(width), int(height), zlib.decompress(chunks[b"IDAT"])
+
+
+# Every table of a page at a laptop's width: the page must not scroll sideways, no table's
+# scrolling wrapper may need to, and no header or cell may hold text wider than itself.
+LAYOUT_WIDTH, LAYOUT_HEIGHT = 1280, 800
+_OVERFLOWS = r"""() => {
+  const found = [];
+  const root = document.documentElement;
+  if (root.scrollWidth > root.clientWidth) {
+    found.push(`the page scrolls sideways: ${root.scrollWidth} > ${root.clientWidth} px`);
+  }
+  const closed = Array.from(document.querySelectorAll("details")).filter(d => !d.open);
+  closed.forEach(d => { d.open = true; });
+  document.querySelectorAll("table").forEach((table, at) => {
+    const name = table.id || `table ${at + 1}`;
+    const box = table.closest(".scroll");
+    if (box && box.scrollWidth > box.clientWidth) {
+      found.push(`${name} scrolls sideways: ${box.scrollWidth} > ${box.clientWidth} px`);
+    }
+    table.querySelectorAll("th, td").forEach(cell => {
+      if (cell.scrollWidth > cell.clientWidth) {
+        found.push(`${name}: "${cell.textContent.trim().slice(0, 60)}" overflows its cell ` +
+                   `(${cell.scrollWidth} > ${cell.clientWidth} px)`);
+      }
+    });
+    // a header wraps between its words, never inside one: each word fits its cell's width
+    table.querySelectorAll("th").forEach(head => {
+      const style = getComputedStyle(head);
+      const room = head.clientWidth - parseFloat(style.paddingLeft) -
+        parseFloat(style.paddingRight);
+      for (const word of head.textContent.trim().split(/\s+/).filter(w => w)) {
+        const probe = document.createElement("span");
+        probe.style.cssText = "position:absolute;visibility:hidden;white-space:nowrap";
+        probe.textContent = word;
+        (head.querySelector("button") || head).appendChild(probe);
+        const width = probe.getBoundingClientRect().width;
+        probe.remove();
+        if (width > room + 0.5) {
+          found.push(`${name}: the header "${head.textContent.trim()}" breaks inside ` +
+                     `"${word}" (${Math.round(width)} > ${Math.round(room)} px)`);
+        }
+      }
+    });
+  });
+  closed.forEach(d => { d.open = false; });  // as the reader left them
+  return found;
+}"""
+
+
+def overflows(page: Page) -> list[str]:
+    """What overflows on ``page`` at 1280x800 (every ``details`` opened while it looks, so the
+    tables inside count too): empty when nothing does. The viewport is restored after."""
+    before = page.viewport_size
+    page.set_viewport_size({"width": LAYOUT_WIDTH, "height": LAYOUT_HEIGHT})
+    try:
+        found: list[str] = page.evaluate(_OVERFLOWS)
+        assert page.locator("table").count() > 0, "no table on the page"
+    finally:
+        if before is not None:
+            page.set_viewport_size(before)
+    return found

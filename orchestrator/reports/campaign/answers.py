@@ -29,7 +29,7 @@ class VariantAnswer:
 def counts(variant: VariantRow) -> tuple[int, int]:
     """(failing, judged) sessions of a variant as the verdict judged them, for the campaign's
     target (``rate`` is of ``judged``; trials that were mostly errors and timeouts are not)."""
-    return round(variant.rate * variant.judged), variant.judged
+    return variant.failed, variant.judged
 
 
 def _trail_answer(step: TrailRow) -> str | None:

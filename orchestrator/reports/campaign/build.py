@@ -274,7 +274,7 @@ def variant_rows(verdict: Verdict, campaign: Campaign,
             ttft_p99_ms=_latency(cell.trials, "ttft", "p99_ms"),
             itl_p50_ms=_latency(cell.trials, "itl", "p50_ms"),
             itl_p99_ms=_latency(cell.trials, "itl", "p99_ms"),
-            judged=judged_n, failed=failed,
+            judged=judged_n, failed=failed, unfinished=sum(t.unfinished for t in rates),
             unjudged_trials=sum(id(t) not in judged for t in cell.trials),
             stopped_early=sum(t.stopped_early for t in cell.trials),
             lower_bound=bool(rates) and all(t.stopped_early for t in rates)))

@@ -18,6 +18,7 @@ from orchestrator.reports.campaign.answers import counts
 from orchestrator.reports.campaign.model import Interval, NodeFacts, Report, VariantRow
 from orchestrator.reports.files import clean
 from orchestrator.reports.renderer import Writes
+from orchestrator.reports.text import share
 
 WORSE, BETTER, NO_CLEAR_CHANGE = "worse", "better", "no clear change"
 ONLY_A, ONLY_B, NOT_JUDGED = "only in A", "only in B", "not judged in both"
@@ -44,6 +45,9 @@ class VariantChange:
     change: float | None  # rate B - rate A
     ci95: Interval | None
     answer: str  # WORSE | BETTER | NO_CLEAR_CHANGE | ONLY_A | ONLY_B | NOT_JUDGED
+    # a rate that is a lower bound: every trial of the variant stopped early (VariantRow)
+    lower_bound_a: bool = False
+    lower_bound_b: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,7 @@ def _change(key: str, va: VariantRow | None, vb: VariantRow | None) -> VariantCh
         answer = WORSE if ci[0] > 0 else BETTER if ci[1] < 0 else NO_CLEAR_CHANGE
     role = (va.role if va else "") or (vb.role if vb else "")
     return VariantChange(key, dict(shown.levels), role, ka, na, kb, nb, rate_a, rate_b, change,
-                         ci, answer)
+                         ci, answer, bool(va and va.lower_bound), bool(vb and vb.lower_bound))
 
 
 def _node_changes(a: list[NodeFacts], b: list[NodeFacts]) -> list[FactChange]:
@@ -174,14 +178,15 @@ def compare(a: Report, b: Report) -> Comparison:
 # --- rendered ----------------------------------------------------------------------------------
 
 
-def _rate(rate: float | None) -> str:
-    return "–" if rate is None else f"{rate:.1%}"
+def _rate(rate: float | None, lower_bound: bool = False) -> str:
+    """As the campaign's report shows it: ≥ where every trial stopped early (a lower bound)."""
+    return "–" if rate is None else ("≥ " if lower_bound else "") + share(rate)
 
 
 def _delta(v: VariantChange) -> str:
     if v.change is None or v.ci95 is None:
         return "–"
-    return f"{v.change:+.1%} ({v.ci95[0]:+.1%} … {v.ci95[1]:+.1%})"
+    return f"{v.change * 100:+.1f} pp ({v.ci95[0] * 100:+.1f} … {v.ci95[1] * 100:+.1f} pp)"
 
 
 def render_compare_markdown(c: Comparison) -> str:
@@ -198,7 +203,8 @@ def render_compare_markdown(c: Comparison) -> str:
     lines += table(["variant", "role", "A failed/judged#", "A rate#", "B failed/judged#",
                     "B rate#", "change (95% CI)#", "answer"],
                    [[levels_text(v.levels), text(v.role or "–"), f"{v.failed_a}/{v.judged_a}",
-                     _rate(v.rate_a), f"{v.failed_b}/{v.judged_b}", _rate(v.rate_b), _delta(v),
+                     _rate(v.rate_a, v.lower_bound_a), f"{v.failed_b}/{v.judged_b}",
+                     _rate(v.rate_b, v.lower_bound_b), _delta(v),
                      text(v.answer)] for v in c.variants])
     changed = [*c.nodes, *c.commits]
     if c.tool[0] != c.tool[1]:
@@ -226,8 +232,9 @@ def render_compare_html(c: Comparison) -> str:
     if c.tool[0] != c.tool[1]:
         changed.append(FactChange("bisect", "version", c.tool[0], c.tool[1]))
     rows = [{"name": ", ".join(f"{f}={lvl}" for f, lvl in v.levels.items()),
-             "role": v.role, "a": f"{v.failed_a}/{v.judged_a}", "rate_a": _rate(v.rate_a),
-             "b": f"{v.failed_b}/{v.judged_b}", "rate_b": _rate(v.rate_b), "delta": _delta(v),
+             "role": v.role, "a": f"{v.failed_a}/{v.judged_a}",
+             "rate_a": _rate(v.rate_a, v.lower_bound_a), "b": f"{v.failed_b}/{v.judged_b}",
+             "rate_b": _rate(v.rate_b, v.lower_bound_b), "delta": _delta(v),
              "answer": v.answer, "css": {WORSE: "worse", BETTER: "better"}.get(v.answer, "")}
             for v in c.variants]
     return render_page(f"bisect: {c.b.campaign.name} against {c.a.campaign.name}",

@@ -107,6 +107,7 @@ class VariantRow:
     itl_p99_ms: float | None
     judged: int = 0  # the sessions ``rate`` is of: the verdict's judgeable ones
     failed: int = 0  # of them, those failing: ``rate`` is failed / judged
+    unfinished: int = 0  # of ``judged``, sessions a stop left unrun, counted clean (a bound)
     unjudged_trials: int = 0  # trials mostly errors and timeouts: not in ``rate``
     stopped_early: int = 0  # its trials stopped once their answer was certain
     # True when every trial stopped early: a stopped trial ends with its failing sessions
@@ -292,7 +293,9 @@ def _pair(value: Any) -> Interval:
 
 def _report(data: dict[str, Any]) -> Report:
     culprits = [CulpritRow(**{**c, "ci95": _pair(c["ci95"])}) for c in data["culprits"]]
-    variants = [VariantRow(**{**v, "ci95": _pair(v["ci95"])}) for v in data["variants"]]
+    variants = [VariantRow(**{  # a report saved before ``failed`` was: its rate's count
+        "failed": round(v["rate"] * v.get("judged", 0)), **v, "ci95": _pair(v["ci95"])})
+        for v in data["variants"]]
     interaction = data["interaction"]
     if interaction is not None:
         interaction = Interaction(
