@@ -137,3 +137,13 @@ def test_on_the_campaign_loop_every_pair_ran_on_one_pool(tmp_path: Any) -> None:
     for builds in by_pool.values():  # each pool's trials two by two: one of each build
         assert all({a, b} == {"current", "baseline"}
                    for a, b in zip(builds[::2], builds[1::2], strict=True))
+
+
+def test_a_trial_whose_control_has_not_run_gets_its_partner_first() -> None:
+    strategy = sweep()
+    first = [on("p1", 1, CUR, 1000.0)]
+    needed = strategy.judge(PRODUCTION, first).needed
+    assert isinstance(needed[0], Beside) and (dict(needed[0]), needed[0].mate) == (BASE, 1)
+    # then two fresh pairs (three in all), the first of them in the reverse order
+    assert [dict(p) for p in needed[1:]] == [BASE, CUR, CUR, BASE]
+    assert [isinstance(p, Beside) for p in needed[1:]] == [False, True, False, True]

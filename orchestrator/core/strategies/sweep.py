@@ -109,7 +109,7 @@ class SweepStrategy:
         paired = controlled and bool(reference)  # each trial beside a control
         sides = Sides.of([t for t in done if variant_key(t.levels) == key],
                          [t for t in done if variant_key(t.levels) == base_key]
-                         if paired else [], reference)
+                         if paired else [], reference, paired)
         mine = sides.mine
         usable = sides.pairs if paired else len(mine)  # whole pairs
         if usable < plan.min_trials:

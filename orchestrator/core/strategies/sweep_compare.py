@@ -142,11 +142,11 @@ class Sides:
 
     @classmethod
     def of(cls, mine: Sequence[TrialEvidence], controls: Sequence[TrialEvidence],
-           reference: list[Sample]) -> Sides:
-        """A trial and its control pair only where they ran on one pool (pairs_on_pools):
-        pools that differ in speed by a few percent would otherwise put that difference
-        between the sides."""
-        if not controls:
+           reference: list[Sample], paired: bool) -> Sides:
+        """Where ``paired``, a trial and its control pair only where they ran on one pool
+        (pairs_on_pools): pools that differ in speed by a few percent would otherwise put that
+        difference between the sides."""
+        if not paired:
             return cls([of_trial(t) for t in mine], [], reference)
         pairs, lone = pairs_on_pools(mine, controls)
         waiting = {id(t) for t in lone}
