@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from bench.noise import REAL_WORLD
+from bench.simulated import SimulatedPools
 from bench.sweep_fast import fast_comparisons
 from bench.sweep_world import FACTOR, SCENARIOS, SESSIONS, VARIANTS, Machine, Rates, baseline_run
 from bench.sweeps import plan_of, share
@@ -44,21 +45,13 @@ from orchestrator.executor.driver import drive
 from orchestrator.stored import verdict_of
 
 
-class SweepPools:
+class SweepPools(SimulatedPools):
     """The ``Executor`` of simulated pools drawing from one ``Machine``: trials end in the
     order they started (each takes as long), each drawn on its own pool."""
 
     def __init__(self, machine: Machine) -> None:
         self.machine = machine
         self.orders: deque[tuple[str, TrialOrder]] = deque()
-
-    @property
-    def busy(self) -> set[str]:
-        return {name for name, _ in self.orders}
-
-    def submit(self, pool: str, order: TrialOrder) -> None:
-        assert pool not in self.busy, f"{pool} runs a trial already"
-        self.orders.append((pool, order))
 
     def next_report(self) -> tuple[str, TrialReport]:
         name, order = self.orders.popleft()
@@ -71,9 +64,6 @@ class SweepPools:
         performance = None if seen.performance is None else dataclasses.asdict(seen.performance)
         return name, TrialReport(order.trial_id, None, timing, sessions,
                                  performance=performance)
-
-    def shutdown(self) -> None:
-        self.orders.clear()
 
 
 def pools_campaign(plan: SweepConfig, pools: int) -> Campaign:
