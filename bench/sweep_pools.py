@@ -10,7 +10,7 @@ less its random pool offsets, and the pools' speeds given, ``--speeds``). Each r
 baseline run (on one pool), then its current run with the build moved, clean (every variant as
 in the baseline), on ``len(speeds)`` pools.
 
-    .venv/bin/python -m bench.sweep_pools [--runs 50] [--seed 1] [--speeds 1,0.95]
+    .venv/bin/python -m bench.sweep_pools [--runs 50] [--seed 1] [--speeds 0.9,1] [--variants 3]
 
 Prints the alerts (exit 1: a false alert, nothing changed), the clean and inconclusive runs
 with exact 95% intervals, the trials, and the trials that ran with no trial of the other build
@@ -120,13 +120,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--speeds", default="1,0.95", help="each pool's speed, comma-separated")
+    parser.add_argument("--speeds", default="0.9,1", help="each pool's speed, comma-separated")
+    parser.add_argument("--variants", type=int, default=len(VARIANTS),
+                        help="the sweep's first N variants (production first)")
     args = parser.parse_args(argv)
     speeds = tuple(float(s) for s in args.speeds.split(","))
     rows = []
     with tempfile.TemporaryDirectory() as home, Store.open(str(Path(home) / "b.db")) as store:
         for index in range(args.runs):
-            rows.append(one_run(store, args.seed, index, speeds))
+            rows.append(one_run(store, args.seed, index, speeds, args.variants))
             row = rows[-1]
             print(f"run {index}: {row['status']}, {row['trials']} trials, "
                   f"{row['unpartnered']} unpartnered", flush=True)
