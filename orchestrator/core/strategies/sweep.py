@@ -12,8 +12,10 @@ alert storms start; the fresh trials are how they stop.
 
 Controls, as Pinpoint runs them. Where the run can put the baseline's build back (the source
 tree moved: ``confirm_build``), every trial of a variant runs beside one of the baseline's build,
-alternated (current, baseline, current, baseline), and performance is compared with those fresh
-controls only, measured in the same hours on the same machine: a machine runs faster or slower
+alternated (current, baseline, current, baseline), each pair on one pool (``Beside``: with
+several pools, several pairs at once, and a trial is paired with the control that ran on its
+pool, orchestrator/core/pairs.py), and performance is compared with those fresh controls only,
+measured in the same hours on the same machine: a machine runs faster or slower
 from one day to the next, and another day's trials would mix that drift with the build. The
 suspect's confirmation runs fresh pairs too. Where the build did not move and nothing else
 changed since the baseline, a performance change against the baseline's trials of another day
