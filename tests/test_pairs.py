@@ -125,8 +125,8 @@ def test_the_sweep_compares_a_trial_with_the_control_on_its_pool() -> None:
 def test_on_the_campaign_loop_every_pair_ran_on_one_pool(tmp_path: Any) -> None:
     """The real driver, placement and SQLite store, two simulated pools 10% apart in speed
     (bench/sweep_pools.py): every trial with its partner on its pool, and no alert. (Placed
-    by the fewest restarts alone, every current trial of this run ran on the slower pool and
-    every control on the other: "regression: production: throughput -8%".)"""
+    by the fewest restarts alone, on main at 2adb202, each build of this run kept to its own
+    pool, and it alerted: "regression: production: throughput -8%".)"""
     with Store.open(str(tmp_path / "b.db")) as store:
         row = one_run(store, 7, 2, (0.9, 1.0), variants=1)
         trials = store.trials("run-2")
