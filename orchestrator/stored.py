@@ -48,7 +48,8 @@ def evidence(trials: list[TrialRecord], failing: Failing = CORRUPTING,
         TrialEvidence(levels=t.levels, counts=t.counts, restarts=t.restarts,
                       wall_s=t.wall_s or 0.0, workload_s=t.workload_s or 0.0,
                       stopped_early=t.stopped_early, events=t.events, planned=planned,
-                      failing=failing, performance=performance(t.performance), seq=t.seq)
+                      failing=failing, performance=performance(t.performance), seq=t.seq,
+                      pool=t.pool)
         for t in trials
         if t.status == "done"
     ]

@@ -87,6 +87,7 @@ class TrialEvidence:
     failing: Failing = CORRUPTING  # what counts as failing: the campaign's target
     performance: Performance | None = None  # None: stored before it was measured
     seq: int = 0  # the trial's number in its campaign (0: not known)
+    pool: str = ""  # the pool it ran on ("": not known)
 
     @property
     def sessions(self) -> int:

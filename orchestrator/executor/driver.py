@@ -30,7 +30,7 @@ from orchestrator.core.verdict import Verdict
 from orchestrator.executor.base import Executor, PoolCrashed, TrialOrder, TrialReport
 from orchestrator.executor.load_generators import unplaceable
 from orchestrator.executor.nodes import PreflightFailed, check_nodes, locked
-from orchestrator.executor.placement import place
+from orchestrator.executor.placement import place_pairs
 from orchestrator.executor.ray_pool import PoolActors, RayNotStarted, ensure_ray, ray_started
 from orchestrator.executor.reaper import Reaper
 from orchestrator.executor.source_changes import recover_nodes
@@ -214,6 +214,7 @@ def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
     infra_failures: dict[str, int] = {}  # this run's, per variant
     pending: dict[int, dict[str, str]] = {}
     running: dict[str, dict[str, str]] = {}  # what each pool ran last (restart economy)
+    after: dict[str, dict[str, str]] = {}  # a pair's partner, to run next on its pool
     status = "failed"
     try:
         while True:
@@ -221,15 +222,21 @@ def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
             skipped = unresolvable(trials)
             blocked = {variant_key(u.levels) for u in skipped}
             strategy: Strategy = skipping(base, skipped)
-            free = [p.name for p in campaign.pools if p.name not in actors.busy]
             seen = evidence(trials, failing, planned)
+            free = [p.name for p in campaign.pools if p.name not in actors.busy]
+            # a pair's partner first, where its first trial ended: next on that pool
+            partners = [(pool, after.pop(pool)) for pool in free if pool in after]
+            free = [pool for pool in free if pool not in dict(partners)]
             proposals = [
                 levels
-                for levels in strategy.propose(seen, list(pending.values()))
+                for levels in strategy.propose(seen, [*pending.values(), *after.values(),
+                                                      *(levels for _, levels in partners)])
                 if variant_key(levels) not in blocked
             ]
+            placed = place_pairs(campaign, free, proposals, running,
+                                 {t.seq: t.pool for t in trials}, after)
             next_seq = max((t.seq for t in trials), default=0) + 1
-            for pool, levels in place(campaign, free, proposals, running):
+            for pool, levels in [*partners, *placed.now]:
                 variant = store.variant(campaign_id, levels)
                 seed = trial_seed(campaign.workload.seed, next_seq)  # the run's draw
                 trial_id = store.start_trial(campaign_id, variant.id, next_seq, pool, seed)
@@ -241,6 +248,7 @@ def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
                 progress(f"trial {next_seq} on {pool}" + (f": {variant.key}" if variant.key
                                                           else ""))
                 next_seq += 1
+            after.update(placed.after)
             if not pending:
                 break
             try:
@@ -261,6 +269,7 @@ def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
                 store.fail_trial(report.trial_id, report.error, report.timing, failure=failure,
                                  steps=report.steps)
                 running.pop(pool, None)  # half-deployed: assume nothing of it runs
+                after.pop(pool, None)  # its pair is broken: the strategy asks again
                 progress(f"  FAILED on {pool}: {report.error.splitlines()[0]}")
                 if failure == "setup":  # every variant would fail so: stop, never retried
                     raise SetupError(f"{report.error.splitlines()[0]} (the campaign stopped: "

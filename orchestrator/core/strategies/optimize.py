@@ -39,6 +39,7 @@ from typing import Protocol, runtime_checkable
 
 from experiments.optimize_config import OptimizeConfig
 from orchestrator.core.evidence import CORRUPTING, Levels, TrialEvidence, variant_key
+from orchestrator.core.pairs import Beside
 from orchestrator.core.stats.exact import binomial_at_most
 from orchestrator.core.strategies.base import (
     UNFINISHED,
@@ -200,10 +201,12 @@ class Optimize:
             reruns = self._reruns(done, pending, searched)[:free]
             if reruns:
                 return self.search.suggest(told, reruns, pending, 0)
-        elif not pending:  # a pair starts with nothing else running: its trials adjacent
-            pairs = self._pairs_wanted(standing)[:free]
+        elif not pending:  # pairs start with nothing else running: each pair's trials
+            pairs = self._pairs_wanted(standing, free)  # adjacent on one pool (Beside)
             if pairs:
-                return self.search.suggest(told, pairs, pending, 0)
+                asked = self.search.suggest(told, pairs, pending, 0)
+                return [Beside(got, want.mate) if isinstance(want, Beside) else got
+                        for want, got in zip(pairs, asked, strict=True)]
         if not pending:
             self.search.close(told)
         return []
@@ -312,13 +315,13 @@ class Optimize:
         return production.plausible and production.key not in {
             variant_key(u.levels) for u in self.unresolvable}
 
-    def _pairs_wanted(self, standing: Standing) -> list[dict[str, str]]:
+    def _pairs_wanted(self, standing: Standing, pools: int) -> list[dict[str, str]]:
         production = self._paired_with(standing)
         if production is None or standing.final is None:
             return []
         count = self.plan.confirm_trials
         return standing.final.wanted(production, standing.named[0].levels, count,
-                                     2 * count * CONFIRM_ROUNDS)
+                                     2 * count * CONFIRM_ROUNDS, pools)
 
     def stop_rule(self, levels: Levels, done: Sequence[TrialEvidence]) -> StopAboveLimit | None:
         if self.plan.target != "corruption":

@@ -14,8 +14,9 @@ The phase is found in the stored trials alone, so a resumed run replays to the s
 it begins after the first trial ``k`` (in the order the run started its trials, ``seq``) at
 which the search's budget was spent and confirmation wanted nothing more of the trials up to
 ``k``. The strategy starts it only when nothing else runs, so every trial before it had ended.
-A pair is two trials of the phase next to each other in that order, one of production and one
-of the answer.
+A pair is two trials of the phase next to each other in that order on one pool, one of
+production and one of the answer (``Beside``: with several pools, each pair on one pool, and
+several pairs at once, one a pool).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Literal
 
 from experiments.optimize_config import direction
 from orchestrator.core.evidence import Levels, TrialEvidence, variant_key
+from orchestrator.core.pairs import adjacent_on_pools, partner_of
 from orchestrator.core.stats.regression import compare_values
 from orchestrator.core.strategies.optimize_rank import Difference, figure
 
@@ -41,39 +43,48 @@ class Final:
     after: int  # the seq of confirmation's last trial: the phase is every trial after it
     trials: tuple[TrialEvidence, ...]  # in the order they started
 
-    def _walk(self, production: str, answer: str) -> tuple[list[Pair], TrialEvidence | None]:
-        """The pairs, and the last trial when it is one side's still waiting for the other."""
-        pairs: list[Pair] = []
-        index, trials = 0, self.trials
-        while index < len(trials):
-            here = variant_key(trials[index].levels)
-            there = variant_key(trials[index + 1].levels) if index + 1 < len(trials) else None
-            if {here, there} == {production, answer}:
-                first, second = trials[index], trials[index + 1]
-                pairs.append((first, second) if here == production else (second, first))
-                index += 2
-                continue
-            if index == len(trials) - 1 and here in (production, answer):
-                return pairs, trials[index]
-            index += 1
-        return pairs, None
+    def _walk(self, production: str, answer: str) -> tuple[list[Pair], list[TrialEvidence]]:
+        """The pairs, on each pool apart, and the trials that wait for their partner there."""
+        return adjacent_on_pools(self.trials, production, answer, _adjacent)
 
     def pairs(self, production: Levels, answer: Levels) -> list[Pair]:
         return self._walk(variant_key(production), variant_key(answer))[0]
 
-    def wanted(self, production: Levels, answer: Levels, count: int, most: int) -> list[
-            dict[str, str]]:
-        """The next trials: the partner of a trial waiting for one, else a new pair until
-        ``count`` pairs, while the phase has fewer than ``most`` trials (a bound where trials
-        of other configurations, still running when it began, break pairs apart)."""
+    def wanted(self, production: Levels, answer: Levels, count: int, most: int,
+               pools: int = 1) -> list[dict[str, str]]:
+        """The next trials: the partner of each trial waiting for one, on its pool, then the
+        first trials of new pairs (one a pool) until ``count`` pairs, while the phase has fewer
+        than ``most`` trials (a bound where trials of other configurations, still running
+        when it began, break pairs apart)."""
         made, alone = self._walk(variant_key(production), variant_key(answer))
-        if alone is not None:
-            waiting = variant_key(alone.levels) == variant_key(production)
-            return [dict(answer if waiting else production)]
-        if len(made) >= count or len(self.trials) >= most:
-            return []
-        pair = [dict(production), dict(answer)]
-        return pair if len(made) % 2 == 0 else pair[::-1]
+        partners = [partner_of(trial, production, answer) for trial in alone]
+        if len(made) + len(alone) >= count or len(self.trials) >= most:
+            return list(partners)
+        more = min(count - len(made) - len(alone), max(0, pools - len(partners)))
+        # each new pair's first trial, the order of each the reverse of the last's; its
+        # partner is asked for once it ended, on its pool
+        return [*partners, *(dict(answer if (len(made) + len(alone) + index) % 2 else
+                                  production) for index in range(more))]
+
+
+def _adjacent(trials: Sequence[TrialEvidence], production: str, answer: str
+              ) -> tuple[list[Pair], TrialEvidence | None]:
+    """The pairs of one sequence of trials (a pool's), and its last trial when it is one
+    side's still waiting for the other."""
+    pairs: list[Pair] = []
+    index = 0
+    while index < len(trials):
+        here = variant_key(trials[index].levels)
+        there = variant_key(trials[index + 1].levels) if index + 1 < len(trials) else None
+        if {here, there} == {production, answer}:
+            first, second = trials[index], trials[index + 1]
+            pairs.append((first, second) if here == production else (second, first))
+            index += 2
+            continue
+        if index == len(trials) - 1 and here in (production, answer):
+            return pairs, trials[index]
+        index += 1
+    return pairs, None
 
 
 def final_phase(done: Sequence[TrialEvidence], budget: int,

@@ -12,8 +12,10 @@ alert storms start; the fresh trials are how they stop.
 
 Controls, as Pinpoint runs them. Where the run can put the baseline's build back (the source
 tree moved: ``confirm_build``), every trial of a variant runs beside one of the baseline's build,
-alternated (current, baseline, current, baseline), and performance is compared with those fresh
-controls only, measured in the same hours on the same machine: a machine runs faster or slower
+alternated (current, baseline, current, baseline), each pair on one pool (``Beside``: with
+several pools, several pairs at once, and a trial is paired with the control that ran on its
+pool, orchestrator/core/pairs.py), and performance is compared with those fresh controls only,
+measured in the same hours on the same machine: a machine runs faster or slower
 from one day to the next, and another day's trials would mix that drift with the build. The
 suspect's confirmation runs fresh pairs too. Where the build did not move and nothing else
 changed since the baseline, a performance change against the baseline's trials of another day
@@ -35,6 +37,7 @@ from collections.abc import Mapping, Sequence
 
 from experiments.strategy_config import NamedVariant, SweepConfig
 from orchestrator.core.evidence import TrialEvidence, variant_key
+from orchestrator.core.pairs import fresh_pairs, partner_of
 from orchestrator.core.stats.clustered import INDEPENDENT, RESTART_PRIOR, Dispersion, dispersion
 from orchestrator.core.stats.compare import StopWhenFailing
 from orchestrator.core.stats.regression import Comparison, Difference
@@ -105,18 +108,17 @@ class SweepStrategy:
         key, base_key = variant_key(self.levels(variant)), variant_key(
             self.levels(variant, "baseline"))
         reference = self.baseline.get(variant.name, [])
-        sides = Sides([of_trial(t) for t in done if variant_key(t.levels) == key],
-                       [of_trial(t) for t in done if variant_key(t.levels) == base_key]
-                       if controlled and reference else [], reference)
-        mine, controls = sides.mine, sides.controls
-        wanted_controls = plan.min_trials if controlled and reference else 0
-        if len(mine) < plan.min_trials or len(controls) < wanted_controls:
+        paired = controlled and bool(reference)  # each trial beside a control
+        sides = Sides.of([t for t in done if variant_key(t.levels) == key],
+                         [t for t in done if variant_key(t.levels) == base_key]
+                         if paired else [], reference, paired)
+        mine = sides.mine
+        usable = sides.pairs if paired else len(mine)  # whole pairs
+        if usable < plan.min_trials:
             return Judged(variant, "measuring", len(mine), (), needed=tuple(self._pairs(
-                variant, plan.min_trials - len(mine), wanted_controls - len(controls),
-                sides.pairs)))
+                variant, plan.min_trials, sides, paired)))
         if not reference:
             return Judged(variant, "new", len(mine), ())
-        usable = min(len(mine), len(controls)) if controlled else len(mine)  # whole pairs
         # with no control beside it and nothing changed, a performance change is the
         # machine's drift: shown, deciding nothing (more trials would not tell it apart)
         drift_only = not controlled and not plan.unrestorable
@@ -143,16 +145,20 @@ class SweepStrategy:
                 return Judged(variant, "inconclusive", seen, found,
                               controls=seen if controlled else 0)
         return Judged(variant, "measuring", len(mine), found,
-                      needed=tuple(self._pairs(variant, 1, 1 if controlled else 0,
-                                               sides.pairs)),
+                      needed=tuple(self._pairs(variant, usable + 1, sides, paired)),
                       controls=usable if controlled else 0)
 
-    def _pairs(self, variant: NamedVariant, current: int, baseline: int, ran: int
+    def _pairs(self, variant: NamedVariant, wanted: int, sides: Sides, paired: bool
                ) -> list[dict[str, str]]:
-        """``current`` trials of the variant and ``baseline`` of the baseline's build, each
-        control beside its trial; ``ran``: the whole pairs run before them."""
-        return _interleaved([self.levels(variant)] * max(0, current),
-                            [self.levels(variant, "baseline")] * max(0, baseline), ran)
+        """The trials that make ``wanted`` trials of the variant, each beside a control on one
+        pool where ``paired``: first the partner of each trial waiting for one, on its pool."""
+        mine, control = self.levels(variant), self.levels(variant, "baseline")
+        if not paired:
+            return [mine] * max(0, wanted - len(sides.mine))
+        partners = [partner_of(t, mine, control) for t in sides.lone]
+        fresh = max(0, wanted - sides.pairs - len(sides.lone))
+        return [*partners, *_interleaved([mine] * fresh, [control] * fresh,
+                                         sides.pairs + len(sides.lone))]
 
     def _confirm(self, variant: NamedVariant, seen: int, found: tuple[Comparison, ...],
                  suspected: tuple[str, ...], sides: Sides,
@@ -163,7 +169,7 @@ class SweepStrategy:
         plan, controlled = self.plan, bool(sides.controls)
         fresh = sides.mine[seen:]
         fresh_controls = sides.controls[seen:]
-        pairs = min(len(fresh), len(fresh_controls)) if controlled else len(fresh)
+        pairs = sides.pairs - seen if controlled else len(fresh)
         at = [n for n in confirm_looks(plan) if n <= pairs]  # the looks taken so far
         partial: tuple[Comparison, ...] = ()
         if at:
@@ -183,9 +189,7 @@ class SweepStrategy:
             partial = judged
         wanted = min(n for n in confirm_looks(plan) if n > pairs) if at else plan.confirm_trials
         return Judged(variant, "confirming", seen, found, suspected, partial, pairs,
-                      needed=tuple(self._pairs(variant, wanted - len(fresh),
-                                               wanted - len(fresh_controls) if controlled
-                                               else 0, sides.pairs)),
+                      needed=tuple(self._pairs(variant, seen + wanted, sides, controlled)),
                       controls=seen if controlled else 0)
 
     def judged(self, done: Sequence[TrialEvidence]) -> list[Judged]:
@@ -251,13 +255,14 @@ class SweepStrategy:
 
 def _interleaved(current: list[dict[str, str]], baseline: list[dict[str, str]], ran: int
                  ) -> list[dict[str, str]]:
-    """Current and baseline builds alternating, so a pair runs side by side in time, and each
-    pair in the order the reverse of the last (current first in the run's first, third...
-    pair; ``ran`` pairs ran before): a machine that speeds up or slows down over the hours
-    would otherwise favour the side that always runs second (bench/sweeps.py: a false
-    throughput alert, -7% over 12 pairs, every baseline trial run after its pair's)."""
-    out: list[dict[str, str]] = []
-    for index in range(max(len(current), len(baseline))):
-        pair = current[index:index + 1] + baseline[index:index + 1]
-        out += pair[::-1] if (ran + index) % 2 else pair
-    return out
+    """Current and baseline builds alternating, so a pair runs side by side in time on one pool
+    (``Beside``), and each pair in the order the reverse of the last (current first in the
+    run's first, third... pair; ``ran`` pairs ran before): a machine that speeds up or slows
+    down over the hours would otherwise favour the side that always runs second
+    (bench/sweeps.py: a false throughput alert, -7% over 12 pairs, every baseline trial run
+    after its pair's)."""
+    firsts = [pair[(ran + index) % 2] for index, pair in enumerate(zip(current, baseline,
+                                                                        strict=True))]
+    seconds = [pair[1 - (ran + index) % 2] for index, pair in enumerate(zip(current, baseline,
+                                                                             strict=True))]
+    return fresh_pairs(firsts, seconds)

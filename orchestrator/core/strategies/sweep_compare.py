@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from experiments.strategy_config import BaselineTrial, SweepConfig
 from orchestrator.core.evidence import CORRUPTING, WEDGING, TrialEvidence
+from orchestrator.core.pairs import pairs_on_pools
 from orchestrator.core.stats.clustered import INDEPENDENT, Counts, Dispersion
 from orchestrator.core.stats.regression import (
     Comparison,
@@ -129,16 +130,31 @@ def answers_of(comparisons: Sequence[Comparison]) -> set[Difference]:
 
 @dataclass(frozen=True)
 class Sides:
-    """A variant's trials as one judgement reads them, in the order they ran."""
+    """A variant's trials as one judgement reads them: ``mine[i]`` and ``controls[i]`` the
+    i-th pair (a trial and its control, on one pool), in the order the pairs ended, then the
+    trials still waiting for their partner (``lone``)."""
 
     mine: list[Sample]  # the current build's
     controls: list[Sample]  # the baseline's build's, fresh (empty where it cannot run)
     reference: list[Sample]  # the baseline run's stored trials
+    pairs: int = 0  # whole pairs run
+    lone: tuple[TrialEvidence, ...] = ()  # trials of either build whose partner has not run
 
-    @property
-    def pairs(self) -> int:
-        """Whole pairs run (a trial and its control)."""
-        return min(len(self.mine), len(self.controls))
+    @classmethod
+    def of(cls, mine: Sequence[TrialEvidence], controls: Sequence[TrialEvidence],
+           reference: list[Sample], paired: bool) -> Sides:
+        """Where ``paired``, a trial and its control pair only where they ran on one pool
+        (pairs_on_pools): pools that differ in speed by a few percent would otherwise put that
+        difference between the sides."""
+        if not paired:
+            return cls([of_trial(t) for t in mine], [], reference)
+        pairs, lone = pairs_on_pools(mine, controls)
+        waiting = {id(t) for t in lone}
+        return cls([of_trial(a) for a, _ in pairs] + [of_trial(t) for t in mine
+                                                        if id(t) in waiting],
+                   [of_trial(b) for _, b in pairs] + [of_trial(t) for t in controls
+                                                        if id(t) in waiting],
+                   reference, len(pairs), tuple(lone))
 
     def detection(self, seen: int, metric: str) -> tuple[list[Sample], list[Sample]]:
         """What the first ``seen`` trials are compared with: performance with the controls
