@@ -104,10 +104,16 @@ class Bench:
         return {**clean, "RAY_TMPDIR": self.ray_tmp, "BISECT_KILL_MARK": self.marker}
 
     def run(self) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [BISECT, "run", str(self.campaign), "--store", str(self.db), "--json"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env(),
-            start_new_session=True)
+        return self._start(["run", str(self.campaign)])
+
+    def resuming(self, campaign_id: str) -> subprocess.Popen[bytes]:
+        """`bisect resume`, started (for a later kill)."""
+        return self._start(["resume", campaign_id])
+
+    def _start(self, args: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([BISECT, *args, "--store", str(self.db), "--json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env(),
+                                start_new_session=True)
 
     def resume(self, campaign_id: str) -> tuple[subprocess.CompletedProcess[str], int]:
         """`bisect resume`, to its end; its result and its pid (its session's id)."""
