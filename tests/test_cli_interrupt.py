@@ -84,12 +84,12 @@ def test_ctrl_c_stops_the_run_and_prints_the_resume_command_that_finishes_it(
         if line.startswith("trial 1 on p0") or not line:
             break
     assert seen[-1].startswith("trial 1 on p0"), "".join(seen)
-    while not _twins(tmp_path) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _twins(tmp_path), "the trial's twin never started"
+    # Waited for by its load, then looked for (at load 14 a run once saw the twin, then none
+    # at the next look, and failed).
     while not _loaded(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _loaded(tmp_path), "the trial's load never started"
+    assert _twins(tmp_path), "the twin serving the trial's load is not running"
     os.killpg(run.pid, signal.SIGINT)
     _, rest = run.communicate(timeout=120)
     stderr = "".join(seen) + rest
