@@ -158,3 +158,4 @@ def ray_cluster() -> Iterator[Cluster]:
 
 from tests.lab_fixture import lab, systemd_lab, systemd_node  # noqa: E402, F401 - one of each per run
 from tests.postgres_fixture import postgres_server, postgres_url, store_url  # noqa: E402, F401 - one real PostgreSQL per run
+from tests.support.demo import demo  # noqa: E402, F401 - one demo per run, from the wheel

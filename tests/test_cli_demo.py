@@ -1,19 +1,14 @@
-"""The demo through the real console script, once, and every command a newcomer runs on its
-store: strict JSON everywhere (no NaN), the paths it wrote, the next commands it prints working
-as printed, ids by prefix and `last`, a closed pipe."""
+"""The demo through the real console script, once (the run's one demo, from the installed wheel:
+tests/support/demo.py), and every command a newcomer runs on its store: strict JSON everywhere
+(no NaN), the paths it wrote, the next commands it prints working as printed, ids by prefix and
+`last`, a closed pipe."""
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
 import subprocess
-import sys
-import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from xml.etree import ElementTree
 
 import pytest
@@ -24,53 +19,12 @@ from tests.support.browser import (
     opened,
     overflows,
 )
+from tests.support.demo import Demo, strict
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
 pytestmark = pytest.mark.real
-
-BISECT = str(Path(sys.executable).parent / "bisect")
-
-
-def strict(text: str) -> Any:
-    """JSON as JavaScript and Go read it: NaN and Infinity are errors, not numbers."""
-    def refuse(constant: str) -> None:
-        raise ValueError(f"not JSON: {constant}")
-
-    return json.loads(text, parse_constant=refuse)
-
-
-@dataclass(frozen=True)
-class Demo:
-    cwd: Path
-    env: dict[str, str]
-    campaign_id: str
-    document: dict[str, Any]
-    stderr: str
-
-    def bisect(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([BISECT, *args], cwd=self.cwd, env=self.env, capture_output=True,
-                              text=True, timeout=120, check=False)
-        if check:
-            assert done.returncode == 0, (args, done.stderr[-2000:])
-        return done
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    """`bisect demo --json` run once, in a directory of its own, as a newcomer runs it."""
-    cwd = tmp_path_factory.mktemp("newcomer")
-    # Ray's socket paths must stay under 108 bytes: a short private directory of its own.
-    ray_tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
-    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "COLUMNS": "200"}
-    env.pop("BISECT_STORE", None)
-    done = subprocess.run([BISECT, "demo", "--json"], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    document = strict(done.stdout)  # exactly one document on stdout
-    yield Demo(cwd, env, document["campaign"], document, done.stderr)
-    subprocess.run(["rm", "-rf", ray_tmp], check=False)
 
 
 def test_the_demo_json_is_strict_and_names_the_paths_it_wrote(demo: Demo) -> None:
@@ -98,7 +52,7 @@ def test_the_demo_says_where_its_store_is_and_what_to_run_next(demo: Demo) -> No
     commands = [shlex.split(line.split("#")[0]) for line in lines[after:after + 3]]
     # The program as it was started: by name where PATH finds it, else by its path.
     program = commands[0][0]
-    assert program in ("bisect", BISECT)
+    assert program in ("bisect", demo.program)
     at = [demo.campaign_id, "--store", "bisect-demo/bisect.db"]
     assert commands == [[program, "log", *at], [program, "show", *at],
                         [program, "report", *at, "-o", "bisect-report.html"]]
@@ -142,10 +96,10 @@ def test_ls_and_show_never_cut_an_id_or_a_variant(demo: Demo) -> None:
     store = ("--store", "bisect-demo/bisect.db")
     for columns in ("40", "80", "200"):
         env = {**demo.env, "COLUMNS": columns}
-        listed = subprocess.run([BISECT, "ls", *store], cwd=demo.cwd, env=env,
+        listed = subprocess.run([demo.program, "ls", *store], cwd=demo.cwd, env=env,
                                 capture_output=True, text=True, check=True).stdout
         assert demo.campaign_id in listed and "…" not in listed, listed
-        shown = subprocess.run([BISECT, "show", "last", *store], cwd=demo.cwd, env=env,
+        shown = subprocess.run([demo.program, "show", "last", *store], cwd=demo.cwd, env=env,
                                capture_output=True, text=True, check=True).stdout
         assert demo.campaign_id in shown and "…" not in shown, shown
         assert "index_k=bf16" in shown and "hicache=on" in shown
@@ -155,7 +109,7 @@ def test_a_closed_pipe_ends_the_command_quietly(demo: Demo) -> None:
     """`bisect ls --json | head -c1`: the reader is gone before the write; exit 141 (128 +
     SIGPIPE, as git), nothing on stderr."""
     for args in (("ls", "--json"), ("show", "last"), ("log", "last", "--json")):
-        with subprocess.Popen([BISECT, *args, "--store", "bisect-demo/bisect.db"],
+        with subprocess.Popen([demo.program, *args, "--store", "bisect-demo/bisect.db"],
                               cwd=demo.cwd, env=demo.env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE) as run:
             assert run.stdout is not None and run.stderr is not None
@@ -169,7 +123,7 @@ def test_a_reading_command_without_the_demo_s_store_points_to_it(demo: Demo) -> 
     """The default store is ./bisect.db: a newcomer who forgets --store is told where the
     demo's is, and no empty store is made."""
     env = {k: v for k, v in demo.env.items() if k != "BISECT_STORE"}
-    done = subprocess.run([BISECT, "log", "last"], cwd=demo.cwd, env=env, capture_output=True,
+    done = subprocess.run([demo.program, "log", "last"], cwd=demo.cwd, env=env, capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 2
     assert done.stderr == (f"error: no store at {demo.cwd / 'bisect.db'} (the demo's store is "

@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from orchestrator.cli import app
 from orchestrator.demo import twin_pool
+from tests.support.kill_points import CHAT
 from tests.support.twins import race_faults
 
 pytestmark = pytest.mark.real
@@ -59,6 +62,12 @@ def _twins(marker: Path) -> list[int]:
     return found
 
 
+def _loaded(workdir: Path) -> bool:
+    """The twin's log shows a request of the trial's load."""
+    return any(CHAT in log.read_text(errors="replace")
+               for log in (workdir / "services").glob("*.log"))
+
+
 def test_ctrl_c_stops_the_run_and_prints_the_resume_command_that_finishes_it(
         tmp_path: Path, environment: dict[str, str]) -> None:
     campaign = _campaign(tmp_path)
@@ -75,10 +84,12 @@ def test_ctrl_c_stops_the_run_and_prints_the_resume_command_that_finishes_it(
         if line.startswith("trial 1 on p0") or not line:
             break
     assert seen[-1].startswith("trial 1 on p0"), "".join(seen)
-    while not _twins(tmp_path) and time.monotonic() < deadline:
+    # Waited for by its load, then looked for (at load 14 a run once saw the twin, then none
+    # at the next look, and failed).
+    while not _loaded(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _twins(tmp_path), "the trial's twin never started"
-    time.sleep(0.5)  # its load is running
+    assert _loaded(tmp_path), "the trial's load never started"
+    assert _twins(tmp_path), "the twin serving the trial's load is not running"
     os.killpg(run.pid, signal.SIGINT)
     _, rest = run.communicate(timeout=120)
     stderr = "".join(seen) + rest
@@ -99,7 +110,7 @@ def test_ctrl_c_stops_the_run_and_prints_the_resume_command_that_finishes_it(
     # One trial a variant: finished, its verdict most likely inconclusive (exit 3).
     assert resumed.returncode in (0, 3), resumed.stderr[-3000:]
     assert resumed.stdout.startswith("verdict ")
-    listed = subprocess.run([BISECT, "ls", "--store", "bisect.db", "--json"], cwd=tmp_path,
-                            env=environment, capture_output=True, text=True, check=True)
+    listed = CliRunner().invoke(app, ["ls", "--store", str(tmp_path / "bisect.db"), "--json"])
+    assert listed.exit_code == 0, listed.output
     assert '"status": "done"' in listed.stdout and '"trials": 4' in listed.stdout
     assert not _twins(tmp_path)

@@ -46,38 +46,53 @@ def _mid_stress(bench: Bench) -> bool:
     return bench.phase() == "stress"
 
 
-def _restarting_a_later_trial(bench: Bench) -> bool:
+def _restarting_a_later_trial(bench: Bench) -> bool:  # after a trial that finished
     states = bench.trials()
-    return (len(states) >= 2 and states[-1][1] == "running"
+    return (any(status == "done" for _, status in states) and states[-1][1] == "running"
             and bench.phase() in ("deploy", "restart, proof"))
 
 
-@pytest.mark.parametrize("point", [_before_the_first_trial, _mid_stress,
-                                   _restarting_a_later_trial],
-                         ids=["before-first-trial", "mid-stress", "restart"])
-def test_sigkill_then_resume(tmp_path: Path, point: Callable[[Bench], bool]) -> None:
+# In the order one campaign passes them: the run is killed at the first, each resume at the
+# next, and the last resume runs to the end (one campaign, four drivers, where a campaign a
+# point took six: a resume that is killed and resumed again is part of what is tested).
+POINTS = [("before the first trial", _before_the_first_trial), ("mid-stress", _mid_stress),
+          ("restarting a later trial", _restarting_a_later_trial)]
+
+
+def test_sigkill_at_each_point_then_resume(tmp_path: Path) -> None:
     bench = Bench.make(tmp_path, sessions=12)
     try:
-        _kill_then_resume(bench, point)
+        killed_at: list[tuple[int, str]] = []  # every kill's trials, as they were
+        campaign_id = ""
+        for name, point in POINTS:
+            driver = bench.resuming(campaign_id) if campaign_id else bench.run()
+            killed_at += _kill_at(bench, driver, name, point, {seq for seq, _ in killed_at})
+            [campaign_id] = bench.campaign_ids()
+        resumed, resume_pid = bench.resume(campaign_id)
+        assert problems_after_resume(bench, killed_at, resumed, CULPRIT) == []
+        assert no_leftovers(bench.marker, resume_pid) == []
     finally:
         bench.close()
 
 
-def _kill_then_resume(bench: Bench, point: Callable[[Bench], bool]) -> None:
-    driver = bench.run()
+def _kill_at(bench: Bench, driver: subprocess.Popen[bytes], name: str,
+             point: Callable[[Bench], bool], seen: set[int]) -> list[tuple[int, str]]:
+    """Kill ``driver`` once ``point`` holds in a trial of its own (not one an earlier kill left
+    running: ``seen``); the trials then. The reaper: no twin, Ray agent or worker of the dead
+    driver runs on."""
+    def reached() -> bool:
+        states = bench.trials()
+        return (not states or states[-1][0] not in seen) and point(bench)
+
     try:
-        reached = wait_until(lambda: point(bench), driver, timeout_s=120)
-        assert reached, driver.communicate()[1].decode()[-2000:] if driver.poll() is not None \
-            else "the campaign never reached the kill point"
+        reached_it = wait_until(reached, driver, timeout_s=120)
+        assert reached_it, (f"{name}: " + driver.communicate()[1].decode()[-2000:]
+                         if driver.poll() is not None else f"{name}: never reached")
     finally:
         kill(driver)
     killed_at = bench.trials()
-    # The reaper: no twin, Ray agent or worker of the dead driver runs on.
-    assert no_leftovers(bench.marker, driver.pid) == []
-    [campaign_id] = bench.campaign_ids()
-    resumed, resume_pid = bench.resume(campaign_id)
-    assert problems_after_resume(bench, killed_at, resumed, CULPRIT) == []
-    assert no_leftovers(bench.marker, resume_pid) == []
+    assert no_leftovers(bench.marker, driver.pid) == [], name
+    return killed_at
 
 
 def test_a_lock_is_taken_over_only_once_its_driver_and_reaper_are_gone(tmp_path: Path) -> None:

@@ -76,6 +76,14 @@ def campaign_data(workdir: Path, *, pools: int = 1, wedge_the_rest: bool = False
     return data
 
 
+@pytest.fixture(autouse=True)
+def builtin_triage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leaks judged by the built-in parser: these tests judge where the load ran, not the
+    triage, and each generator would import SGLang's detectors and torch (~500 MiB and seconds
+    each). The driver's setting travels to the generators (``driver_settings``)."""
+    monkeypatch.setenv("BISECT_TRIAGE", "builtin")
+
+
 @pytest.fixture(scope="module")
 def load_machine(ray_cluster: Cluster) -> Iterator[str]:
     """A second Ray node, as `ray start --address … --resources '{"loadgen": 4}' --labels …`
@@ -183,7 +191,7 @@ def _shown(db: Path, campaign_id: str) -> tuple[list[dict[str, Any]], str]:
 def test_a_campaign_with_two_generators_runs_the_same_sessions(
         load_machine: str, tmp_path: Path) -> None:
     results, shown = [], []
-    # One pool: each generator imports torch and sglang for the leak triage (~500 MiB each).
+    # One pool, two generators on the load machine.
     for generators in (None, {"count": 2, "resources": {"loadgen": 1}}):
         workdir = tmp_path / ("spread" if generators else "alone")
         campaign = Campaign.model_validate(campaign_data(workdir, generators=generators))

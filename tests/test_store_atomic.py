@@ -125,10 +125,11 @@ def _done_trials(db: Path) -> int:
 
 
 def test_a_disk_that_fills_mid_campaign_stops_the_run_and_the_resume_ends_it(
-        small_disk: Path, tmp_path: Path) -> None:
+        small_disk: Path, tmp_path: Path, ray_cluster: None) -> None:
     """The store's disk fills after the first trial: the next trial's write fails whole, the
     run stops with the reason (exit 1), and once there is room the resume ends as an
-    uninterrupted run, with nothing of the failed write used as evidence."""
+    uninterrupted run, with nothing of the failed write used as evidence. The run is a process
+    of its own (the disk fills beside it); the resume runs here, on the run's shared Ray."""
     _mount(small_disk, 16 * 1024)
     bench = kill_points.Bench.make(tmp_path / "work", sessions=12)
     db = small_disk / "bisect.db"
@@ -154,10 +155,8 @@ def test_a_disk_that_fills_mid_campaign_stops_the_run_and_the_resume_ends_it(
         assert not list(bench.services.glob("*.pid"))  # the nodes were restored all the same
         filler.unlink()
         [(campaign_id,)] = kill_points.query(db, "SELECT id FROM campaign")
-        resumed = subprocess.run([kill_points.BISECT, "resume", campaign_id, "--store", str(db),
-                                  "--json"], capture_output=True, text=True, env=bench.env(),
-                                 timeout=600)
-        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        resumed = CliRunner().invoke(app, ["resume", campaign_id, "--store", str(db), "--json"])
+        assert resumed.exit_code == 0, resumed.output[-3000:]
         verdict = json.loads(resumed.stdout)
         assert [c["factors"] for c in verdict["culprits"]] == kill_points.CULPRIT
         states = kill_points.query(db, "SELECT seq, status FROM trial ORDER BY id")

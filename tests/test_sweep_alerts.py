@@ -1,7 +1,9 @@
 """A sweep alerts rarely and rightly: an unchanged build on noisy twins raises no alert run
 after run; a throughput regression planted in the twin's time model is found and confirmed;
-a run that overlaps another of the same sweep is refused (exit 4) and recorded as skipped. On
-SQLite and on the real PostgreSQL."""
+a run that overlaps another of the same sweep is refused (exit 4) and recorded as skipped, on
+SQLite and on the real PostgreSQL; two orchestrators run whole sweeps on one PostgreSQL store.
+The regression is found on SQLite alone: what differs on PostgreSQL is the store, whose sweep
+records are tested on both (test_sweep_store.py), and whole sweeps on it run here below."""
 
 from __future__ import annotations
 
@@ -50,9 +52,9 @@ def test_an_overlapping_run_is_refused_and_recorded(store_url: str, tmp_path: Pa
         assert db.list_campaigns() == []  # nothing started
 
 
-@pytest.mark.parametrize("store_url", BOTH_REAL, indirect=True)  # Ray and twins, on both
-def test_a_throughput_regression_is_found_and_confirmed(ray_cluster: None, store_url: str,
+def test_a_throughput_regression_is_found_and_confirmed(ray_cluster: None,
                                                         tmp_path: Path) -> None:
+    store_url = str(tmp_path / "bisect.db")
     tree = tmp_path / "src"
     commit_faults(tree, 0.0, "first", background=False)
     watched = {"corruption": 0.15, "wedging": 0.15, "throughput": 0.3, "p99_latency": None}

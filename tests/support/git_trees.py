@@ -31,10 +31,14 @@ BUILD = ["sh", "-c", "if [ -e BROKEN ]; then echo 'BROKEN: this commit does not 
 
 
 def commits_campaign(tmp_path: Path, tree: Path) -> Path:
+    pool = twin_pool("p", "here", tree / "faults.yaml", latency_ms=2)
+    # healthy as soon as it listens (the health wait is tested elsewhere): the search restarts
+    # its twin at each commit it deploys (the last flag wins, as in argparse)
+    pool["services"][0]["start"] += ["--twin-startup-delay", "0"]
     campaign: dict[str, Any] = {
         "name": "which commit",
         "nodes": [{"name": "here", "workdir": str(tmp_path / "services")}],
-        "pools": [twin_pool("p", "here", tree / "faults.yaml", latency_ms=2)],
+        "pools": [pool],
         "factors": [{"name": "hicache", "levels": {
             "off": {}, "on": {"flags": ["--enable-hierarchical-cache"]}}}],
         "workload": {"sessions": 24, "rounds": 2, "timeout_s": 20},

@@ -27,7 +27,9 @@ from typing import Any
 
 import yaml
 
+from db.store import Store
 from orchestrator.demo import twin_pool
+from orchestrator.stored import trial_seed
 
 BISECT = str(Path(sys.executable).parent / "bisect")
 def race_faults(probability: float = 0.5) -> dict[str, Any]:
@@ -102,10 +104,16 @@ class Bench:
         return {**clean, "RAY_TMPDIR": self.ray_tmp, "BISECT_KILL_MARK": self.marker}
 
     def run(self) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [BISECT, "run", str(self.campaign), "--store", str(self.db), "--json"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env(),
-            start_new_session=True)
+        return self._start(["run", str(self.campaign)])
+
+    def resuming(self, campaign_id: str) -> subprocess.Popen[bytes]:
+        """`bisect resume`, started (for a later kill)."""
+        return self._start(["resume", campaign_id])
+
+    def _start(self, args: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([BISECT, *args, "--store", str(self.db), "--json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env(),
+                                start_new_session=True)
 
     def resume(self, campaign_id: str) -> tuple[subprocess.CompletedProcess[str], int]:
         """`bisect resume`, to its end; its result and its pid (its session's id)."""
@@ -226,6 +234,13 @@ def problems_after_resume(bench: Bench, killed_at: list[tuple[int, str]],
         found.append(f"interrupted trials {unfinished} not discarded: {states}")
     if verdict["cost"]["trials"] != sum(status == "done" for _, status in states):
         found.append("the verdict's trials are not the stored ones")
+    with Store.open(str(bench.db), create=False) as store:  # the run seed, kept: every
+        [record] = store.list_campaigns()  # trial's, before the kill and after, drawn from it
+        seeds = [(t.seq, t.seed) for t in store.trials(record.id, status=None)]
+    if verdict["seed"] != record.spec["workload"]["seed"]:
+        found.append(f"the verdict's seed {verdict['seed']} is not the stored run seed")
+    if any(seed != trial_seed(verdict["seed"], seq) for seq, seed in seeds):
+        found.append(f"trial seeds not drawn from the run seed {verdict['seed']}: {seeds}")
     if (bench.services / ".bisect.lock").exists():
         found.append("a node is still locked")
     if query(bench.db, "SELECT node FROM node_lock WHERE released_at IS NULL"):
