@@ -93,5 +93,23 @@ $(VLLM_STAMP):
 
 real-engine-venv: $(VLLM_STAMP)
 
+# The tiny model (experiments/real_engine/make_model.py), taught the agent contract so that clean
+# sessions come back ok; the planted parser fault checked on the parser alone; the campaign file
+# (absolute paths: a patch's root is absolute); then the campaign, restarting vLLM per variant.
+REAL_DIR := bisect-real-engine
+REAL_MODEL := $(REAL_DIR)/model
+TEACH_STEPS := 300
+$(REAL_MODEL)/config.json: $(VLLM_STAMP) experiments/real_engine/make_model.py \
+		experiments/real_engine/teach.py
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m experiments.real_engine.make_model \
+		$(REAL_MODEL) --hidden 128 --teach-steps $(TEACH_STEPS)
+
+real-engine: $(RUNTIME_STAMP) $(REAL_MODEL)/config.json
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m experiments.real_engine.parser_check \
+		$(REAL_MODEL)
+	$(BIN)/python -m experiments.real_engine.campaign --venv $(VLLM_VENV) \
+		--model $(REAL_MODEL) > $(REAL_DIR)/campaign.yaml
+	$(BIN)/bisect run $(REAL_DIR)/campaign.yaml --store $(REAL_DIR)/bisect.db
+
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build dist *.egg-info bisect-demo
+	rm -rf $(VENV) $(VLLM_VENV) build dist *.egg-info bisect-demo $(REAL_DIR)

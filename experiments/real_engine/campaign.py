@@ -1,0 +1,86 @@
+"""Write the campaign that bisects a real vLLM server on this machine (issue 30).
+
+One pool, one local vLLM (its CPU build, from its own venv) serving the tiny model, restarted
+per variant by bisect's process manager. Three factors: a ``patch`` level planting a fault in
+the installed vLLM's hermes tool parser (hermes-leak.diff beside this file: a call whose last
+argument ends in "7" comes back as content, markup and all), and two real engine flags that
+must come out innocent. A patch's ``root`` is absolute, so the file is written per checkout:
+``python -m experiments.real_engine.campaign --venv .venv-vllm --model DIR > FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ENV = {
+    # GiB of KV cache: vLLM's CPU default asks for far more than a 24 GiB machine shared by
+    # several processes should give one tiny model.
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+
+
+def site_packages(venv: Path) -> Path:
+    found = sorted(venv.resolve().glob("lib/python3*/site-packages"))
+    if not found:
+        raise SystemExit(f"{venv}: no lib/python3*/site-packages: run `make real-engine-venv`")
+    return found[0]
+
+
+def campaign(venv: Path, model: Path, port: int, workdir: str) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{port}"
+    start = [
+        str(venv.resolve() / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model.resolve()), "--served-model-name", "tiny",
+        "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+        "--max-model-len", "4096", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+    ]
+    diff = (HERE / "hermes-leak.diff").read_text(encoding="utf-8")
+    return {
+        "name": "real engine: vLLM CPU, a planted hermes parser fault among real flags",
+        "nodes": [{"name": "local", "transport": "local", "workdir": workdir}],
+        "pools": [{"name": "vllm", "endpoint": url, "services": [{
+            "name": "vllm", "node": "local", "start": start, "env": ENV,
+            "health_url": f"{url}/health", "metrics_url": f"{url}/metrics",
+            "startup_timeout_s": 600,
+        }]}],
+        "factors": [
+            {"name": "parser", "levels": {
+                "stock": {},
+                "leaky": {"patch": [{"root": str(site_packages(venv)), "diff": diff,
+                                     "strip": 1}]},
+            }},
+            {"name": "max_num_seqs", "levels": {
+                "256": {}, "4": {"flags": ["--max-num-seqs", "4"]},
+            }},
+            {"name": "eager", "levels": {"off": {}, "on": {"flags": ["--enforce-eager"]}}},
+        ],
+        "workload": {"sessions": 32, "rounds": 4, "timeout_s": 120},
+        "strategy": {"kind": "adaptive", "alpha": 0.01},
+        "known_good": {"parser": "stock", "max_num_seqs": "256", "eager": "off"},
+        "known_bad": {"parser": "leaky", "max_num_seqs": "4", "eager": "on"},
+        "cost": {"restart_s": 90, "workload_s": 60, "gpus": 0},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--venv", type=Path, default=Path(".venv-vllm"))
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--port", type=int, default=39130)
+    parser.add_argument("--workdir", default="bisect-real-engine/services")
+    args = parser.parse_args()
+    # JSON is YAML: the diff's lines survive as one escaped string.
+    json.dump(campaign(args.venv, args.model, args.port, args.workdir), sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
