@@ -2,8 +2,8 @@
 
 One pool, one local vLLM (its CPU build, from its own venv) serving the tiny model, restarted
 per variant by bisect's process manager. Three factors: a ``patch`` level planting a fault in
-the installed vLLM's hermes tool parser (hermes-leak.diff beside this file: a call whose last
-argument ends in "7" comes back as content, markup and all), and two real engine flags that
+the installed vLLM's hermes tool parser (hermes-leak.diff beside this file: a call whose
+arguments hold a "7" comes back as content, markup and all), and two real engine flags that
 must come out innocent. A patch's ``root`` is absolute, so the file is written per checkout:
 ``python -m experiments.real_engine.campaign --venv .venv-vllm --model DIR > FILE``.
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 ENV = {
     # GiB of KV cache: vLLM's CPU default asks for far more than a 24 GiB machine shared by
     # several processes should give one tiny model.
@@ -34,7 +35,16 @@ def site_packages(venv: Path) -> Path:
     return found[0]
 
 
-def campaign(venv: Path, model: Path, port: int, workdir: str) -> dict[str, Any]:
+def workload(kind: str) -> dict[str, Any]:
+    """``stress``: the built-in multi-turn sessions, judged by the classifier (a taught model,
+    teach.py); ``probe``: probe.py's forced calls, for a model of random weights."""
+    if kind == "stress":
+        return {"sessions": 32, "rounds": 4, "timeout_s": 120}
+    return {"command": ["python3", "-m", "experiments.real_engine.probe"], "cwd": str(ROOT),
+            "runs": 4, "timeout_s": 600}
+
+
+def campaign(venv: Path, model: Path, port: int, workdir: str, kind: str) -> dict[str, Any]:
     url = f"http://127.0.0.1:{port}"
     start = [
         str(venv.resolve() / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
@@ -62,7 +72,7 @@ def campaign(venv: Path, model: Path, port: int, workdir: str) -> dict[str, Any]
             }},
             {"name": "eager", "levels": {"off": {}, "on": {"flags": ["--enforce-eager"]}}},
         ],
-        "workload": {"sessions": 32, "rounds": 4, "timeout_s": 120},
+        "workload": workload(kind),
         "strategy": {"kind": "adaptive", "alpha": 0.01},
         "known_good": {"parser": "stock", "max_num_seqs": "256", "eager": "off"},
         "known_bad": {"parser": "leaky", "max_num_seqs": "4", "eager": "on"},
@@ -76,9 +86,11 @@ def main() -> None:
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--port", type=int, default=39130)
     parser.add_argument("--workdir", default="bisect-real-engine/services")
+    parser.add_argument("--workload", choices=["stress", "probe"], default="stress")
     args = parser.parse_args()
     # JSON is YAML: the diff's lines survive as one escaped string.
-    json.dump(campaign(args.venv, args.model, args.port, args.workdir), sys.stdout, indent=1)
+    json.dump(campaign(args.venv, args.model, args.port, args.workdir,
+                       args.workload), sys.stdout, indent=1)
     sys.stdout.write("\n")
 
 

@@ -29,22 +29,19 @@ SPECIALS = [
     "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
 ]
 
-# Qwen2.5's hermes layout, shortened: tools listed in the system turn, calls as <tool_call>
-# blocks in the assistant turn. A tool result is a turn of its own that ends as a user turn does,
-# so the latest canary always sits at the same distance from the end of the prompt.
+# Qwen2.5's hermes layout, shortened: tools listed by name and arguments in the system turn (a
+# short prompt keeps teaching cheap), calls as <tool_call> blocks in the assistant turn. A tool
+# result is a turn of its own that ends as a user turn does, so the latest canary always sits at
+# the same distance from the end of the prompt.
 CHAT_TEMPLATE = """\
 {%- if tools %}<|im_start|>system
 {% if messages[0].role == 'system' %}{{ messages[0].content }}
 
 {% endif %}# Tools
-
-You may call one or more functions. Function signatures within <tools></tools>:
-<tools>
-{% for tool in tools %}{{ tool | tojson }}
-{% endfor %}</tools>
-
-For each call, return a json object with function name and arguments within \
-<tool_call></tool_call> tags:
+{% for tool in tools %}{% set fn = tool.function if tool.function is defined else tool %}\
+- {{ fn.name }}({{ (fn.parameters.properties or {}).keys() | join(', ') }})
+{% endfor %}
+Call one within <tool_call></tool_call> tags:
 <tool_call>
 {"name": <function-name>, "arguments": <args-json-object>}
 </tool_call><|im_end|>

@@ -1,5 +1,5 @@
 """The planted fault on vLLM's hermes parser alone, no server: stock parses every call, patched
-hands back as content exactly the calls whose last argument ends in "7".
+hands back as content exactly the calls whose arguments hold a "7".
 
 Runs in the engine's venv (``make real-engine-check``): the diff is applied to a copy of the
 installed parser with ``patch``, and both modules are imported side by side.
@@ -57,13 +57,13 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
-    canaries = ["ABCDEFGHIJ", "K7LMNOPQR1", "STUVWXYZ07", "0123456789", "Z0Z0Z0Z0Z7"]
+    canaries = ["ABCDEFGHIJ", "K7LMNOPQR1", "STUVWXYZ06", "0123456789", "Z0Z0Z0Z0Z8"]
     with tempfile.TemporaryDirectory() as work:
         leaky = load(patched_copy(Path(stock.__file__), Path(work)), "hermes_leaky")
         got = {"stock": outcomes(stock, tokenizer, canaries),
                "leaky": outcomes(leaky, tokenizer, canaries)}
     want = {"stock": [True] * len(canaries),
-            "leaky": [not c.endswith("7") for c in canaries]}
+            "leaky": ["7" not in c for c in canaries]}
     print(json.dumps({"canaries": canaries, **got}))
     if got != want:
         raise SystemExit(f"the planted fault does not behave as planted: want {want}")
