@@ -5,9 +5,12 @@ Random weights cannot keep the stress workload's canary, so its sessions are cor
 the engine does. What still separates a sound engine from a broken one: with ``tool_choice:
 required`` the engine's grammar forces a hermes ``<tool_call>`` block, and its tool parser must
 turn that block into ``tool_calls``. This sends REQUESTS such requests (IN_FLIGHT at once) to
-``$BISECT_ENDPOINT`` and exits 1 when any reply carries ``<tool_call>`` markup in its content,
-0 otherwise; an HTTP error or a broken reply exits 128, which bisect counts as an error of the
-run (retried), never as "bad". Standard library and experiments.agent only.
+``$BISECT_ENDPOINT`` and exits 1 when any reply hands back a well-formed call as content (every
+``<tool_call>`` block closed and holding a JSON object with a name: the parser's fault), 0
+otherwise. A block the model left unclosed or broken (random weights run out of
+``max_tokens`` inside one) is the model's doing, not the parser's, and does not count. An HTTP
+error or a broken reply exits 128, which bisect counts as an error of the run (retried), never
+as "bad". Standard library and experiments.agent only.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import sys
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +44,21 @@ def ask(endpoint: str, key: str, canary: str) -> dict[str, Any]:
     return message
 
 
+BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+def well_formed(content: str) -> bool:
+    """Content that is nothing but closed ``<tool_call>`` blocks of JSON objects with a name."""
+    blocks = BLOCK.findall(content)
+    if not blocks or BLOCK.sub("", content).strip():
+        return False
+    try:
+        calls = [json.loads(block) for block in blocks]
+    except ValueError:
+        return False
+    return all(isinstance(call, dict) and isinstance(call.get("name"), str) for call in calls)
+
+
 def main() -> int:
     endpoint = os.environ["BISECT_ENDPOINT"].rstrip("/")
     seed = os.environ.get("BISECT_SEED", "0")
@@ -51,10 +70,10 @@ def main() -> int:
     except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
         print(f"no verdict: {type(exc).__name__}: {exc}", file=sys.stderr)
         return ERROR
-    leaks = [m["content"] for m in replies if "<tool_call>" in (m.get("content") or "")]
+    leaks = [m["content"] for m in replies if well_formed(m.get("content") or "")]
     calls = sum(bool(m.get("tool_calls")) for m in replies)
-    print(f"{os.environ.get('BISECT_VARIANT', '?')}: {len(leaks)} of {REQUESTS} replies with "
-          f"markup in content, {calls} with tool_calls")
+    print(f"{os.environ.get('BISECT_VARIANT', '?')}: {len(leaks)} of {REQUESTS} replies with a "
+          f"well-formed call in content, {calls} with tool_calls")
     for leak in leaks[:2]:
         print("  ", leak[:160].replace("\n", " "))
     return 1 if leaks else 0
