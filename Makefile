@@ -93,23 +93,28 @@ $(VLLM_STAMP):
 
 real-engine-venv: $(VLLM_STAMP)
 
-# The tiny model (experiments/real_engine/make_model.py), taught the agent contract so that clean
-# sessions come back ok; the planted parser fault checked on the parser alone; the campaign file
-# (absolute paths: a patch's root is absolute); then the campaign, restarting vLLM per variant.
+# The tiny model (experiments/real_engine/make_model.py) with random weights; the planted parser
+# fault checked on the parser alone; the campaign file (absolute paths: a patch's root is
+# absolute), whose workload is the probe of forced calls (probe.py: random weights cannot keep
+# the stress workload's canary); then the campaign, restarting vLLM per variant.
+# TEACH_STEPS=N teaches the model the agent contract first (teach.py; not yet seen to learn the
+# canary copy) and WORKLOAD=stress runs the built-in stress instead.
 REAL_DIR := bisect-real-engine
 REAL_MODEL := $(REAL_DIR)/model
-TEACH_STEPS := 300
+TEACH_STEPS := 0
+WORKLOAD := probe
 $(REAL_MODEL)/config.json: $(VLLM_STAMP) experiments/real_engine/make_model.py \
 		experiments/real_engine/teach.py
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m experiments.real_engine.make_model \
-		$(REAL_MODEL) --hidden 128 --teach-steps $(TEACH_STEPS)
+		$(REAL_MODEL) --teach-steps $(TEACH_STEPS)
 
 real-engine: $(RUNTIME_STAMP) $(REAL_MODEL)/config.json
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m experiments.real_engine.parser_check \
 		$(REAL_MODEL)
 	$(BIN)/python -m experiments.real_engine.campaign --venv $(VLLM_VENV) \
-		--model $(REAL_MODEL) > $(REAL_DIR)/campaign.yaml
-	$(BIN)/bisect run $(REAL_DIR)/campaign.yaml --store $(REAL_DIR)/bisect.db
+		--model $(REAL_MODEL) --workload $(WORKLOAD) > $(REAL_DIR)/campaign.yaml
+	$(BIN)/bisect run $(REAL_DIR)/campaign.yaml --store $(REAL_DIR)/bisect.db \
+		-o $(REAL_DIR)/report.html
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build dist *.egg-info bisect-demo $(REAL_DIR)
