@@ -69,20 +69,23 @@ Call one within <tool_call></tool_call> tags:
 {% endif %}"""
 
 
-def corpus(root: Path) -> Iterator[str]:
-    """The repository's own prose and code, so the tokenizer needs no download; lower-cased and
-    without digits, so no merge holds a capital or a digit: a canary (capitals and digits,
-    experiments/agent.py) is one token per character, which teach.py relies on."""
+def corpus(root: Path, fold: bool) -> Iterator[str]:
+    """The repository's own prose and code, so the tokenizer needs no download. ``fold`` (for
+    teaching): lower-cased and without digits, so no merge holds a capital or a digit and a
+    canary (capitals and digits, experiments/agent.py) is one token per character, which
+    teach.py relies on. Unfolded, merges hold digits ("17", "2026"), so random weights write
+    numbers with many digits: the planted fault (a "7" in a call's arguments) needs them to show
+    at all (BENCHMARKS.md "A real engine": 0 of 24 runs with the folded tokenizer)."""
     for pattern in ("*.md", "experiments/**/*.py", "orchestrator/**/*.py"):
         for path in sorted(root.glob(pattern)):
-            text = path.read_text(encoding="utf-8", errors="replace").lower()
-            yield text.translate(_NO_DIGITS)
+            text = path.read_text(encoding="utf-8", errors="replace")
+            yield text.lower().translate(_NO_DIGITS) if fold else text
 
 
 _NO_DIGITS = str.maketrans("", "", "0123456789")
 
 
-def train_tokenizer(root: Path, vocab_size: int) -> Tokenizer:
+def train_tokenizer(root: Path, vocab_size: int, fold: bool) -> Tokenizer:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -92,7 +95,7 @@ def train_tokenizer(root: Path, vocab_size: int) -> Tokenizer:
         vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    tokenizer.train_from_iterator(corpus(root), trainer=trainer)
+    tokenizer.train_from_iterator(corpus(root, fold), trainer=trainer)
     return tokenizer
 
 
@@ -102,7 +105,7 @@ def make_model(out: Path, root: Path, *, layers: int, hidden: int, vocab: int, s
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     out.mkdir(parents=True, exist_ok=True)
-    raw = train_tokenizer(root, vocab)
+    raw = train_tokenizer(root, vocab, fold=teach_steps > 0)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=raw, bos_token="<|endoftext|>", eos_token="<|im_end|>",
         pad_token="<|endoftext|>", unk_token=None,
