@@ -29,19 +29,22 @@ SPECIALS = [
     "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
 ]
 
-# Qwen2.5's hermes layout, shortened: tools listed by name and arguments in the system turn (a
-# short prompt keeps teaching cheap), calls as <tool_call> blocks in the assistant turn. A tool
-# result is a turn of its own that ends as a user turn does, so the latest canary always sits at
-# the same distance from the end of the prompt.
+# Qwen2.5's hermes layout, shortened: tools as JSON in the system turn, calls as <tool_call>
+# blocks in the assistant turn. A tool result is a turn of its own that ends as a user turn
+# does, so the latest canary always sits at the same distance from the end of the prompt.
 CHAT_TEMPLATE = """\
 {%- if tools %}<|im_start|>system
 {% if messages[0].role == 'system' %}{{ messages[0].content }}
 
 {% endif %}# Tools
-{% for tool in tools %}{% set fn = tool.function if tool.function is defined else tool %}\
-- {{ fn.name }}({{ (fn.parameters.properties or {}).keys() | join(', ') }})
-{% endfor %}
-Call one within <tool_call></tool_call> tags:
+
+You may call one or more functions. Function signatures within <tools></tools>:
+<tools>
+{% for tool in tools %}{{ tool | tojson }}
+{% endfor %}</tools>
+
+For each call, return a json object with function name and arguments within \
+<tool_call></tool_call> tags:
 <tool_call>
 {"name": <function-name>, "arguments": <args-json-object>}
 </tool_call><|im_end|>
@@ -129,11 +132,13 @@ def make_model(out: Path, root: Path, *, layers: int, hidden: int, vocab: int, s
 
         print(json.dumps(teach(model, fast, steps=teach_steps, batch=8, seed=seed)))
     model.save_pretrained(out, safe_serialization=True)
-    # Greedy unless a request says otherwise: a taught model then answers the same each time,
-    # and only the engine's own behaviour varies.
+    # A taught model answers greedily, the same each time, so only the engine's own behaviour
+    # varies. Random weights sample (temperature 1): greedy, they loop on one number until
+    # max_tokens and no forced call ever closes (BENCHMARKS.md "A real engine").
+    sampling = {"temperature": 0.0} if teach_steps else {}
     (out / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": config.bos_token_id, "eos_token_id": config.eos_token_id,
-         "pad_token_id": config.pad_token_id, "temperature": 0.0}, indent=1) + "\n")
+         "pad_token_id": config.pad_token_id, **sampling}, indent=1) + "\n")
 
 
 def main() -> None:
