@@ -43,6 +43,7 @@ from orchestrator.reports.sweep.model import (
     TrailRow,
     VariantResult,
 )
+from orchestrator.reports.text import share
 from orchestrator.stored import campaign_of, verdict_of
 from orchestrator.sweeps.baseline import (
     baseline_trials,
@@ -169,7 +170,8 @@ def answer(status: str, reason: str, variants: Sequence[VariantResult],
                if baseline is not None and baseline.accepted_at is not None else
                f"run {baseline.seq}" if baseline is not None else "")
     if status == "regression":
-        said = "; ".join(f"{v.name}: " + ", ".join(_said(m) for m in v.metrics if m.regressed)
+        said = "; ".join(f"{v.name}: " + ", ".join(_said(m, v.confirm_trials)
+                                                   for m in v.metrics if m.regressed)
                          for v in variants if v.state == "regression")
         sentence = f"{title}: {said or reason}" + (f", against {against}" if against else "")
     elif status == "clean" and baseline is None:
@@ -194,18 +196,19 @@ def answer(status: str, reason: str, variants: Sequence[VariantResult],
                   exit_code=code, exit_meaning=meaning, reason=reason)
 
 
-def _said(row: MetricRow) -> str:
+def _said(row: MetricRow, fresh: int) -> str:
+    """A regressed metric as its confirmation measured it, saying so (the comparisons table
+    shows the detection beside it: two figures of different trials), with the counts."""
     c = row.confirmation or row.detection
     if c is None or c.change is None:
         return row.metric
+    on = (f" on its {fresh} fresh trial{'s' if fresh != 1 else ''}"
+          if row.confirmation is not None and fresh else "")
     if row.binary:
-        return (f"{row.metric} {_pct(c.baseline)} -> {_pct(c.current)} "
+        counts = f" ({c.counts_now[0]}/{c.counts_now[1]})" if c.counts_now else ""
+        return (f"{row.metric} {share(c.baseline)} -> {share(c.current)}{counts}{on} "
                 f"({c.change * 100:+.1f} points)")
-    return said_change(row.metric, c.change)  # a drop negative: "throughput -31%"
-
-
-def _pct(rate: float | None) -> str:
-    return "?" if rate is None else f"{rate:.1%}"
+    return said_change(row.metric, c.change) + on  # a drop negative: "throughput -31%"
 
 
 # --- each variant ----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from orchestrator.reports.sweep.model import (
     MetricRow,
     SweepReport,
 )
-from orchestrator.reports.text import p_text
+from orchestrator.reports.text import p_text, share
 
 WHAT = {"corruption": "corruption rate", "wedging": "wedging rate (errors and timeouts)",
         "throughput": "output throughput", "p99_latency": "p99 end-to-end latency"}
@@ -26,7 +26,7 @@ def value(metric: str, v: float | None) -> str:
     if v is None:
         return "–"
     if metric in BINARY:
-        return "0%" if v == 0 else f"{v * 100:.3g}%"
+        return share(v)  # as the campaign's pages and the run's answer show a rate
     return f"{v:,.0f} tok/s" if metric == "throughput" else f"{v:,.0f} ms"
 
 
