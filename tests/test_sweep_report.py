@@ -229,7 +229,7 @@ def test_the_junit_fails_a_confirmed_regression_only(sweep_store: SweepStore,
     [failed] = [name for name, c in cases.items() if c.find("failure") is not None]
     assert failed == "hicache-on: corruption" and suite.get("failures") == "1"
     message = cases[failed].find("failure").get("message") or ""  # type: ignore[union-attr]
-    assert message.startswith("corruption: 0% -> ") and "p = " in message
+    assert message.startswith("corruption: 0.0% -> ") and "p = " in message
     assert sorted(name for name, c in cases.items() if c.find("skipped") is not None) == [
         f"chunk-big: {m}" for m in ("corruption", "p99_latency", "throughput", "wedging")]
     properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
