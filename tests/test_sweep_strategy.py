@@ -184,7 +184,8 @@ def test_a_throughput_drop_reads_as_a_drop_in_every_reason_line(
                     detection=comparison(variant["comparisons"][0]),
                     confirmation=comparison(variant["confirmation"][0]), suspected=True,
                     regressed=True)
-    assert _said(row) == "throughput -40%"
+    assert _said(row, 0) == "throughput -40%"
+    assert _said(row, 3) == "throughput -40% on its 3 fresh trials"  # the confirmation's
 
 
 def test_session_counts_are_clustered_by_trial() -> None:
