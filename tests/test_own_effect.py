@@ -50,3 +50,17 @@ def test_a_culprit_names_what_its_counts_pool() -> None:
     assert len(culprit.variants_out) == 2
     assert (culprit.corrupted_in, culprit.judged_in) == (32, 160)
     assert culprit.outcomes_in == {"leak": 32, "ok": 128}  # the very sessions it pools
+
+
+def test_a_trial_mostly_errors_is_left_out_of_the_own_effect_as_of_the_row() -> None:
+    # Its 60 errors of 80 sessions leave 20 with a verdict of their own: a trial that is
+    # mostly errors says nothing about the variant (``judged_trials``), in the variant's row
+    # and so in the culprit's own effect.
+    wrecked = TrialEvidence(dict(ALONE), {"error": 60, "leak": 10, "ok": 10}, planned=80)
+    evidence = [_trial(GOOD, 1), _trial(ALONE, 12), wrecked]
+    own = own_effect({"a": "1"}, GOOD, evidence, CORRUPTING)
+    assert own is not None
+    assert (own.failed_with, own.sessions_with) == (12, 80)
+    assert "error" not in own.outcomes  # nor its sessions' outcomes
+    alone_only = own_effect({"a": "1"}, GOOD, [_trial(GOOD, 1), wrecked], CORRUPTING)
+    assert alone_only is None  # no trial of it alone says anything

@@ -169,6 +169,17 @@ class Cell:
         return all(self.levels.get(name) == level for name, level in condition.items())
 
 
+# syzkaller's rule: a trial that is mostly infrastructure errors says nothing about the variant.
+MAX_INFRA_SHARE = 2 / 3
+
+
+def judged_trials(evidence: Sequence[TrialEvidence]) -> list[TrialEvidence]:
+    """The trials that are not mostly sessions without a verdict of their own (errors and
+    timeouts, unless they are what fails)."""
+    return [t for t in evidence
+            if t.sessions and (t.sessions - t.judged) / t.sessions <= MAX_INFRA_SHARE]
+
+
 def cells(evidence: Iterable[TrialEvidence]) -> list[Cell]:
     grouped: dict[str, list[TrialEvidence]] = {}
     for trial in evidence:

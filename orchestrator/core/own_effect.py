@@ -13,7 +13,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from experiments.outcomes import WEDGE_LOG_KINDS, Outcome
-from orchestrator.core.evidence import Failing, Levels, TrialEvidence, variant_key
+from orchestrator.core.evidence import (
+    Failing,
+    Levels,
+    TrialEvidence,
+    judged_trials,
+    variant_key,
+)
 from orchestrator.core.stats.proportions import newcombe_difference
 
 SHOWN_OUTCOMES = tuple(o.value for o in Outcome if o is not Outcome.OK)
@@ -72,9 +78,10 @@ def own_effect(culprit: Levels, good: Levels, evidence: Sequence[TrialEvidence],
     without = [dict(good), *({**good, **culprit, f: good[f]} for f in culprit
                              if good[f] != culprit[f])]
     keys = tuple(dict.fromkeys(variant_key(v) for v in without if variant_key(v) != alone))
-    inside = rated([t.judged_as(failing) for t in evidence if variant_key(t.levels) == alone])
-    outside = [t for key in keys for t in rated(
-        [t.judged_as(failing) for t in evidence if variant_key(t.levels) == key])]
+    inside = rated(judged_trials(
+        [t.judged_as(failing) for t in evidence if variant_key(t.levels) == alone]))
+    outside = [t for key in keys for t in rated(judged_trials(
+        [t.judged_as(failing) for t in evidence if variant_key(t.levels) == key]))]
     if not inside or not outside:
         return None
     k_in, n_in = sum(t.failures for t in inside), sum(t.judged + t.unfinished for t in inside)
@@ -95,7 +102,8 @@ def rated(trials: Sequence[TrialEvidence]) -> list[TrialEvidence]:
     """The trials one variant's rate is of: those that ran to their end; where every one
     stopped early, all of them, with the sessions never run counted clean (``unfinished``: a
     lower bound, as a stopped trial ends with its failing sessions). The report's variant rows
-    and a culprit's own effect use this one rule, so a variant has one rate on the page."""
+    and a culprit's own effect use this one rule, each on the trials not mostly errors and
+    timeouts (``judged_trials``), so a variant has one rate on the page."""
     full = [t for t in trials if not t.stopped_early]
     return full or list(trials)
 

@@ -15,11 +15,13 @@ from experiments.outcomes import WEDGE_LOG_KINDS
 from orchestrator.core.attribution import Culprit, find_culprits
 from orchestrator.core.evidence import (
     CORRUPTING,
+    MAX_INFRA_SHARE,
     WEDGING,
     Cell,
     Failing,
     TrialEvidence,
     cells,
+    judged_trials,
     spread_of,
     target_of,
     variant_key,
@@ -31,9 +33,6 @@ from orchestrator.core.trail import Finding, TrailEntry, finding_json
 
 __all__ = ["MAX_INFRA_SHARE", "CostModel", "Status", "Unresolvable", "Verdict", "judged_cells",
            "judged_trials", "shown_cells", "variant_cells", "verdict_from", "wedging"]
-
-# syzkaller's rule: a trial that is mostly infrastructure errors says nothing about the variant.
-MAX_INFRA_SHARE = 2 / 3
 
 
 @dataclass(frozen=True)
@@ -211,13 +210,6 @@ def shown_cells(evidence: Sequence[TrialEvidence],
     """The cells a verdict shows: the trials that can be judged, judged for corruption
     whatever the target (a wedged variant: its errors and timeouts beside 0 corrupted)."""
     return variant_cells([t.judged_as(CORRUPTING) for t in judged_trials(evidence)], factors)
-
-
-def judged_trials(evidence: Sequence[TrialEvidence]) -> list[TrialEvidence]:
-    """The trials that are not mostly sessions without a verdict of their own (errors and
-    timeouts, unless they are what fails)."""
-    return [t for t in evidence
-            if t.sessions and (t.sessions - t.judged) / t.sessions <= MAX_INFRA_SHARE]
 
 
 def variant_cells(evidence: Sequence[TrialEvidence],

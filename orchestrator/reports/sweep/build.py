@@ -243,7 +243,8 @@ def comparison(c: Mapping[str, Any]) -> Comparison:
         interval=(_bound(interval[0]), _bound(interval[1])) if interval and len(interval) == 2
         else None,
         p_worse=c.get("p_worse"), p_same=c.get("p_same"), min_effect=c.get("min_effect"),
-        alpha=c.get("alpha"), counts_now=_pair(counts[0]) if len(counts) == 2 else None,
+        alpha=c.get("alpha"), alpha_worse=c.get("alpha_worse"), alpha_same=c.get("alpha_same"),
+        counts_now=_pair(counts[0]) if len(counts) == 2 else None,
         counts_baseline=_pair(counts[1]) if len(counts) == 2 else None,
         values_now=[float(v) for v in values[0]] if len(values) == 2 else [],
         values_baseline=[float(v) for v in values[1]] if len(values) == 2 else [])

@@ -27,6 +27,7 @@ from orchestrator.reports.sweep.words import (
     history_rows,
     interval,
     shown_facts,
+    sides,
     value,
     variant_names,
 )
@@ -140,7 +141,7 @@ def render_sweep_html(report: SweepReport, hunt_links: Mapping[str, str] | None 
               for v in report.variants for i, m in enumerate(v.metrics)],
         history=history_rows(report), history_charts=_history_charts(report),
         change_charts=_change_charts(report), hunt_links=dict(hunt_links or {}),
-        facts=shown_facts(report), what=WHAT, fmt_value=value, fmt_change=change,
+        facts=shown_facts(report), what=WHAT, fmt_value=value, fmt_change=change, fmt_sides=sides,
         fmt_interval=interval)
     return clean(written)
 

@@ -70,6 +70,9 @@ class Comparison(_Frozen):
     p_same: float | None
     min_effect: float | None
     alpha: float | None
+    # the levels DIFFERENT and SAME were held to where not alpha (a share of it at each look)
+    alpha_worse: float | None = None
+    alpha_same: float | None = None
     counts_now: Counts | None = None  # binary metrics
     counts_baseline: Counts | None = None
     values_now: list[float] = []  # continuous metrics: one value a trial

@@ -140,11 +140,17 @@ def history_rows(report: SweepReport) -> list[dict[str, str]]:
         for name in shown:
             m: Measured = h.variants[name]
             rows.append({**base, "variant": name, "trials": str(m.trials),
-                         "corruption": value("corruption", m.corruption),
-                         "wedging": value("wedging", m.wedging),
+                         "corruption": _counted(m.corruption, m.corrupted, m.judged),
+                         "wedging": _counted(m.wedging, m.wedged, m.sessions),
                          "throughput": value("throughput", m.throughput),
                          "p99_latency": value("p99_latency", m.p99_ms), "note": "",
                          **{f"sort_{k}": "" if raw is None else repr(float(raw)) for k, raw in (
                              ("corruption", m.corruption), ("wedging", m.wedging),
                              ("throughput", m.throughput), ("p99_latency", m.p99_ms))}})
     return rows
+
+
+def _counted(rate: float | None, failing: int, of: int) -> str:
+    """A run's rate beside the sessions it is of: failing/judged for corruption, errors and
+    timeouts/all for wedging."""
+    return "–" if rate is None else f"{value('corruption', rate)} {failing}/{of}"
