@@ -9,7 +9,6 @@ has every command.
 
 from __future__ import annotations
 
-import os
 import sys
 from importlib import import_module
 from typing import TYPE_CHECKING
@@ -41,9 +40,6 @@ def load(command: str | None = None) -> typer.Typer:
 
 
 def main() -> None:
-    # pydantic looks for its plugins in every installed distribution's entry points the first
-    # time a model is built (~19 ms of a 0.19 s `bisect classify`); bisect's models use none
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     load(sys.argv[1] if len(sys.argv) > 1 else None)
     from orchestrator.cli.common import main as run
     run()
