@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import typer
 
-# Each top-level command and the module that registers it (tests/test_cli_commands.py checks
+# Each top-level command and the module that registers it (tests/test_cli_basics.py checks
 # this against the commands the modules register).
 COMMANDS = {
     "demo": "campaigns", "run": "campaigns", "commits": "campaigns", "resume": "campaigns",

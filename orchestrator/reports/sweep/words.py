@@ -153,4 +153,4 @@ def history_rows(report: SweepReport) -> list[dict[str, str]]:
 def _counted(rate: float | None, failing: int, of: int) -> str:
     """A run's rate beside the sessions it is of: failing/judged for corruption, errors and
     timeouts/all for wedging."""
-    return "–" if rate is None else f"{value('corruption', rate)} {failing}/{of}"
+    return "–" if rate is None else f"{share(rate)} {failing}/{of}"
