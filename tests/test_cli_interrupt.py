@@ -1,6 +1,8 @@
 """Ctrl-C through the real console script: `bisect run` on twins is interrupted while a trial
 runs, stops the campaign cleanly (no twin left), prints the exact resume command, exits 130; and
-that command, run as printed, finishes the campaign."""
+that command, run as printed, finishes the campaign. SIGTERM (`kill`, `systemctl stop`, a CI
+timeout) stops it the same way, though Ray, started by the run, sets a SIGTERM handler of its
+own."""
 
 from __future__ import annotations
 
@@ -68,8 +70,9 @@ def _loaded(workdir: Path) -> bool:
                for log in (workdir / "services").glob("*.log"))
 
 
-def test_ctrl_c_stops_the_run_and_prints_the_resume_command_that_finishes_it(
-        tmp_path: Path, environment: dict[str, str]) -> None:
+def _under_way(tmp_path: Path, environment: dict[str, str]
+               ) -> tuple[subprocess.Popen[str], list[str]]:
+    """`bisect run` started and its first trial's load reaching the twin; what it said so far."""
     campaign = _campaign(tmp_path)
     # A session of its own, as a shell gives a foreground job: Ctrl-C is SIGINT to the group.
     run = subprocess.Popen([BISECT, "run", str(campaign), "--store", "bisect.db"],
@@ -90,6 +93,12 @@ def test_ctrl_c_stops_the_run_and_prints_the_resume_command_that_finishes_it(
         time.sleep(0.05)
     assert _loaded(tmp_path), "the trial's load never started"
     assert _twins(tmp_path), "the twin serving the trial's load is not running"
+    return run, seen
+
+
+def test_ctrl_c_stops_the_run_and_prints_the_resume_command_that_finishes_it(
+        tmp_path: Path, environment: dict[str, str]) -> None:
+    run, seen = _under_way(tmp_path, environment)
     os.killpg(run.pid, signal.SIGINT)
     _, rest = run.communicate(timeout=120)
     stderr = "".join(seen) + rest
@@ -114,3 +123,19 @@ def test_ctrl_c_stops_the_run_and_prints_the_resume_command_that_finishes_it(
     assert listed.exit_code == 0, listed.output
     assert '"status": "done"' in listed.stdout and '"trials": 4' in listed.stdout
     assert not _twins(tmp_path)
+
+
+def test_sigterm_stops_the_run_as_ctrl_c_does(tmp_path: Path,
+                                              environment: dict[str, str]) -> None:
+    run, seen = _under_way(tmp_path, environment)
+    run.send_signal(signal.SIGTERM)  # to the driver alone, as `kill PID` sends it
+    _, rest = run.communicate(timeout=120)
+    stderr = "".join(seen) + rest
+    campaign_id = seen[0].split()[1].rstrip(":")
+    assert run.returncode == 130, stderr[-3000:]
+    assert f"interrupted: campaign {campaign_id} stopped" in stderr, stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert not _twins(tmp_path), "a twin outlived the stopped run"
+    listed = CliRunner().invoke(app, ["ls", "--store", str(tmp_path / "bisect.db"), "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert '"status": "interrupted"' in listed.stdout, listed.stdout

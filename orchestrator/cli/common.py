@@ -1,7 +1,7 @@
 """What every `bisect` command shares: the app, the consoles, the options, the error policy.
 
 Exit codes: 0 verdict reached, 1 the run failed, 2 bad input, 3 inconclusive, 130 interrupted
-(Ctrl-C), 141 stdout closed early (a broken pipe, as git).
+(Ctrl-C or SIGTERM), 141 stdout closed early (a broken pipe, as git).
 
 Importing this module (as `bisect --help` does) loads typer and rich alone: the store, the
 campaign models and the statistics are imported by the functions that use them.
@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -253,7 +254,22 @@ def _pipe_closed(fd: int = 1) -> None:
     sys.exit(141)  # 128 + SIGPIPE: what git and a shell report for a closed pipe
 
 
+def _stop_as_ctrl_c(signum: int, frame: object) -> None:
+    """SIGTERM (`kill`, `systemctl stop`, a CI job's timeout) stops a command as Ctrl-C does: a
+    campaign's driver puts the nodes back and stores the campaign as interrupted. Python's
+    default ends the process at once, leaving a variant deployed and the campaign "running".
+    A second SIGTERM is let go, so that it cannot cut that clean-up short (by a handler that
+    does nothing, not SIG_IGN: an ignored signal would stay ignored in what the clean-up starts)."""
+    signal.signal(signal.SIGTERM, _let_go)
+    raise KeyboardInterrupt
+
+
+def _let_go(signum: int, frame: object) -> None:
+    """A SIGTERM while the first one's clean-up runs."""
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _stop_as_ctrl_c)
     # Everything bisect creates (store, reports, Ray's files, the demo) is its owner's alone;
     # the store and reports also get explicit modes, for callers that skip main().
     os.umask(0o077)

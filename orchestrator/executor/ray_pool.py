@@ -7,8 +7,10 @@ import contextlib
 import logging
 import os
 import secrets
+import signal
 import stat
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -42,6 +44,9 @@ def ensure_ray(address: str | None = None) -> bool:
     if address is None:  # a cluster joined keeps its own settings (README: run one safely)
         local_ray_environment()
     began = time.monotonic()
+    # ray.init sets a SIGTERM handler of its own (sys.exit(15)); the caller's stays: the CLI's
+    # stops a run as Ctrl-C does, the nodes put back and the campaign stored as interrupted.
+    caller_sigterm = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(
             address=address,
@@ -56,6 +61,9 @@ def ensure_ray(address: str | None = None) -> bool:
         why = why if len(why) <= 300 else why[:299] + "…"
         where = "" if address is None else f" (joining {address})"
         raise RayNotStarted(f"Ray did not start within {waited:.1f} s{where}: {why}") from None
+    finally:
+        if caller_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, caller_sigterm)
     return True
 
 

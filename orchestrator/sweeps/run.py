@@ -125,7 +125,7 @@ def run_sweep(store: Store, sweep: Sweep, source_text: str, *, trigger: str = "m
         if status == "regression" and hunt is not None:
             result["hunt"] = _hunted(hunt, store, sweeps, sweep, run, result, progress)
     except KeyboardInterrupt:
-        sweeps.finish_run(run.id, "interrupted", result or None, "interrupted (Ctrl-C)")
+        sweeps.finish_run(run.id, "interrupted", result or None, "interrupted (Ctrl-C or SIGTERM)")
         raise
     except BaseException as exc:
         sweeps.finish_run(run.id, "failed", result or None,  # a secret never at rest
