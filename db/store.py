@@ -1,6 +1,8 @@
 """The store: every write and read of campaigns, variants, trials and what trials observed.
 
-ORM rows never leave this module; callers get the frozen values of ``db.records``.
+Here: opening it, campaigns, node locks, variants and the writes of trials; the reads of trials
+and of what they observed are ``db.trial_reads``, the transaction ``db.transactions``. ORM rows
+never leave the ``db`` package; callers get the frozen values of ``db.records`` (``db.rows``).
 """
 
 from __future__ import annotations
@@ -8,15 +10,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
-from sqlalchemy import Engine, func, insert, select
+from sqlalchemy import Engine, insert, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from db.engine import make_engine
 from db.errors import NotFound, StoreError
@@ -39,92 +40,18 @@ from db.records import (
     FAILURE_CLASSES,
     STEP_OUTCOMES,
     CampaignRecord,
-    GeneratorRecord,
     GeneratorRow,
-    LogRecord,
     LogRow,
-    MetricRecord,
     MetricRow,
-    SessionRecord,
     SessionRow,
-    StepRecord,
     StepRow,
-    TrialRecord,
     TrialTiming,
     VariantRecord,
     variant_key,
 )
+from db.rows import campaign_record, finite, variant_record
 from db.sibling import sibling_url
-
-R = TypeVar("R")
-ID_BATCH = 500  # trial ids in one query's IN (...)
-
-
-def _reason(exc: SQLAlchemyError) -> str:
-    orig = getattr(exc, "orig", None)
-    return str(orig) if orig is not None else str(exc).split("\n", 1)[0]
-
-
-def _campaign(row: Campaign) -> CampaignRecord:
-    return _record(CampaignRecord, row, spec=json.loads(row.spec_json))
-
-
-def _variant(row: Variant) -> VariantRecord:
-    return _record(VariantRecord, row, levels=json.loads(row.levels_json))
-
-
-def _trial(row: Trial, levels_json: str, counts: dict[str, int],
-           events: dict[str, int], failed_step: str | None) -> TrialRecord:
-    performance = None if row.performance_json is None else json.loads(row.performance_json)
-    return _record(TrialRecord, row, levels=json.loads(levels_json), counts=counts,
-                   events=events, performance=performance, failed_step=failed_step)
-
-
-def _failed_steps(rows: Any) -> dict[int, str]:
-    """The first failed step of each trial, from (trial id, step name) rows by position."""
-    first: dict[int, str] = {}
-    for trial_id, name in rows:
-        first.setdefault(trial_id, name)
-    return first
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with every NaN or infinite number made None: JSON has no such numbers (and a
-    figure that is not one is none)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
-    return value
-
-
-_FIELDS: dict[type[Any], tuple[str, ...]] = {}  # a record's field names, looked up once
-
-
-def _field_names(cls: type[Any]) -> tuple[str, ...]:
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in fields(cls))
-    return names
-
-
-def _record(cls: type[R], row: Any, **computed: Any) -> R:
-    """The frozen record of a row whose columns bear the record's field names: an ORM object,
-    or a plain row's mapping (a Row's attributes are not all its columns: ``Row.t``)."""
-    names = [name for name in _field_names(cls) if name not in computed]
-    if isinstance(row, Mapping):
-        return cls(**{name: row[name] for name in names}, **computed)
-    return cls(**{name: getattr(row, name) for name in names}, **computed)
-
-
-def _metric(row: Mapping[str, Any]) -> MetricRecord:
-    return _record(MetricRecord, row, labels=json.loads(row["labels_json"]))
-
-
-def _step(row: Mapping[str, Any]) -> StepRecord:
-    return _record(StepRecord, row, details=json.loads(row["details_json"]))
+from db.trial_reads import TrialReads
 
 
 def _missing_file(engine: Engine) -> str | None:
@@ -173,12 +100,8 @@ def _add_steps(s: Session, trial_id: int, steps: Sequence[StepRow]) -> None:
         ])
 
 
-class Store:
+class Store(TrialReads):
     """A database of campaigns. ``Store.open(path_or_url)`` migrates it to the newest schema."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
 
     @classmethod
     def open(cls, url_or_path: str, create: bool = True) -> Store:
@@ -220,22 +143,6 @@ class Store:
     ) -> None:
         self.close()
 
-    @contextmanager
-    def _session(self, doing: str) -> Iterator[Session]:
-        """One transaction: commit on success, roll back on any error, errors as StoreError."""
-        session = self._sessions()
-        try:
-            yield session
-            session.commit()
-        except SQLAlchemyError as exc:
-            session.rollback()
-            raise StoreError(f"cannot {doing}: {_reason(exc)}") from exc
-        except BaseException:
-            session.rollback()
-            raise
-        finally:
-            session.close()
-
     # --- campaigns ------------------------------------------------------------------------
 
     def create_campaign(
@@ -250,17 +157,17 @@ class Store:
             )
             s.add(row)
             s.flush()
-            return _campaign(row)
+            return campaign_record(row)
 
     def get_campaign(self, id: str) -> CampaignRecord:
         with self._session(f"read campaign {id!r}") as s:
-            return _campaign(self._get_campaign(s, id))
+            return campaign_record(self._get_campaign(s, id))
 
     def list_campaigns(self) -> list[CampaignRecord]:
         """All campaigns, newest first."""
         with self._session("list campaigns") as s:
             rows = s.scalars(select(Campaign).order_by(Campaign.created_at.desc(), Campaign.id))
-            return [_campaign(row) for row in rows]
+            return [campaign_record(row) for row in rows]
 
     def set_campaign_spec(self, id: str, spec: dict[str, Any]) -> None:
         """Replace a campaign's spec (a budget raised for a resume: orchestrator/budgets.py)."""
@@ -340,7 +247,7 @@ class Store:
                         )
                         s.add(row)
                         s.flush()
-                    return _variant(row)
+                    return variant_record(row)
             except StoreError as exc:
                 if not isinstance(exc.__cause__, IntegrityError):
                     raise
@@ -349,7 +256,7 @@ class Store:
     def variants(self, campaign_id: str) -> list[VariantRecord]:
         with self._session(f"list the variants of campaign {campaign_id!r}") as s:
             query = select(Variant).where(Variant.campaign_id == campaign_id).order_by(Variant.id)
-            return [_variant(row) for row in s.scalars(query)]
+            return [variant_record(row) for row in s.scalars(query)]
 
     # --- trials ---------------------------------------------------------------------------
 
@@ -421,7 +328,7 @@ class Store:
             _add_steps(s, trial_id, steps)
             _apply_timing(row, timing)
             if performance is not None:
-                row.performance_json = json.dumps(_finite(dict(performance)), sort_keys=True,
+                row.performance_json = json.dumps(finite(dict(performance)), sort_keys=True,
                                                   allow_nan=False)
             row.status = "done"
             row.finished_at = utcnow()
@@ -453,160 +360,3 @@ class Store:
             for row in rows:
                 row.status = "discarded"
             return [row.id for row in rows]
-
-    def trials(self, campaign_id: str, status: str | None = "done") -> list[TrialRecord]:
-        """The campaign's trials with ``status`` (all if ``None``), by seq then id."""
-        with self._session(f"list the trials of campaign {campaign_id!r}") as s:
-            query = (
-                select(Trial, Variant.levels_json)
-                .join(Variant, Trial.variant_id == Variant.id)
-                .where(Trial.campaign_id == campaign_id)
-            )
-            tally = (
-                select(TrialSession.trial_id, TrialSession.outcome, func.count())
-                .join(Trial, TrialSession.trial_id == Trial.id)
-                .where(Trial.campaign_id == campaign_id)
-                .group_by(TrialSession.trial_id, TrialSession.outcome)
-            )
-            logged = (
-                select(LogEvent.trial_id, LogEvent.kind, func.count())
-                .join(Trial, LogEvent.trial_id == Trial.id)
-                .where(Trial.campaign_id == campaign_id)
-                .group_by(LogEvent.trial_id, LogEvent.kind)
-            )
-            if status is not None:
-                query = query.where(Trial.status == status)
-                tally = tally.where(Trial.status == status)
-                logged = logged.where(Trial.status == status)
-            counts: dict[int, dict[str, int]] = {}
-            for trial_id, outcome, n in s.execute(tally):
-                counts.setdefault(trial_id, {})[outcome] = n
-            events: dict[int, dict[str, int]] = {}
-            for trial_id, kind, n in s.execute(logged):
-                events.setdefault(trial_id, {})[kind] = n
-            failed = _failed_steps(s.execute(
-                select(TrialStep.trial_id, TrialStep.name)
-                .join(Trial, TrialStep.trial_id == Trial.id)
-                .where(Trial.campaign_id == campaign_id, Trial.status == "failed",
-                       TrialStep.outcome == "failed")
-                .order_by(TrialStep.trial_id, TrialStep.position)))
-            rows = s.execute(query.order_by(Trial.seq, Trial.id))
-            return [_trial(row, levels, counts.get(row.id, {}), events.get(row.id, {}),
-                           failed.get(row.id)) for row, levels in rows]
-
-    def get_trial(self, trial_id: int) -> TrialRecord:
-        with self._session(f"read trial {trial_id}") as s:
-            found = s.execute(
-                select(Trial, Variant.levels_json)
-                .join(Variant, Trial.variant_id == Variant.id)
-                .where(Trial.id == trial_id)
-            ).one_or_none()
-            if found is None:
-                raise NotFound(f"no trial {trial_id}")
-            tally = s.execute(
-                select(TrialSession.outcome, func.count())
-                .where(TrialSession.trial_id == trial_id)
-                .group_by(TrialSession.outcome)
-            )
-            logged = s.execute(
-                select(LogEvent.kind, func.count())
-                .where(LogEvent.trial_id == trial_id)
-                .group_by(LogEvent.kind)
-            )
-            failed = _failed_steps(s.execute(
-                select(TrialStep.trial_id, TrialStep.name)
-                .where(TrialStep.trial_id == trial_id, TrialStep.outcome == "failed")
-                .order_by(TrialStep.position)))
-            return _trial(found[0], found[1], {outcome: n for outcome, n in tally},
-                          {kind: n for kind, n in logged}, failed.get(trial_id))
-
-    # --- what a trial observed ------------------------------------------------------------
-
-    def sessions(self, trial_id: int) -> list[SessionRecord]:
-        return self._of_trial(trial_id, "sessions", TrialSession,
-                              (TrialSession.idx, TrialSession.id),
-                              lambda r: _record(SessionRecord, r))
-
-    def metrics(self, trial_id: int, names: Collection[str] | None = None) -> list[MetricRecord]:
-        """The trial's metric samples by time; only those ``names`` if given."""
-        return self.trials_metrics([trial_id], names).get(trial_id, [])
-
-    def trials_metrics(self, trial_ids: Collection[int], names: Collection[str] | None = None
-                       ) -> dict[int, list[MetricRecord]]:
-        """The metric samples of these trials (``names`` only, if given), read together, by
-        trial id, each by time; a trial with none is absent."""
-        where = [] if names is None else [MetricSample.name.in_(names)]
-        return self._of_trials("metrics", MetricSample, trial_ids, where,
-                               (MetricSample.trial_id, MetricSample.t, MetricSample.id), _metric)
-
-    def log_events(self, trial_id: int) -> list[LogRecord]:
-        return self._of_trial(trial_id, "log events", LogEvent, (LogEvent.id,),
-                              lambda r: _record(LogRecord, r))
-
-    def trials_log_events(self, trial_ids: Collection[int], kinds: Collection[str] | None = None
-                          ) -> dict[int, list[LogRecord]]:
-        """The log events of these trials (of ``kinds`` only, if given), read together, by
-        trial id, each in order; a trial with none is absent."""
-        where = [] if kinds is None else [LogEvent.kind.in_(kinds)]
-        return self._of_trials("log events", LogEvent, trial_ids, where,
-                               (LogEvent.trial_id, LogEvent.id), lambda r: _record(LogRecord, r))
-
-    def generators(self, trial_id: int) -> list[GeneratorRecord]:
-        """The load generators that ran the trial's sessions, in order; none if its pool's actor
-        ran them itself."""
-        return self._of_trial(trial_id, "load generators", TrialGenerator,
-                              (TrialGenerator.position,), lambda r: _record(GeneratorRecord, r))
-
-    def steps(self, trial_id: int) -> list[StepRecord]:
-        """The trial's chain of steps as it ran, in order (none for a trial stored before 0006,
-        or one still running)."""
-        return self._of_trial(trial_id, "steps", TrialStep, (TrialStep.position,), _step)
-
-    def campaign_steps(self, campaign_id: str) -> dict[int, list[StepRecord]]:
-        """Every stored step of the campaign's trials, by trial id, each trial's in order."""
-        return self._of_campaign(campaign_id, "steps", TrialStep,
-                                 (TrialStep.trial_id, TrialStep.position), _step)
-
-    def campaign_generators(self, campaign_id: str) -> dict[int, list[GeneratorRecord]]:
-        """The load generators of every trial of the campaign, by trial id, each trial's in
-        order; a trial whose pool's actor ran its sessions is absent."""
-        return self._of_campaign(campaign_id, "load generators", TrialGenerator,
-                                 (TrialGenerator.trial_id, TrialGenerator.position),
-                                 lambda r: _record(GeneratorRecord, r))
-
-    # Plain rows (a Core select of the table's columns), not ORM objects: a trial holds tens
-    # of thousands of samples, and building an ORM instance for each, only to copy it into a
-    # record, is most of the time of reading them.
-
-    def _of_trial(self, trial_id: int, what: str, model: Any, order: Sequence[Any],
-                  record: Callable[[Any], R]) -> list[R]:
-        with self._session(f"read the {what} of trial {trial_id}") as s:
-            query = (select(*model.__table__.columns).where(model.trial_id == trial_id)
-                     .order_by(*order))
-            return [record(row) for row in s.execute(query).mappings()]
-
-    def _of_trials(self, what: str, model: Any, trial_ids: Collection[int],
-                   where: Sequence[Any], order: Sequence[Any],
-                   record: Callable[[Any], R]) -> dict[int, list[R]]:
-        ids = sorted(set(trial_ids))
-        found: dict[int, list[R]] = {}
-        with self._session(f"read the {what} of trials") as s:
-            # a few hundred ids a query: SQLite bounds the parameters of one statement
-            for start in range(0, len(ids), ID_BATCH):
-                query = (select(*model.__table__.columns)
-                         .where(model.trial_id.in_(ids[start:start + ID_BATCH]), *where)
-                         .order_by(*order))
-                for row in s.execute(query).mappings():
-                    found.setdefault(row["trial_id"], []).append(record(row))
-        return found
-
-    def _of_campaign(self, campaign_id: str, what: str, model: Any, order: Sequence[Any],
-                     record: Callable[[Any], R]) -> dict[int, list[R]]:
-        with self._session(f"read the {what} of campaign {campaign_id!r}") as s:
-            query = (select(*model.__table__.columns)
-                     .join(Trial, model.trial_id == Trial.id)
-                     .where(Trial.campaign_id == campaign_id).order_by(*order))
-            found: dict[int, list[R]] = {}
-            for row in s.execute(query).mappings():
-                found.setdefault(row["trial_id"], []).append(record(row))
-            return found

@@ -30,7 +30,8 @@ from sqlalchemy.orm import Session
 
 from db.errors import NotFound, StoreError
 from db.models import Campaign, Sweep, SweepHunt, SweepLock, SweepRun, utcnow
-from db.store import Store, _finite
+from db.rows import finite
+from db.store import Store
 from db.sweep_records import (
     FINISHED_STATUSES,
     TRIGGERS,
@@ -103,7 +104,7 @@ def _describe(lock: Mapping[str, Any]) -> str:
 def _json(value: Mapping[str, Any] | None) -> str | None:
     # the caller's key order kept (variants in the order the sweep file gives them); a value JSON
     # has no word for (a datetime) stored as its text, a NaN as null
-    return None if value is None else json.dumps(_finite(dict(value)), allow_nan=False,
+    return None if value is None else json.dumps(finite(dict(value)), allow_nan=False,
                                                  default=str)
 
 
