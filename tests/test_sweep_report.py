@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 import orchestrator.cli.sweep_report_view  # noqa: F401 - registers `bisect sweep-report`
 from db import Store
 from orchestrator.cli import app
-from orchestrator.reports.sweep import build as sweep_build
+from orchestrator.reports.sweep import history as sweep_history
 from orchestrator.reports.sweep.build import build_sweep_report, measure
 from orchestrator.reports.sweep.charts import Line, RunMark, history_chart
 from orchestrator.reports.sweep.html import CSP, hunt_file_name, render_sweep_html
@@ -181,7 +181,7 @@ def test_the_history_holds_every_run(sweep_store: SweepStore,
 @pytest.mark.real
 def test_a_long_history_is_cut_around_the_reported_run(sweep_store: SweepStore,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sweep_build, "MAX_HISTORY", 3)
+    monkeypatch.setattr(sweep_history, "MAX_HISTORY", 3)
     with Store.open(sweep_store.store_arg) as db:
         for seq, shown in ((6, [4, 5, 6]), (4, [4, 5, 6]), (2, [1, 2, 3])):
             report = build_sweep_report(db, SWEEP, seq)

@@ -12,7 +12,8 @@ from orchestrator.cli.sweep_view import print_outcome
 from orchestrator.core.evidence import TrialEvidence
 from orchestrator.core.strategies.base import Status
 from orchestrator.core.strategies.sweep import SweepStrategy
-from orchestrator.reports.sweep.build import _said, comparison
+from orchestrator.reports.sweep.answer import said_regressed
+from orchestrator.reports.sweep.build import comparison
 from orchestrator.reports.sweep.model import MetricRow
 from orchestrator.sweeps.baseline import unrestorable
 from tests.support.sweep_trials import NOW, THEN, clean_baseline, plan, trial
@@ -184,8 +185,8 @@ def test_a_throughput_drop_reads_as_a_drop_in_every_reason_line(
                     detection=comparison(variant["comparisons"][0]),
                     confirmation=comparison(variant["confirmation"][0]), suspected=True,
                     regressed=True)
-    assert _said(row, 0) == "throughput -40%"
-    assert _said(row, 3) == "throughput -40% on its 3 fresh trials"  # the confirmation's
+    assert said_regressed(row, 0) == "throughput -40%"
+    assert said_regressed(row, 3) == "throughput -40% on its 3 fresh trials"  # the confirmation's
 
 
 def test_session_counts_are_clustered_by_trial() -> None:

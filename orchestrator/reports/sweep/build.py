@@ -1,7 +1,8 @@
 """The sweep report model built from the store: one run of a sweep, its comparisons recomputed
 from its campaign's stored trials (store observations, recompute conclusions), what only the
 run's stored result holds (the hunt as it ended, when its campaign cannot be read again), and
-the sweep's history measured run by run on each run's own trials.
+the sweep's history measured run by run on each run's own trials (history.py), and the run's
+answer in words (answer.py).
 
 The comparisons are the verdict's (``orchestrator.stored.verdict_of``, what
 ``orchestrator.sweeps.run.recompute`` returns) on this read path alone: no transport, no Ray.
@@ -13,8 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from db.errors import NotFound
@@ -22,52 +22,37 @@ from db.store import Store
 from db.sweep_records import SweepRunRecord
 from db.sweeps import Sweeps
 from experiments.strategy_config import SweepConfig
-from orchestrator.core.evidence import CORRUPTING, WEDGING, TrialEvidence
-from orchestrator.core.stats.regression import said_change
 from orchestrator.core.strategies.sweep_judged import BINARY, METRICS, STATES
 from orchestrator.reports.campaign.provenance import tool_version
+from orchestrator.reports.sweep.answer import answer
+from orchestrator.reports.sweep.history import (
+    Measurements,
+    first_line,
+    history_run,
+    run_facts,
+    window,
+)
 from orchestrator.reports.sweep.model import (
-    Answer,
     Commit,
     Comparison,
     Counts,
     FactChange,
-    HistoryRun,
     Hunt,
     LevelsChange,
     Measured,
     MetricRow,
-    RunFacts,
     SettingChange,
     SweepReport,
     TrailRow,
     VariantResult,
 )
-from orchestrator.reports.text import share
 from orchestrator.stored import campaign_of, verdict_of
 from orchestrator.sweeps.baseline import (
-    baseline_trials,
     changed_facts,
     changed_settings,
     changed_variants,
     one_commit,
 )
-
-MAX_HISTORY = 200  # runs: a nightly sweep's half year and more; the others are counted
-# What `bisect sweep` exits with (orchestrator/sweeps/run.py EXIT, the CLI's 130 on Ctrl-C)
-EXITS: Mapping[str, tuple[int | None, str]] = {
-    "clean": (0, "exit 0: clean, no variant differs from the baseline"),
-    "regression": (1, "exit 1: a regression, confirmed on fresh trials"),
-    "inconclusive": (3, "exit 3: inconclusive, undecided within the trial budget"),
-    "skipped": (4, "exit 4: skipped, another run of the sweep held its lock"),
-    "failed": (1, "exit 1: the run failed before its answer"),
-    "interrupted": (130, "exit 130: interrupted before its answer"),
-    "missed": (None, "no exit: no run started at its scheduled time"),
-    "running": (None, "no exit yet: the run is under way"),
-}
-TITLES = {"clean": "Clean", "regression": "REGRESSION confirmed", "inconclusive": "Inconclusive",
-          "skipped": "Skipped", "missed": "Missed", "failed": "Failed",
-          "interrupted": "Interrupted", "running": "Running"}
 
 
 def build_sweep_report(store: Store, sweep: str, seq: int | None = None) -> SweepReport:
@@ -89,7 +74,7 @@ def build_sweep_report(store: Store, sweep: str, seq: int | None = None) -> Swee
     result = dict(run.result or {})
     notes: list[str] = []
     summary, recomputed = _summary(store, run, result, notes)
-    measured = _Measurements(store)
+    measured = Measurements(store)
     mine = measured.of(run)
     watched = _watched(store, run)
     variants = [_variant(v, mine.get(str(v.get("name"))), watched)
@@ -97,11 +82,11 @@ def build_sweep_report(store: Store, sweep: str, seq: int | None = None) -> Swee
     hunt, described = _hunt(store, sweeps, run, result, notes)
     commit_baseline, commit_now, facts, levels, settings = _changes(store, run, baseline, result,
                                                                     described)
-    shown = _window(runs, run)
-    history = [_history(r, measured, run, baseline) for r in shown]
+    shown = window(runs, run)
+    history = [history_run(r, measured, run, baseline) for r in shown]
     reason = str(summary.get("reason") or result.get("reason") or run.reason or "")
     return SweepReport(
-        sweep=sweep, run=_facts(run), baseline=_facts(baseline) if baseline else None,
+        sweep=sweep, run=run_facts(run), baseline=run_facts(baseline) if baseline else None,
         answer=answer(run.status, reason, variants, baseline),
         watched=watched, variants=variants, commit_baseline=commit_baseline,
         commit_now=commit_now, changed_facts=facts, changed_variants=levels,
@@ -112,18 +97,6 @@ def build_sweep_report(store: Store, sweep: str, seq: int | None = None) -> Swee
 
 
 # --- the run ---------------------------------------------------------------------------------
-
-
-def _when(moment: Any) -> str | None:
-    return None if moment is None else moment.isoformat()
-
-
-def _facts(run: SweepRunRecord) -> RunFacts:
-    return RunFacts(
-        id=run.id, seq=run.seq, status=run.status, trigger=run.trigger, schedule=run.schedule,
-        started_at=_when(run.started_at), finished_at=_when(run.finished_at),
-        accepted=run.accepted, accepted_at=_when(run.accepted_at), campaign_id=run.campaign_id,
-        baseline_run_id=run.baseline_run_id, reason=run.reason, slot=_when(run.slot))
 
 
 def _summary(store: Store, run: SweepRunRecord, result: dict[str, Any],
@@ -137,14 +110,9 @@ def _summary(store: Store, run: SweepRunRecord, result: dict[str, Any],
     # A campaign this version cannot judge must not hide the run: its stored result is shown
     except Exception as exc:
         notes.append(f"the comparisons are as the run stored them at its end: its campaign "
-                     f"{run.campaign_id} cannot be judged again ({_first_line(exc)})")
+                     f"{run.campaign_id} cannot be judged again ({first_line(exc)})")
         return result, False
     return {"reason": verdict.reason, **(verdict.finding_json("sweep") or {})}, True
-
-
-def _first_line(exc: BaseException) -> str:
-    said = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {said[0]}" if said else type(exc).__name__
 
 
 def _watched(store: Store, run: SweepRunRecord) -> dict[str, float | None]:
@@ -159,58 +127,6 @@ def _watched(store: Store, run: SweepRunRecord) -> dict[str, float | None]:
     return {metric: getattr(plan.thresholds, metric) for metric in METRICS}
 
 
-def answer(status: str, reason: str, variants: Sequence[VariantResult],
-           baseline: SweepRunRecord | None) -> Answer:
-    """The run's answer in a title and one sentence, and what `bisect sweep` exited with."""
-    code, meaning = EXITS.get(status, (None, f"no exit code: the run is {status}"))
-    if status == "clean" and baseline is None:
-        meaning = "exit 0: clean, with no baseline yet to differ from"
-    title = TITLES.get(status, status.capitalize())
-    against = (f"run {baseline.seq} (accepted {baseline.accepted_at:%Y-%m-%d %H:%M} UTC)"
-               if baseline is not None and baseline.accepted_at is not None else
-               f"run {baseline.seq}" if baseline is not None else "")
-    if status == "regression":
-        said = "; ".join(f"{v.name}: " + ", ".join(_said(m, v.confirm_trials)
-                                                   for m in v.metrics if m.regressed)
-                         for v in variants if v.state == "regression")
-        sentence = f"{title}: {said or reason}" + (f", against {against}" if against else "")
-    elif status == "clean" and baseline is None:
-        sentence = f"{title}: no baseline yet, nothing to compare with (`bisect sweep --accept` " \
-                   "makes a run the baseline)"
-    elif status == "clean":
-        odd = [v.name for v in variants if v.state == "unconfirmed"]
-        drifted = [v.name for v in variants if v.state == "uncontrolled"]
-        sentence = f"{title}: every variant is the same as {against or 'the baseline'}" + (
-            f" ({', '.join(odd)}: a difference the fresh trials did not show again)"
-            if odd else "") + (
-            f" ({', '.join(drifted)}: performance differs from the baseline's trials of "
-            "another day, with no control beside it: not an alert)" if drifted else "")
-    elif status == "inconclusive":
-        open_ = [v.name for v in variants
-                 if v.state not in ("clean", "unconfirmed", "uncontrolled", "new")]
-        sentence = f"{title}: " + (f"{', '.join(open_)} undecided against "
-                                   f"{against or 'the baseline'}" if open_ else reason)
-    else:
-        sentence = f"{title}: {reason}" if reason else title
-    return Answer(status=status, title=title, sentence=sentence.rstrip(".") + ".",
-                  exit_code=code, exit_meaning=meaning, reason=reason)
-
-
-def _said(row: MetricRow, fresh: int) -> str:
-    """A regressed metric as its confirmation measured it, saying so (the comparisons table
-    shows the detection beside it: two figures of different trials), with the counts."""
-    c = row.confirmation or row.detection
-    if c is None or c.change is None:
-        return row.metric
-    on = (f" on its {fresh} fresh trial{'s' if fresh != 1 else ''}"
-          if row.confirmation is not None and fresh else "")
-    if row.binary:
-        counts = f" ({c.counts_now[0]}/{c.counts_now[1]})" if c.counts_now else ""
-        return (f"{row.metric} {share(c.baseline)} -> {share(c.current)}{counts}{on} "
-                f"({c.change * 100:+.1f} points)")
-    return said_change(row.metric, c.change) + on  # a drop negative: "throughput -31%"
-
-
 # --- each variant ----------------------------------------------------------------------------
 
 
@@ -218,12 +134,6 @@ def _pair(value: Any) -> Counts | None:
     if not isinstance(value, list | tuple) or len(value) != 2:
         return None
     return int(value[0]), int(value[1])
-
-
-def _geometric_mean(values: Iterable[float | None]) -> float | None:
-    """As the comparisons average a per-trial measure (on the log scale); None: none."""
-    known = [float(v) for v in values if v is not None and math.isfinite(v) and v > 0]
-    return statistics.geometric_mean(known) if known else None
 
 
 def _bound(value: Any) -> float | None:
@@ -365,72 +275,9 @@ def _hunt(store: Store, sweeps: Sweeps, run: SweepRunRecord, result: Mapping[str
             recomputed = True
         except Exception as exc:  # its stored words stand, said to be so
             notes.append(f"the hunt is as the run stored it: its campaign {campaign_id} "
-                         f"cannot be judged again ({_first_line(exc)})")
+                         f"cannot be judged again ({first_line(exc)})")
     return Hunt(status=status, reason=reason, campaign_id=campaign_id,
                 variant=_text(stored.get("variant")), metric=_text(stored.get("metric")),
                 good=_commit(good, described), bad=_commit(bad, described),
                 first_bad=[c for sha in first_bad if (c := _commit(sha, described))],
                 posterior=posterior, recomputed=recomputed), described
-
-
-# --- the history -----------------------------------------------------------------------------
-
-
-class _Measurements:
-    """Each run's variants measured on its own trials, read once a campaign; why not, where a
-    campaign cannot be read."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.done: dict[str, dict[str, Measured]] = {}
-        self.why: dict[str, str] = {}
-
-    def of(self, run: SweepRunRecord) -> dict[str, Measured]:
-        if run.campaign_id is None:
-            return {}
-        if run.campaign_id not in self.done:
-            try:
-                self.done[run.campaign_id] = measure(self.store, run.campaign_id)
-            except Exception as exc:  # a campaign this version cannot read: nothing measured
-                self.done[run.campaign_id] = {}
-                self.why[run.campaign_id] = (f"its campaign cannot be read again "
-                                             f"({_first_line(exc)})")
-        return self.done[run.campaign_id]
-
-
-def measure(store: Store, campaign_id: str) -> dict[str, Measured]:
-    """Each variant of a sweep run's campaign on its finished trials of the current build (the
-    trials a later run compares with: ``baseline_trials``), by name."""
-    by_name: dict[str, list[Any]] = {}
-    for trial in baseline_trials(store, campaign_id):
-        by_name.setdefault(trial.variant, []).append(trial)
-    measured = {}
-    for name, trials in by_name.items():
-        corrupt = [TrialEvidence({}, t.counts, failing=CORRUPTING) for t in trials]
-        wedged = [TrialEvidence({}, t.counts, failing=WEDGING) for t in trials]
-        measured[name] = Measured(
-            trials=len(trials), corrupted=sum(t.failures for t in corrupt),
-            judged=sum(t.judged for t in corrupt), wedged=sum(t.failures for t in wedged),
-            sessions=sum(t.sessions for t in wedged),
-            throughput=_geometric_mean(t.output_throughput for t in trials),
-            p99_ms=_geometric_mean(t.p99_e2e_ms for t in trials))
-    return measured
-
-
-def _window(runs: Sequence[SweepRunRecord], run: SweepRunRecord) -> Sequence[SweepRunRecord]:
-    """The last MAX_HISTORY runs; around the reported run where it is older than those."""
-    at = next(i for i, r in enumerate(runs) if r.id == run.id)
-    start = max(0, len(runs) - MAX_HISTORY)
-    if at < start:
-        start = max(0, at - MAX_HISTORY // 2)
-    return runs[start:start + MAX_HISTORY]
-
-
-def _history(r: SweepRunRecord, measured: _Measurements, run: SweepRunRecord,
-             baseline: SweepRunRecord | None) -> HistoryRun:
-    shown = measured.of(r)
-    note = "" if shown else measured.why.get(r.campaign_id or "") or r.reason or (
-        "no trial finished" if r.campaign_id else f"{r.status}: nothing measured")
-    return HistoryRun(run=_facts(r), variants=shown,
-                      baseline=baseline is not None and r.id == baseline.id,
-                      current=r.id == run.id, note=note)
