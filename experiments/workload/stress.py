@@ -1,11 +1,11 @@
 """The stress workload: concurrent multi-turn tool-calling sessions against one endpoint.
 
-Every session follows the agent contract (experiments/agent.py) with the built-in tools or the
-user's (``agent_tools.py``); every assistant turn is judged by ``classify_turn``; a session ends
-at its first non-OK turn. One ``HttpClient`` (keep-alive pool, ``experiments/workload/
-http_client.py``) carries all requests. Sessions start all at once or at Poisson arrivals
-paced so that requests come at ``request_rate`` per second, optionally at most
-``max_concurrency`` sessions in flight, like bench_serving's ``--request-rate`` and
+Every session (``session.py``) follows the agent contract (experiments/agent.py) with the
+built-in tools or the user's (``agent_tools.py``); every assistant turn is judged by
+``classify_turn``; a session ends at its first non-OK turn. One ``HttpClient`` (keep-alive
+pool, ``experiments/workload/http_client.py``) carries all requests. Sessions start all at once
+or at Poisson arrivals paced so that requests come at ``request_rate`` per second, optionally at
+most ``max_concurrency`` sessions in flight, like bench_serving's ``--request-rate`` and
 ``--max-concurrency``; ``warmup`` one-turn sessions go first and are not counted, as its
 ``--warmup-requests``.
 """
@@ -27,24 +27,14 @@ try:
 except ImportError:  # a dependency, but not on every platform (no Windows build)
     uvloop = None  # type: ignore[assignment]
 
-from experiments.agent import first_user_message, new_canary, tool_result_message
-from experiments.outcomes import CORRUPTION, INFRA, Outcome
 from experiments.workload import triage
 from experiments.workload.agent_tools import BUILT_IN, Agent
 from experiments.workload.arrival import Arrival
-from experiments.workload.classify import TurnVerdict, clip
-from experiments.workload.client import post_turn
-from experiments.workload.context import (
-    FILLER_WORDS,
-    context_chars,
-    filler,
-    filler_chars,
-    target_chars,
-)
+from experiments.workload.context import FILLER_WORDS, filler
 from experiments.workload.http_client import HttpClient, HttpError, bearer
-from experiments.workload.metrics import RequestMetrics
 from experiments.workload.output import summary_table, write_jsonl
 from experiments.workload.results import Progress, SessionResult, StressResult
+from experiments.workload.session import Tracker, run_session
 from experiments.workload.spec import WorkloadSpec
 
 # Re-exported: callers import these from here since before the split into modules.
@@ -78,90 +68,6 @@ class StressInterrupted(Exception):
         self.result = result
 
 
-def _echo(call: dict[str, Any]) -> dict[str, Any]:
-    """A judged call as the next request sends it back: only the fields the API defines."""
-    function = call["function"]
-    return {"id": call["id"], "type": "function",
-            "function": {"name": function["name"], "arguments": function["arguments"]}}
-
-
-def _spread(chars: int, parts: int) -> list[int]:
-    share, extra = divmod(max(0, chars), max(1, parts))
-    return [share + (1 if i < extra else 0) for i in range(parts)]
-
-
-async def _session(
-    http: HttpClient, base: str, model: str, spec: WorkloadSpec, seed: int,
-    index: int, tracker: _Tracker, agent: Agent, prefix: str = "s",
-) -> SessionResult:
-    key = f"{prefix}{seed}-{index}"
-    rng = random.Random(f"{seed}:{index}" if prefix == "s" else f"{prefix}{seed}:{index}")
-    # Context filler has its own stream, so canaries do not depend on how long replies were.
-    growth_rng = random.Random(f"{seed}:{index}:context")
-    canary = new_canary(rng)
-    opening = first_user_message(key, canary)
-    endpoint = f"{base}/v1/chat/completions"
-    tools = agent.tools
-    messages: list[dict[str, Any]] = [{"role": "system", "content": agent.system_prompt}]
-    first = target_chars(spec, 1)
-    if first is not None:  # a pasted log ahead of the task, as an agent's first prompt has
-        opening = filler_chars(growth_rng, first - context_chars(
-            [*messages, {"content": opening}])) + opening
-    messages.append({"role": "user", "content": opening})
-    started = time.monotonic()
-    requests: list[RequestMetrics] = []
-    verdict = TurnVerdict(Outcome.OK)
-    turn = 0
-    try:
-        for turn in range(1, spec.rounds + 1):
-            body: dict[str, Any] = {
-                "model": model, "messages": messages, "tools": tools, "tool_choice": "auto",
-                "max_tokens": spec.max_tokens, "stream": spec.stream,
-            }
-            if spec.stream:
-                body["stream_options"] = {"include_usage": True}
-            got, measured = await post_turn(http, endpoint, body, turn=turn,
-                                            timeout_s=spec.timeout_s)
-            requests.append(measured)
-            if isinstance(got, TurnVerdict):
-                if not measured.completed:
-                    tracker.failed(endpoint, got)
-                verdict = got
-            else:
-                verdict = agent.judge(got, canary)
-                tracker.leaked(verdict)
-            tracker.turn()
-            if verdict.outcome is not Outcome.OK or isinstance(got, TurnVerdict):
-                break
-            message = got["choices"][0]["message"]
-            calls = [_echo(call) for call in message["tool_calls"]]
-            messages.append({"role": "assistant", "content": message.get("content"),
-                             "tool_calls": calls})
-            results = []
-            for call in calls:
-                canary = new_canary(rng)
-                results.append((call, canary, filler(rng, spec.filler_tokens)))
-            target = target_chars(spec, turn + 1) if turn < spec.rounds else None
-            if target is not None:
-                bare = [{"content": tool_result_message(c["function"]["name"], k)}
-                        for c, k, _ in results]
-                shares = _spread(target - context_chars(messages + bare), len(results))
-                results = [(c, k, filler_chars(growth_rng, n))
-                           for (c, k, _), n in zip(results, shares, strict=True)]
-            for call, canary, text in results:
-                content = tool_result_message(call["function"]["name"], canary, text)
-                messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
-    except Exception as exc:  # a harness bug in one session must not kill the run
-        verdict = TurnVerdict(Outcome.ERROR, clip(f"harness error: {exc!r}"))
-    bad = verdict.outcome is not Outcome.OK
-    return SessionResult(
-        index=index, key=key, outcome=verdict.outcome, turns=turn,
-        first_bad_turn=turn if bad else None, evidence=_evidence(verdict),
-        latency_s=time.monotonic() - started,
-        request_s=tuple(r.e2e_s for r in requests), requests=tuple(requests),
-    )
-
-
 async def _resolve_model(http: HttpClient, base: str, timeout_s: float) -> str:
     """The first model id the server lists, or "default"."""
     try:
@@ -193,48 +99,6 @@ def arrival_offsets(spec: WorkloadSpec, seed: int) -> list[float]:
     return offsets
 
 
-class _Tracker:
-    """Counts turns and sessions for the optional progress callback; hands the first failed
-    request to ``on_failure``."""
-
-    def __init__(self, spec: WorkloadSpec, progress: Callable[[Progress], None] | None,
-                 on_failure: Callable[[str], None] | None = None,
-                 on_leak: Callable[[str], None] | None = None) -> None:
-        self.spec, self.progress, self.on_failure = spec, progress, on_failure
-        self.on_leak = on_leak
-        self.turns = self.sessions = self.corrupted = self.infra = 0
-        self.first_failure: str | None = None
-        self.counting = True  # False during the warm-up: not the run's turns
-
-    def failed(self, endpoint: str, verdict: TurnVerdict) -> None:
-        if self.first_failure is None:
-            self.first_failure = f"POST {endpoint}: {verdict.evidence}"
-            if self.on_failure is not None:
-                self.on_failure(self.first_failure)
-
-    def leaked(self, verdict: TurnVerdict) -> None:
-        """A leak's triage label to ``on_leak`` (a counted session's only)."""
-        if self.counting and self.on_leak is not None and verdict.leak_label is not None:
-            self.on_leak(verdict.leak_label)
-
-    def turn(self) -> None:
-        if self.counting:
-            self.turns += 1
-            self._emit()
-
-    def session(self, result: SessionResult) -> None:
-        self.sessions += 1
-        self.turns += self.spec.rounds - len(result.requests)  # turns it will never take
-        self.corrupted += result.outcome in CORRUPTION
-        self.infra += result.outcome in INFRA
-        self._emit()
-
-    def _emit(self) -> None:
-        if self.progress is not None:
-            self.progress(Progress(self.turns, self.spec.sessions * self.spec.rounds,
-                                   self.sessions, self.spec.sessions, self.corrupted, self.infra))
-
-
 @dataclass
 class _Run:
     """What a run has measured so far: the result, or the partial one of an interrupted run."""
@@ -255,7 +119,7 @@ class _Run:
 
 
 async def _warm_up(http: HttpClient, base: str, model: str, spec: WorkloadSpec, seed: int,
-                   count: int, tracker: _Tracker, agent: Agent) -> None:
+                   count: int, tracker: Tracker, agent: Agent) -> None:
     """``count`` one-turn sessions (keys ``w{seed}-{i}``), at most ``max_concurrency`` at once;
     ``WarmupFailed`` when none completed its request."""
     one = spec.model_copy(update={"rounds": 1})
@@ -263,7 +127,7 @@ async def _warm_up(http: HttpClient, base: str, model: str, spec: WorkloadSpec, 
 
     async def warm(index: int) -> SessionResult:
         async with limiter:
-            return await _session(http, base, model, one, seed, index, tracker, agent, "w")
+            return await run_session(http, base, model, one, seed, index, tracker, agent, "w")
 
     tracker.counting = False
     try:
@@ -294,7 +158,7 @@ async def _run_stress(
     measured sessions start once ``ready`` is done."""
     seed = spec.seed if seed is None else seed
     base = api_base(url)
-    tracker = _Tracker(spec, progress, on_failure, on_leak)
+    tracker = Tracker(spec, progress, on_failure, on_leak)
     limiter = asyncio.Semaphore(spec.max_concurrency) if spec.max_concurrency else None
     stop = False
     tasks: list[asyncio.Task[SessionResult]] = []
@@ -310,9 +174,9 @@ async def _run_stress(
         async def arrive(index: int, offset: float) -> SessionResult:
             await asyncio.sleep(max(0.0, begin + offset - time.monotonic()))
             if limiter is None:
-                return await _session(http, base, model, spec, seed, index, tracker, agent)
+                return await run_session(http, base, model, spec, seed, index, tracker, agent)
             async with limiter:
-                return await _session(http, base, model, spec, seed, index, tracker, agent)
+                return await run_session(http, base, model, spec, seed, index, tracker, agent)
 
         tasks = [asyncio.create_task(arrive(index, offset))
                  for index, offset in enumerate(arrival_offsets(spec, seed))
@@ -333,14 +197,6 @@ async def _run_stress(
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
     return run.result(stop and len(run.sessions) < len(tasks))
-
-
-def _evidence(verdict: TurnVerdict) -> str | None:
-    """A session's evidence as stored: a leak's triage line first (a campaign keeps the
-    evidence, not the verdict, so `bisect show` and the report say which parser parses it)."""
-    if verdict.leak_label is None or verdict.evidence is None:
-        return verdict.evidence
-    return f"[{verdict.leak_label}] {verdict.evidence}"
 
 
 async def run_stress(

@@ -26,7 +26,7 @@ MAX_EVENTS = 40  # wedge log events marked per series
 MAX_EVENT_TEXT = 200
 RUNNING, QUEUED = "sglang:num_running_reqs", "sglang:num_queue_reqs"
 
-# A leak's stored evidence begins with its triage line (experiments/workload/stress.py).
+# A leak's stored evidence begins with its triage line (experiments/workload/session.py).
 _TRIAGE = re.compile(r"\[(?P<label>[^\]\n]*)\] ", re.DOTALL)
 _CANARIES = re.compile(r"expected canary '(?P<expected>[^']*)', got (?P<echoed>'[^']*'|\S+)")
 _STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")  # SGLang's log lines (local time)
