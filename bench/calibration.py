@@ -11,15 +11,15 @@ probability and each bin's observed wrong rate is given with its Wilson interval
 of every run, the reliability check compares the posterior's largest mass with how often that
 commit is the true one.
 
-Adaptive: a verdict names culprits after sequential tests at alpha = 0.01 and gives each a
-p-value; it states no probability of its own. Over the strategy benchmark's scenarios
-(bench/scenarios.py, the adaptive contender of bench/contenders.py), how often is a named
-culprit set wrong, against the 1 - alpha such a test promises for each of its answers? And
-its report states a word for the culprits it names ("strong", "clear" or "weak", from the
-clustered p and the trials taken as units): every verdict naming a culprit set is binned by the
-word its report states (built by the report's own code, orchestrator/reports/campaign/
-build.py), with
-how often a verdict stated so names exactly the planted set.
+Adaptive (calibration_adaptive.py): a verdict names culprits after sequential tests at
+alpha = 0.01 and gives each a p-value; it states no probability of its own. Over the strategy
+benchmark's scenarios (bench/scenarios.py, the adaptive contender of bench/contenders.py), how
+often is a named culprit set wrong, against the 1 - alpha such a test promises for each of its
+answers? And its report states a word for the culprits it names ("strong", "clear" or "weak",
+from the clustered p and the trials taken as units): every verdict naming a culprit set is
+binned by the word its report states (built by the report's own code,
+orchestrator/reports/campaign/build.py), with how often a verdict stated so names exactly the
+planted set.
 
 Trials draw the noise between trials (bench/noise.py) of ``--trial-noise``: ``real`` (the
 default: a restart halves or doubles a rate at one sd, pools apart, a drift) or ``iid`` (every
@@ -47,17 +47,16 @@ from typing import Any
 
 import numpy as np
 
+from bench.calibration_adaptive import adaptive_runs, words_overall
+from bench.calibration_figures import binned, rate
 from bench.noise import NOISES, REAL_WORLD, TrialNoise
-from bench.scenarios import ALPHA, COST, ROUNDS, SESSIONS, Pool, Scenario, scenarios
+from bench.scenarios import COST, ROUNDS, SESSIONS, Pool
 from bench.simulated import SimulatedPools
 from db.store import Store
 from experiments.campaign import Campaign
-from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.strategies.base import Status
 from orchestrator.core.strategies.commits import Commits
-from orchestrator.core.verdict import Verdict
 from orchestrator.executor.driver import drive
-from orchestrator.reports.campaign.build import build_report
 from orchestrator.stored import evidence, verdict_of
 
 # Failure rates before and after the first bad commit: a clean baseline, a noisy one, a faint
@@ -66,8 +65,6 @@ NOISE = {"0-10": (0.0, 0.10), "2-8": (0.02, 0.08), "0-3": (0.0, 0.03)}
 SIZES = (16, 64, 256)
 BINS = ((0.95, 0.99), (0.99, 1.0))  # [0.95, 0.99) and [0.99, 1]: the last includes 1
 RELIABILITY = (0.0, 0.5, 0.8, 0.9, 0.95, 0.99, 1.0)  # bins of the largest mass, every step
-WORDS = ("strong", "clear", "weak")  # the report's confidence words, strongest first
-UNSTATED = "none stated"  # a culprit set named, but no word for it (not the target's culprits)
 
 
 @dataclass(frozen=True)
@@ -164,33 +161,6 @@ def commit_runs(sizes: Iterable[int], noises: Iterable[str], seeds: int,
     return [run for batch in batches for run in batch]
 
 
-def share(count: int, total: int, name: str = "wrong") -> dict[str, Any]:
-    """``count`` of ``total`` (under ``name``) with its 95% Wilson interval."""
-    low, high = wilson(count, total)
-    return {"n": total, name: count, "rate": count / total if total else None,
-            "wilson95": [low, high]}
-
-
-def rate(wrong: int, total: int) -> dict[str, Any]:
-    """A wrong rate with its 95% Wilson interval."""
-    return share(wrong, total)
-
-
-def in_bin(p: float, low: float, high: float) -> bool:
-    return low <= p < high or (high == 1.0 and p == 1.0)
-
-
-def binned(points: Sequence[tuple[float, bool]], bins: Sequence[tuple[float, float]]
-           ) -> list[dict[str, Any]]:
-    """For (stated probability, wrong) points: per bin, the wrong rate against the stated one."""
-    rows = []
-    for low, high in bins:
-        inside = [(p, w) for p, w in points if in_bin(p, low, high)]
-        rows.append({"bin": [low, high], **rate(sum(w for _, w in inside), len(inside)),
-                     "mean_stated": float(np.mean([p for p, _ in inside])) if inside else None})
-    return rows
-
-
 def summary(runs: Sequence[CommitRun]) -> dict[str, Any]:
     """The commit posterior's figures, per setting and over all."""
     def figures(group: Sequence[CommitRun]) -> dict[str, Any]:
@@ -212,100 +182,6 @@ def summary(runs: Sequence[CommitRun]) -> dict[str, Any]:
             "settings": [{"size": size, "noise": noise,
                           **figures([r for r in runs if (r.size, r.noise) == (size, noise)])}
                          for size, noise in settings]}
-
-
-@dataclass(frozen=True)
-class Stated:
-    """A verdict that names a culprit set: the word its report states, and whether the set is
-    exactly the planted one."""
-
-    seed: int
-    word: str  # one of WORDS, or UNSTATED
-    right: bool
-
-
-def stated_word(store: Store, campaign_id: str) -> str:
-    """The confidence word the campaign's report states for its culprits (the headline's, for
-    the weakest culprit of the target): the report model built by the report's own code and
-    the word its confidence sentence opens with; UNSTATED where it opens with none of WORDS."""
-    word = build_report(store, campaign_id).headline.confidence.split(":", 1)[0]
-    return word if word in WORDS else UNSTATED
-
-
-def by_word(stated: Sequence[Stated]) -> list[dict[str, Any]]:
-    """Per word (every one of WORDS, then UNSTATED if any verdict has it): how many verdicts
-    the report stated so, how many of them are right and how many wrong, with Wilson
-    intervals."""
-    words = [*WORDS, *([UNSTATED] if any(s.word == UNSTATED for s in stated) else [])]
-    rows = []
-    for word in words:
-        inside = [s for s in stated if s.word == word]
-        right = sum(s.right for s in inside)
-        rows.append({"word": word, "verdicts": len(inside),
-                     "right": share(right, len(inside), "right"),
-                     "wrong": share(len(inside) - right, len(inside), "wrong")})
-    return rows
-
-
-def words_overall(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The words over every scenario of ``adaptive_runs``, and the share of the wrong verdicts
-    that were stated "strong"."""
-    stated = [Stated(**s) for row in rows for s in row["stated_words"]]
-    wrong = [s for s in stated if not s.right]
-    return {"words": by_word(stated),
-            "wrong_stated_strong": share(sum(s.word == "strong" for s in wrong), len(wrong),
-                                         "strong")}
-
-
-def adaptive_scenario(store: Store, scenario: Scenario, seeds: int,
-                      trial_noise: TrialNoise | None = None) -> dict[str, Any]:
-    """How often the adaptive contender's named culprit set is wrong, over ``seeds`` seeds
-    (trials drawn with ``trial_noise``, else the scenario's), in all and per the word its
-    report states."""
-    from bench.contenders import CONTENDERS
-    from bench.simulated import run_strategy
-
-    truth = sorted(tuple(sorted(c.items())) for c in scenario.culprits)
-    named = wrong = cleared = cleared_wrong = 0
-    p_values: list[float] = []
-    stated: list[Stated] = []
-    for seed in range(seeds):
-        pool = scenario.pool(seed, trial_noise)
-        campaign_id = f"{scenario.name} / adaptive / {seed}"
-        verdicts: list[Verdict] = []
-
-        def loop(strategy: dict[str, Any], pool: Any = pool, campaign_id: str = campaign_id,
-                 verdicts: list[Verdict] = verdicts) -> Verdict:
-            verdicts.append(run_strategy(store, campaign_id, scenario, strategy, pool, 2))
-            return verdicts[-1]
-
-        found = CONTENDERS["adaptive"](scenario, pool, loop)
-        if found:  # a culprit set named
-            named += 1
-            right = sorted(tuple(sorted(c.items())) for c in found) == truth
-            wrong += not right
-            p_values += [c.p_value for c in verdicts[-1].culprits]
-            stated.append(Stated(seed, stated_word(store, campaign_id), right))
-        elif found == []:  # "nothing to blame": the bad variant is not reproduced
-            cleared += 1
-            cleared_wrong += bool(truth)
-    return {"scenario": scenario.name, "seeds": seeds, "named": rate(wrong, named),
-            "nothing_to_blame": rate(cleared_wrong, cleared), "stated": 1 - ALPHA,
-            "max_p_value": max(p_values) if p_values else None,
-            "words": by_word(stated), "stated_words": [asdict(s) for s in stated]}
-
-
-def adaptive_runs(seeds: int, names: Sequence[str] = (),
-                  trial_noise: TrialNoise | None = None) -> list[dict[str, Any]]:
-    """Per scenario of the strategy benchmark (those whose name contains one of ``names``)."""
-    with tempfile.TemporaryDirectory(prefix="bisect-calibration-") as folder:
-        store = Store.open(str(Path(folder) / "adaptive.db"))
-        try:
-            return [adaptive_scenario(store, scenario, seeds, trial_noise)
-                    for scenario in scenarios()
-                    if not names or any(name in scenario.name for name in names)]
-        finally:
-            store.close()
 
 
 def _pct(figure: dict[str, Any], name: str = "wrong") -> str:

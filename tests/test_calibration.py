@@ -10,25 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from bench import calibration
-from bench.calibration import (
-    BINS,
+from bench import calibration_adaptive
+from bench.calibration import BINS, CommitRun, commit_runs, main, summary, tables
+from bench.calibration_adaptive import (
     UNSTATED,
     WORDS,
-    CommitRun,
     Stated,
     adaptive_scenario,
-    binned,
     by_word,
-    commit_runs,
-    in_bin,
-    main,
-    rate,
     stated_word,
-    summary,
-    tables,
     words_overall,
 )
+from bench.calibration_figures import binned, in_bin, rate
 from bench.scenarios import scenarios
 from db.store import Store
 from orchestrator.reports.campaign.build import build_report
@@ -151,7 +144,7 @@ def test_the_word_is_the_one_the_report_states(monkeypatch: pytest.MonkeyPatch) 
                     store, f"{scenario.name} / adaptive / {s['seed']}").headline.confidence
                 assert s["word"] in WORDS and confidence.startswith(s["word"] + ":")
             # the word is read from the report model: another sentence there, another word
-            real = calibration.build_report
+            real = calibration_adaptive.build_report
 
             def reworded(store: Store, campaign_id: str) -> Report:
                 report = real(store, campaign_id)
@@ -159,7 +152,7 @@ def test_the_word_is_the_one_the_report_states(monkeypatch: pytest.MonkeyPatch) 
                 return replace(report, headline=replace(
                     report.headline, confidence="weak" + said[said.index(":"):]))
 
-            monkeypatch.setattr(calibration, "build_report", reworded)
+            monkeypatch.setattr(calibration_adaptive, "build_report", reworded)
             assert stated_word(store, f"{scenario.name} / adaptive / 0") == "weak"
         finally:
             store.close()
