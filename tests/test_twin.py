@@ -1,15 +1,11 @@
-"""The twin as real processes over HTTP: endpoints, scripted agent, fault model, CLI."""
+"""The twin as real processes over HTTP: endpoints, scripted agent, fault model, start-up log
+(its command line and start: test_twin_cli.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,22 +13,20 @@ from typing import Any
 
 import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from experiments import agent
 from experiments.markup import find_markup
-from experiments.twin import faults
-from experiments.twin.agent_script import build_reply
-from tests.support.twins import FAST, Procs, post_chat, start_twins
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
+from tests.support.twins import (
+    FAST,
+    Procs,
+    body,
+    get,
+    is_leak,
+    metric,
+    opening,
+    post_chat,
+    start_twins,
+)
 
 LEAK_RULE = """
 seed: 7
@@ -57,13 +51,6 @@ BAD = {"env": {"BF16_INDEX_K": "1"}}
 BAD_FLAGS = ("--enable-hierarchical-cache",)
 
 
-def opening(key: str, canary: str = "CANARY0001", filler: str = "") -> list[dict[str, Any]]:
-    return [
-        {"role": "system", "content": agent.SYSTEM_PROMPT},
-        {"role": "user", "content": filler + agent.first_user_message(key, canary)},
-    ]
-
-
 # One twin shows every effect: the first rule that applies wins, so a longer request reaches
 # an effect further up (a request is ~290 tokens before filler; 4 characters a token).
 EFFECTS = """
@@ -76,34 +63,8 @@ rules:
 EFFECT_CONTEXT = {"no_tool": 4500, "lost_plot": 3500, "bad_args": 2500, "error": 1500}
 
 
-def body(messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    return {"model": "m", "messages": messages, "tools": agent.TOOLS, **extra}
-
-
-def get(url: str, path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"{url}{path}", timeout=5) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
 def message_of(response: dict[str, Any]) -> dict[str, Any]:
     return dict(response["choices"][0]["message"])
-
-
-def is_leak(response: dict[str, Any]) -> bool:
-    message = message_of(response)
-    return find_markup(message["content"]) is not None and not message.get("tool_calls")
-
-
-def metric(url: str, name: str) -> float:
-    text = get(url, "/metrics")[1].decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name:
-                return float(sample.value)
-    raise AssertionError(f"{name} not in /metrics")
 
 
 async def burst(url: str, payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -113,20 +74,6 @@ async def burst(url: str, payloads: list[dict[str, Any]]) -> list[dict[str, Any]
                 return dict(await response.json())
 
         return list(await asyncio.gather(*(one(p) for p in payloads)))
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "experiments.twin", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=30)
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """The twin's main() in this process (it returns before serving for these inputs)."""
-    from experiments.twin.cli import main
-
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # Every twin of this module, by name: (flags, env, fault model text or None). They start at once
@@ -185,34 +132,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 # --- endpoints ---------------------------------------------------------------------------------
-
-
-@pytest.mark.real
-def test_health_is_503_until_the_startup_delay_passed(tmp_path: Path) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with open(tmp_path / "twin.log", "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "experiments.twin", "--port", str(port),
-             "--twin-startup-delay", "1.0"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        seen: list[int] = []
-        generate: list[int] = []
-        deadline = time.monotonic() + 20
-        while (not seen or seen[-1] != 200) and time.monotonic() < deadline:
-            try:
-                seen.append(get(url, "/health")[0])
-                generate.append(get(url, "/health_generate")[0])
-            except urllib.error.URLError:
-                pass  # not listening yet
-            time.sleep(0.05)
-        assert seen[0] == 503 and seen[-1] == 200, seen
-        assert 503 in generate
-        assert get(url, "/health_generate")[0] == 200
-        assert "The server is fired up and ready to roll!" in (tmp_path / "twin.log").read_text()
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=10) == 0
 
 
 @pytest.mark.real
@@ -279,10 +198,10 @@ def test_bad_requests_get_400_with_an_error_body(fleet: Fleet) -> None:
 @pytest.mark.real
 def test_server_info_and_models(fleet: Fleet) -> None:
     url = fleet["leak"]
-    info = json.loads(get(url, "/get_server_info")[1])
+    info = json.loads(get(f"{url}/get_server_info")[1])
     assert info["tp_size"] == 8 and info["enable_hierarchical_cache"] is True
     assert info["env"]["BF16_INDEX_K"] == "1"
-    models = json.loads(get(url, "/v1/models")[1])
+    models = json.loads(get(f"{url}/v1/models")[1])
     assert models["data"][0]["id"] == "deepseek-ai/DeepSeek-V4-twin"
 
 
@@ -436,79 +355,7 @@ def test_wedge_times_out_with_an_error(fleet: Fleet) -> None:
     assert "waiting timeout" in fleet.log("wedge-0.3")
 
 
-@pytest.mark.pure
-def test_example_fault_model_is_valid() -> None:
-    model = faults.load(REPO / "experiments" / "twin" / "faults.example.yaml")
-    assert model.rules[0].name == "bf16-hicache-race"
-
-
-# --- CLI and start-up log -------------------------------------------------------------------------
-
-
-@pytest.mark.real
-def test_unknown_flag_exits_2() -> None:
-    result = run_cli("--no-such-flag")
-    assert result.returncode == 2 and "unrecognized arguments: --no-such-flag" in result.stderr
-
-
-@pytest.mark.pure
-@pytest.mark.parametrize(
-    ("text", "field"),
-    [
-        (LEAK_RULE % {"probability": 1.5, "effect": "leak", "min_inflight": 1},
-         "field rules[0].probability"),
-        ("rules:\n  - name: x\n    probability: 0.1\n    effect: leak\n    colour: red\n",
-         "field rules[0].colour"),
-        ("rules:\n  - name: x\n    probability: 0.1\n    effect: explode\n",
-         "field rules[0].effect"),
-        ("rules:\n  - name: x\n    when: {flags: {enable-hicache: true}}\n"
-         "    probability: 0.1\n    effect: leak\n", "field rules[0].when.flags.enable-hicache"),
-        ("rules:\n  - name: x\n    when: {decode: {flags: {cuda-graphs: false}}}\n"
-         "    probability: 0.1\n    effect: wedge\n",
-         "field rules[0].when.decode.flags.cuda-graphs"),
-        ("rules:\n  - name: x\n    scale_with_inflight: {reference: 0}\n"
-         "    probability: 0.1\n    effect: leak\n",
-         "field rules[0].scale_with_inflight.reference"),
-        ("rules:\n  - name: x\n    min_context_tokens: -1\n"
-         "    probability: 0.1\n    effect: leak\n", "field rules[0].min_context_tokens"),
-        ("rules:\n  - name: x\n    per: turn\n    probability: 0.1\n    effect: wedge\n",
-         "field rules[0].per"),
-        ("noise: {probability: 0.1, per: round}\n", "field noise.per"),
-    ],
-)
-def test_bad_fault_model_exits_2_naming_the_field(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, field: str
-) -> None:
-    path = tmp_path / "bad.yaml"
-    path.write_text(text)
-    code, _, err = cli(capsys, "--fault-model", str(path), "--twin-startup-delay", "0")
-    assert code == 2
-    assert str(path) in err and field in err
-    assert len(err.strip().splitlines()) == 1
-
-
-@pytest.mark.pure
-def test_bad_fault_model_error_names_the_line(tmp_path: Path) -> None:
-    path = tmp_path / "bad.yaml"
-    path.write_text("seed: 1\nrules:\n  - name: x\n    probability: 2\n    effect: leak\n")
-    with pytest.raises(faults.FaultModelError, match=r"line 4, field rules\[0\]\.probability"):
-        faults.load(path)
-
-
-@pytest.mark.pure
-def test_help_and_schema(capsys: pytest.CaptureFixture[str]) -> None:
-    code, help_text, _ = cli(capsys, "--help")
-    assert code == 0
-    for flag in ("--enable-hierarchical-cache", "--tool-call-parser", "--fault-model",
-                 "--twin-seed", "--disaggregation-mode", "--hicache-write-policy",
-                 "--disaggregation-bootstrap-port", "--twin-prefill-us-per-token",
-                 "--twin-decode-ms-per-token", "--twin-decode-batch-slowdown",
-                 "--twin-eager-slowdown", "--twin-hicache-hit-cost", "--twin-latency-ms"):
-        assert flag in help_text
-    code, schema, _ = cli(capsys, "--schema")
-    assert code == 0
-    document = json.loads(schema)
-    assert {"seed", "rules", "noise"} <= set(document["properties"])
+# --- the start-up log -----------------------------------------------------------------------------
 
 
 @pytest.mark.real
@@ -525,41 +372,3 @@ def test_startup_log_shows_what_was_loaded(fleet: Fleet) -> None:
     text = fleet.log("fp8")
     assert "bytes_per_token_per_layer=132" in text
     assert "Capture cuda graph" not in text and "hierarchical KV cache" not in text
-
-
-# --- pure parts ---------------------------------------------------------------------------------
-
-
-@pytest.mark.pure
-def test_conditions_compare_like_the_yaml_reads() -> None:
-    model = faults.FaultModel.model_validate({"rules": [{
-        "name": "r", "probability": 1.0, "effect": "leak",
-        "when": {"env": {"BF16_INDEX_K": 1, "SGLANG_OPT_USE_TOPK_V2": None},
-                 "flags": {"enable-hierarchical-cache": True, "hicache_ratio": 2,
-                           "tool-call-parser": "deepseekv32"}},
-    }]})
-    flags = {"enable-hierarchical-cache": True, "hicache-ratio": 2.0,
-             "tool-call-parser": "deepseekv32"}
-
-    def hit(env: dict[str, str], **changed: Any) -> bool:
-        return faults.decide(model, twin_seed=0, flags={**flags, **changed}, env=env,
-                             inflight=1, session_key="k") is not None
-
-    assert hit({"BF16_INDEX_K": "1"})
-    assert not hit({"BF16_INDEX_K": "1", "SGLANG_OPT_USE_TOPK_V2": "1"})  # must be unset
-    assert not hit({"BF16_INDEX_K": "0"})
-    assert not hit({"BF16_INDEX_K": "1"}, **{"enable-hierarchical-cache": False})
-    assert not hit({"BF16_INDEX_K": "1"}, **{"hicache-ratio": 3.0})
-
-
-@pytest.mark.pure
-@pytest.mark.parametrize(("parser", "fragment"), [
-    ("deepseekv31", "<｜tool▁calls▁begin｜>"),
-    ("deepseekv32", "<｜DSML｜function_calls>"),
-    ("deepseekv4", "<｜DSML｜tool_calls>"),
-])
-def test_leak_markup_follows_the_tool_call_parser(parser: str, fragment: str) -> None:
-    decision = faults.Decision("r", faults.Effect.LEAK, None)
-    reply = build_reply(opening("k", "CAN"), agent.TOOLS, "auto", decision, parser)
-    assert reply.tool_calls == [] and reply.finish_reason == "stop"
-    assert reply.content is not None and fragment in reply.content and "CAN" in reply.content
