@@ -147,16 +147,19 @@ journalctl --sync 2>/dev/null || true  # the old instance's last lines are stamp
 main() {{ systemctl show -p "$1" --value -- "$u"; }}
 m=$(main ExecMainStartTimestampMonotonic)
 s=$(date +%s%N)
+# 203/EXEC said from the unit, naming what systemd was asked to run: the executor's own journal
+# line ("Failed to locate executable ...") can come after the sync on a loaded node.
+noexec() {{  # $1 ExecStartPre or ExecStart: its first command that ended 203/EXEC this start
+  b=$(systemctl show -p "$1" --value -- "$u" |
+      sed -n 's/^{{ path=\\([^;]*\\) ;.* code=exited ; status=203 }}$/\\1/p' | head -n 1)
+  [ -z "$b" ] || echo "$u: $1's $b could not be executed (status=203/EXEC)" >&2; }}
 why() {{  # the journal of this start, and whether the variant's command ran (it is the main one)
   journalctl --sync 2>/dev/null || true  # systemd's own lines of the failed start, written
   journalctl -q --no-pager -o cat -n 30 -u "$u" --since "@$((s / 1000000000))" >&2 || true
-  [ "$(main ExecMainStartTimestampMonotonic)" != "$m" ] || exit {SETUP_RC}  # never ran
+  if [ "$(main ExecMainStartTimestampMonotonic)" = "$m" ]  # never ran: a command before it
+  then noexec ExecStartPre; exit {SETUP_RC}; fi
   c=$(main ExecMainCode) x=$(main ExecMainStatus)
-  # 203/EXEC: the executable itself, from the unit (the executor's own journal line can come
-  # after the sync on a loaded node: the message must not depend on it)
-  [ "$c" != 1 ] || [ "${{x:-0}}" != 203 ] || {{
-    b=$(systemctl show -p ExecStart --value -- "$u" | sed -n 's/^{{ path=//p' | head -n 1)
-    b=${{b%%;*}}; echo "$u: ExecStart's ${{b% }} could not be executed (status=203/EXEC)" >&2; }}
+  [ "$c" != 1 ] || [ "${{x:-0}}" != 203 ] || noexec ExecStart
   if [ "$c" = 1 ] && [ "${{x:-0}}" -ge 200 ] && [ "$x" -le 243 ]; then exit {SETUP_RC}; fi
   exit "$1"; }}
 systemctl start -- "$u" || why {EXITED_RC}
