@@ -22,8 +22,9 @@ import orchestrator.cli.sweep_report_view  # noqa: F401 - registers `bisect swee
 from db import Store
 from orchestrator.cli import app
 from orchestrator.reports.sweep import history as sweep_history
-from orchestrator.reports.sweep.build import build_sweep_report, measure
+from orchestrator.reports.sweep.build import build_sweep_report
 from orchestrator.reports.sweep.charts import Line, RunMark, history_chart
+from orchestrator.reports.sweep.history import measure
 from orchestrator.reports.sweep.html import CSP, hunt_file_name, render_sweep_html
 from orchestrator.reports.sweep.junit import render_sweep_junit
 from orchestrator.reports.sweep.markdown import render_sweep_markdown
