@@ -43,20 +43,15 @@ def pairs_on_pools(first: Sequence[TrialEvidence], second: Sequence[TrialEvidenc
     the order they ran (its i-th trial of one side with its i-th of the other: with one pool,
     a sweep's pairs as they always were), all in the order each pair ended; and the trials
     still waiting for a partner on their pool, in the order they ran."""
-    pools: dict[str, tuple[list[TrialEvidence], list[TrialEvidence]]] = {}
-    for side, trials in enumerate((first, second)):
-        for trial in trials:
-            pools.setdefault(trial.pool, ([], []))[side].append(trial)
-    pairs: list[Pair] = []
-    lone: list[TrialEvidence] = []
-    for mine, theirs in pools.values():
-        mine.sort(key=_seq)
-        theirs.sort(key=_seq)
+    firsts = {id(trial) for trial in first}
+
+    def walk(ran: Sequence[TrialEvidence]) -> tuple[list[Pair], list[TrialEvidence]]:
+        mine = [trial for trial in ran if id(trial) in firsts]
+        theirs = [trial for trial in ran if id(trial) not in firsts]
         count = min(len(mine), len(theirs))
-        pairs += zip(mine[:count], theirs[:count], strict=True)
-        lone += mine[count:] + theirs[count:]
-    pairs.sort(key=lambda pair: max(_seq(pair[0]), _seq(pair[1])))
-    return pairs, sorted(lone, key=_seq)
+        return list(zip(mine[:count], theirs[:count], strict=True)), mine[count:] + theirs[count:]
+
+    return on_each_pool([*first, *second], walk)
 
 
 def adjacent_on_pools(trials: Sequence[TrialEvidence], first: str, second: str,
@@ -66,15 +61,30 @@ def adjacent_on_pools(trials: Sequence[TrialEvidence], first: str, second: str,
     """``walk`` (the pairs of adjacent trials of variants ``first`` and ``second`` in one
     sequence, and the last one waiting) on each pool's trials apart: the pairs in the order
     each ended, and every pool's trial waiting for its partner."""
+
+    def on_one(ran: Sequence[TrialEvidence]) -> tuple[list[Pair], list[TrialEvidence]]:
+        made, waiting = walk(ran, first, second)
+        return made, [] if waiting is None else [waiting]
+
+    return on_each_pool(trials, on_one)
+
+
+def on_each_pool(trials: Sequence[TrialEvidence],
+                 walk: Callable[[Sequence[TrialEvidence]],
+                                tuple[list[Pair], list[TrialEvidence]]]
+                 ) -> tuple[list[Pair], list[TrialEvidence]]:
+    """``walk`` (a pool's trials in the order they ran: its pairs and the trials left waiting)
+    on each pool's trials apart: all the pairs in the order each ended, and the trials waiting,
+    in the order they ran. The one grouping of both ways to pair."""
     pools: dict[str, list[TrialEvidence]] = {}
     for trial in sorted(trials, key=_seq):
         pools.setdefault(trial.pool, []).append(trial)
     pairs: list[Pair] = []
     alone: list[TrialEvidence] = []
     for ran in pools.values():
-        made, waiting = walk(ran, first, second)
+        made, waiting = walk(ran)
         pairs += made
-        alone += [waiting] if waiting is not None else []
+        alone += waiting
     pairs.sort(key=lambda pair: max(_seq(pair[0]), _seq(pair[1])))
     return pairs, sorted(alone, key=_seq)
 
