@@ -1,6 +1,7 @@
 """`bisect optimize` on two twin pools, one planted slower (each request costs it 10 ms more on
 the twin's clock): each pair of the answer and production runs on one pool, next to each other,
-and both pools run pairs at once; the comparison reads each pair on its pool."""
+and both pools run pairs at once; the comparison reads each pair on its pool. Production's
+re-runs during confirmation each run beside a re-run of the answer, on one pool."""
 
 from __future__ import annotations
 
@@ -68,3 +69,15 @@ def test_each_pair_with_production_runs_on_one_pool(ray_cluster: None, tmp_path:
                    if ran[seq][0] == ran[mine][0]]
         assert not between, (against["pair_trials"], ran)
     assert {ran[mine][0] for _, mine in against["pair_trials"]} == set(LATENCY_MS), ran
+    # confirmation (after the grid's 2 trials, before the final pairs): each re-run of
+    # production next to a re-run of the answer on one pool (on main at b1ccbf9, production
+    # re-ran on its own pool, beside its own first trial)
+    final = {seq for pair in against["pair_trials"] for seq in pair}
+    confirming = [seq for seq in sorted(ran) if seq > 2 and seq not in final]
+    production = [seq for seq in confirming if ran[seq][1] == "4"]
+    assert production, ran  # production re-ran during confirmation
+    for seq in production:
+        order = [s for s in sorted(ran) if ran[s][0] == ran[seq][0]]  # its pool's trials
+        at = order.index(seq)
+        beside = order[max(0, at - 1):at] + order[at + 1:at + 2]
+        assert any(ran[n][1] == "32" and n in confirming for n in beside), (seq, ran)

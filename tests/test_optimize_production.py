@@ -9,6 +9,7 @@ import pytest
 
 from bench.knob_space import PRODUCTION
 from orchestrator.core.evidence import TrialEvidence, variant_key
+from orchestrator.core.pairs import Beside
 from orchestrator.core.strategies.optimize_rank import candidates, versus_production
 from tests.support.optimize_planted import (
     ELSE,
@@ -147,16 +148,27 @@ def test_production_runs_again_beside_the_leader_then_in_pairs() -> None:
     # beside the leader's re-runs, until it has as many trials as a confirmed answer; then the
     # final phase pairs it with the answer
     two = strategy(2, pools=2, search=Recorder())
-    # the search's 2 trials spent, the leader short of its confirmation: both, the side with
-    # fewer trials first (a tie: the leader)
-    assert two.propose(planted({"production": [1000.0], "else": [1500.0]}), []) == [
-        dict(ELSE), dict(PRODUCTION)]
-    assert two.propose(planted({"production": [1000.0], "else": [1500.0, 1490.0]}),
-                       []) == [dict(PRODUCTION)]  # the leader confirmed: production
+    # the search's 2 trials spent, the leader short of its confirmation: both, as a pair on one
+    # pool (each re-run of production beside the leader's, never on a pool of its own), the
+    # side with fewer trials first (a tie: the leader)
+    fresh = two.propose(planted({"production": [1000.0], "else": [1500.0]}), [])
+    assert fresh == [dict(ELSE), dict(PRODUCTION)]
+    assert not isinstance(fresh[0], Beside) and isinstance(fresh[1], Beside)
+    assert fresh[1].mate is None  # the proposal before it: a fresh pair
+    # one pool free: the whole pair still (it takes one pool, its partner next there)
+    assert strategy(2, pools=1, search=Recorder()).propose(
+        planted({"production": [1000.0], "else": [1500.0]}), []) == fresh
+    # the leader confirmed: production next on the pool of the leader's last trial (3)
+    settled = two.propose(planted({"production": [1000.0], "else": [1500.0, 1490.0]}), [])
+    assert settled == [dict(PRODUCTION)]
+    assert isinstance(settled[0], Beside) and settled[0].mate == 3
+    # one of the leader's trials running: production waits to run beside it
+    assert two.propose(planted({"production": [1000.0], "else": [1500.0]}), [dict(ELSE)]) == []
     # below the candidates confirmation re-runs (the top 3): run all the same
     ranked_out = planted({"production": [1000.0], "else": [1500.0, 1490.0],
                           "m64": [1400.0, 1410.0], "m80": [1450.0, 1440.0]})
-    assert two.propose(ranked_out, []) == [dict(PRODUCTION)]
+    below = two.propose(ranked_out, [])
+    assert below == [dict(PRODUCTION)] and isinstance(below[0], Beside) and below[0].mate == 3
     # production measured twice: confirmation is settled; a whole pair starts at once on the
     # two pools, and nothing while anything else runs
     done = planted({"production": [1000.0], "else": [1500.0, 1490.0]}, [("production", 1010)])

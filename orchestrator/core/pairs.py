@@ -34,6 +34,22 @@ def fresh_pairs(firsts: Sequence[Levels], seconds: Sequence[Levels]) -> list[dic
     return out
 
 
+def first_units(proposals: Sequence[dict[str, str]], count: int) -> list[dict[str, str]]:
+    """The first ``count`` proposals that each take a free pool, with the fresh partners that
+    follow them there (a fresh pair takes one pool: cut after its first trial, it would lose
+    its second)."""
+    out: list[dict[str, str]] = []
+    taken = 0
+    for levels in proposals:
+        partner = isinstance(levels, Beside) and levels.mate is None and bool(out)
+        if not partner:
+            if taken == count:
+                break
+            taken += 1
+        out.append(levels)
+    return out
+
+
 Pair = tuple[TrialEvidence, TrialEvidence]
 
 

@@ -11,7 +11,8 @@ Four phases, each decided from the stored trials alone:
    ``confirm_trials`` trials, the ranking recomputed on all of them: a configuration that
    looked fast and clean on one lucky trial is named only if its re-runs agree. Production
    runs again beside the leader's re-runs until it has ``confirm_trials`` trials, so that the
-   answer is never left untested against a single trial of it;
+   answer is never left untested against a single trial of it: each re-run of it on one pool
+   with a trial of the leader, one after the other there (``Beside``);
 4. the final phase (optimize_final.py): once confirmation has settled the answer, and it is
    not production, production and the answer run alternated in ``confirm_trials`` fresh pairs
    (``2 * confirm_trials`` trials more; production shown unsafe: none), each pair's two trials
@@ -39,7 +40,7 @@ from typing import Protocol, runtime_checkable
 
 from experiments.optimize_config import OptimizeConfig
 from orchestrator.core.evidence import CORRUPTING, Levels, TrialEvidence, variant_key
-from orchestrator.core.pairs import Beside
+from orchestrator.core.pairs import Beside, first_units, fresh_pairs
 from orchestrator.core.stats.exact import binomial_at_most
 from orchestrator.core.strategies.base import (
     UNFINISHED,
@@ -198,18 +199,25 @@ class Optimize:
             return self.search.suggest(told, fixed, pending, max(0, count))
         standing = self.standing(done, searched)
         if standing.final is None:
-            reruns = self._reruns(done, pending, searched)[:free]
+            reruns = first_units(self._reruns(done, pending, searched), free)
             if reruns:
-                return self.search.suggest(told, reruns, pending, 0)
+                return self._asked(told, reruns, pending)
         elif not pending:  # pairs start with nothing else running: each pair's trials
             pairs = self._pairs_wanted(standing, free)  # adjacent on one pool (Beside)
             if pairs:
-                asked = self.search.suggest(told, pairs, pending, 0)
-                return [Beside(got, want.mate) if isinstance(want, Beside) else got
-                        for want, got in zip(pairs, asked, strict=True)]
+                return self._asked(told, pairs, pending)
         if not pending:
             self.search.close(told)
         return []
+
+    def _asked(self, told: Sequence[Told], wanted: Sequence[dict[str, str]],
+               pending: Sequence[Levels]) -> list[dict[str, str]]:
+        """``wanted`` measured as given, through the search (it records them), each pair's
+        partner still ``Beside`` its mate."""
+        assert self.search is not None
+        asked = self.search.suggest(told, wanted, pending, 0)
+        return [Beside(got, want.mate) if isinstance(want, Beside) else got
+                for want, got in zip(wanted, asked, strict=True)]
 
     def _leader(self, done: Sequence[TrialEvidence], pending: Sequence[Levels]) -> list[
             dict[str, str]]:
@@ -253,12 +261,35 @@ class Optimize:
             key = variant_key(production)
             measured = next((c for c in every if c.key == key), None)
             asked = any(variant_key(levels) == key for levels in wanted)  # as a candidate
-            if not asked and measured is not None and measured.trials < plan.confirm_trials \
-                    and not running[key] and key not in {variant_key(u.levels)
-                                                         for u in self.unresolvable}:
-                # the side with fewer trials first: with one pool they then alternate
-                wanted.insert(0 if measured.trials < top[0].trials else 1, dict(production))
+            short = measured is not None and measured.trials < plan.confirm_trials \
+                and not running[key] and key not in {variant_key(u.levels)
+                                                     for u in self.unresolvable}
+            if measured is not None and (asked or short):
+                others = [levels for levels in wanted if variant_key(levels) != key]
+                return self._beside_leader(others, production, measured, top[0], done, running)
         return wanted
+
+    def _beside_leader(self, wanted: list[dict[str, str]], production: Levels,
+                       measured: Candidate, leader: Candidate, done: Sequence[TrialEvidence],
+                       running: Counter[str]) -> list[dict[str, str]]:
+        """``wanted`` with production's re-run beside the leader's trial, on one pool, one after
+        the other there (``Beside``): with several pools, production's own pool would
+        otherwise stand between the two (tests/test_optimize_pools.py). The leader re-run now:
+        a fresh pair, the side with fewer trials first (with one pool they then alternate);
+        the leader settled: production next on the pool of the leader's last trial; one of
+        the leader's trials running: production waits for it to end."""
+        if running[leader.key]:
+            return wanted
+        again = [index for index, levels in enumerate(wanted)
+                 if variant_key(levels) == leader.key]
+        if again:
+            first, second = ((production, wanted[again[0]]) if measured.trials < leader.trials
+                             else (wanted[again[0]], production))
+            wanted[again[0]:again[0] + 1] = fresh_pairs([first], [second])
+            return wanted
+        last = max((t for t in done if variant_key(t.levels) == leader.key),
+                   key=lambda t: t.seq)
+        return [Beside(production, last.seq), *wanted]
 
     # -- the final phase (optimize_final.py) ---------------------------------------------
 
