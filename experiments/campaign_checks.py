@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from experiments.campaign import Campaign, Factor
 
 __all__ = ["FRACTIONAL_MAX_FACTORS", "FULL_MAX_VARIANTS", "check_references", "command_problems",
-           "describe_levels", "place_problems", "probe_problems", "workdir_error"]
+           "describe_levels", "place_problems", "probe_problems", "shared_tree",
+           "tree_problems", "workdir_error"]
 
 
 def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
@@ -70,6 +71,7 @@ def check_references(campaign: Campaign) -> list[tuple[Path_, str]]:
     problems += command_problems(campaign)
     problems += probe_problems(campaign)
     problems += place_problems(campaign)
+    problems += tree_problems(campaign)
     for field in ("known_good", "known_bad"):
         for factor_name, level in (getattr(campaign, field) or {}).items():
             if factor_name not in levels:
@@ -117,6 +119,58 @@ def place_problems(campaign: Campaign) -> list[tuple[Path_, str]]:
                                  f"workdir: they would share a pid file"))
             pid_files.setdefault(place, f"pool {pool.name!r}")
     return problems
+
+
+def tree_problems(campaign: Campaign) -> list[tuple[Path_, str]]:
+    """A git tree of a factor's levels or of a commit range that two pools run from on one
+    host (``shared_tree``)."""
+    problems: list[tuple[Path_, str]] = []
+    for f, factor in enumerate(campaign.factors):
+        trees: dict[str, str] = {}  # each tree once, at its first level
+        for name, level in factor.levels.items():
+            if level is not None and level.git is not None:
+                trees.setdefault(level.git.tree, name)
+        for tree, name in trees.items():
+            if error := shared_tree(campaign, tree, factor.services, "a trial of another commit"):
+                problems.append((("factors", f, "levels", name, "git", "tree"), error))
+    if campaign.commits is not None and (error := shared_tree(
+            campaign, campaign.commits.tree, campaign.commits.services,
+            "a trial of another commit")):
+        problems.append((("commits", "tree"), error))
+    return problems
+
+
+def shared_tree(campaign: Campaign, tree: str, services: Sequence[str] | None,
+                checkout: str) -> str | None:
+    """Why ``tree`` cannot be checked out by one pool's trial while another pool runs from it:
+    two pools whose services (``services``; None: all) run on one host from the same path.
+    ``checkout``: what checks another commit out there. None when no two pools share it.
+    Nothing on the driver serialises two pools' checkouts of one tree, and a checkout under a
+    running server changes the code the other pool's trial measures. One host: the same
+    transport and address (``host``, ``port``); two names of one machine cannot be told."""
+    hosts = {node.name: (node.transport, node.host, node.port) for node in campaign.nodes}
+    seen: dict[tuple[object, ...], tuple[str, str]] = {}  # host -> (its pool, its node)
+    for pool in campaign.pools:
+        for service in pool.services:
+            if services is not None and service.name not in services:
+                continue
+            host = hosts.get(service.node)
+            if host is None:
+                continue  # an unknown node: named by check_references
+            if host in seen and seen[host][0] != pool.name:
+                other, node = seen[host]
+                where = ("this machine (local transport)" if host[0] == "local"
+                         else f"host {host[1]}" + (f":{host[2]}" if host[2] else ""))
+                nodes = f"node {node!r}" if node == service.node else \
+                    f"nodes {node!r} and {service.node!r}"
+                return (f"pools {other!r} and {pool.name!r} both run services from the tree "
+                        f"{tree} on {where} ({nodes}): {checkout} checked out there for one "
+                        f"pool would change the files under the other pool's running server. "
+                        f"Give pool {pool.name!r} a tree of its own, in a file of its own (e.g. "
+                        f"`git -C {tree} worktree add {tree.rstrip('/')}-{pool.name} HEAD`, "
+                        f"that path as its tree), or keep one of these pools")
+            seen.setdefault(host, (pool.name, service.node))
+    return None
 
 
 def describe_levels(factor: Factor) -> str:

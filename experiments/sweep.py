@@ -27,7 +27,7 @@ from experiments.campaign import (
     error_line,
     format_problem,
 )
-from experiments.campaign_checks import check_references
+from experiments.campaign_checks import check_references, shared_tree
 from experiments.strategy_config import NamedVariant, SweepConfig, Thresholds
 from experiments.workload.probe import ProbeSpec, placed
 from experiments.workload.spec import WorkloadSpec
@@ -166,7 +166,11 @@ def _problems(sweep: Sweep) -> list[tuple[Path_, str]]:
                      if name not in services]
         from deploy.safe_words import word_error
 
-        if error := word_error(sweep.source.tree):
+        # a moved build puts the baseline's commit back in the tree for a control's trial,
+        # while another pool may run a trial from that tree
+        shared = shared_tree(sweep_campaign(sweep), sweep.source.tree, sweep.source.services,
+                             "the baseline's commit (a control of a build that moved)")
+        if error := word_error(sweep.source.tree) or shared:
             problems.append((("source", "tree"), error))
         problems += [(("source", "build", index), error)
                      for index, word in enumerate(sweep.source.build)
