@@ -7,7 +7,8 @@ SQLite store and the real Optuna study next to it, the strategy's defaults but w
 command line says otherwise. Seed ``s`` is both the sampler's seed and the pools' noise seed,
 the same for every sampler. Trials carry the noise between trials (bench/noise.py) of
 ``--trial-noise``: ``real`` by default (a restart halves or doubles the corruption rate at one
-sd, moves the speed, pools apart, a drift), ``iid`` as before issue 27.
+sd, moves the speed, pools apart, a drift), ``iid`` as before issue 27. ``--speeds``: that many
+pools, each of that speed (no random pool offsets), the trials placed on them by the driver.
 
 *Reach*: the first trial after which the answer (``Optimize.conclude`` on the stored trials up
 to it: the best safe configuration with ``confirm_trials`` trials) is *right*: truly safe
@@ -47,7 +48,7 @@ Searches compared, for each seed:
     .venv/bin/python -m bench.optimize [--seeds 5] [--first-seed 1] [--trials 30]
         [--samplers tpe,gp,random,grid] [--startup-trials 8] [--confirm-top 3]
         [--confirm-trials 3] [--gp-seeds N] [--workers 2] [--json FILE]
-        [--trial-noise real|iid] [--production space|best]
+        [--trial-noise real|iid] [--production space|best] [--speeds 0.9,1]
 """
 
 from __future__ import annotations
@@ -118,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--production", choices=list(PRODUCTIONS), default=Settings.production,
                         help="the production configuration declared: the space's (default) or "
                              "BEST (nothing safe truly faster)")
+    parser.add_argument("--speeds", default="",
+                        help="each pool's speed, comma-separated (0.9,1: two pools 10%% apart, "
+                             "no random pool offsets); default: one pool")
     args = parser.parse_args(argv)
     samplers = [s.strip() for s in args.samplers.split(",") if s.strip()]
     unknown = [s for s in samplers if s not in SAMPLERS]
@@ -126,8 +130,14 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{', '.join(unknown)}); --seeds and --trials at least 1"
               if unknown else "bench.optimize: --seeds and --trials at least 1", file=sys.stderr)
         return 2
+    try:
+        speeds = tuple(float(s) for s in args.speeds.split(",") if s.strip())
+    except ValueError:
+        print(f"bench.optimize: --speeds takes numbers, comma-separated (got {args.speeds!r})",
+              file=sys.stderr)
+        return 2
     settings = Settings(args.trials, args.startup_trials, args.confirm_top, args.confirm_trials,
-                        NOISES[args.trial_noise], args.production)
+                        NOISES[args.trial_noise], args.production, speeds)
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     started = time.monotonic()
     runs = benchmark(settings, seeds, samplers, args.workers, args.gp_seeds)

@@ -211,7 +211,7 @@ def render(table: Sequence[dict[str, Any]], ratio: dict[str, dict[str, float | N
                f"{throughput(BEST):,.0f} tok/s, safe); trials={settings.trials}, "
                f"startup_trials={settings.startup_trials}, confirm_top={settings.confirm_top}, "
                f"confirm_trials={settings.confirm_trials}; a trial {TRIAL_GPU_S / 3600:.2f} "
-               f"GPU-h (a stopped one less); {settings.trial_noise.describe()}; production "
+               f"GPU-h (a stopped one less); {settings.noise.describe()}; production "
                f"{settings.production} ({throughput(PRODUCTIONS[settings.production]):,.0f} "
                "tok/s)")
     out = [heading, "",

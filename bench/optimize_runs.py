@@ -12,6 +12,7 @@ to it), the oracle's order of a sampler that ignores the values told (``hits``),
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 from collections.abc import Sequence
@@ -63,6 +64,20 @@ class Settings:
     confirm_trials: int = 3
     trial_noise: TrialNoise = REAL_WORLD  # of the simulated pools, not of the section
     production: str = "space"  # of PRODUCTIONS
+    # each pool's speed (``--speeds``): that many pools, these offsets instead of random ones;
+    # none: one pool, as before
+    speeds: tuple[float, ...] = ()
+
+    def campaign(self, sampler: str, seed: int, trials: int | None = None) -> Campaign:
+        return knob_campaign(self.strategy(sampler, seed, trials), pools=max(1, len(self.speeds)))
+
+    @property
+    def noise(self) -> TrialNoise:
+        """The pools' noise between trials: ``trial_noise``, with the pools of ``speeds``."""
+        if not self.speeds:
+            return self.trial_noise
+        return dataclasses.replace(self.trial_noise, pool_spread=0.0, pools=tuple(
+            (f"pool-{n}", 1.0, speed) for n, speed in enumerate(self.speeds, start=1)))
 
     def strategy(self, sampler: str, seed: int, trials: int | None = None) -> dict[str, Any]:
         return {"sampler": sampler, "seed": seed, "trials": trials or self.trials,
@@ -204,15 +219,14 @@ def search_run(search: str, seed: int, settings: Settings) -> Run:
     started = time.monotonic()
     sampler = search.split(",")[0]
     if not search.endswith("oracle-stopped"):
-        campaign = knob_campaign(settings.strategy(sampler, seed))
-        done = measure(campaign, seed, settings.trial_noise)
+        campaign = settings.campaign(sampler, seed)
+        done = measure(campaign, seed, settings.noise)
         return judged(search, seed, campaign, done, settings.trials, 1,
                       time.monotonic() - started)
     run = None
-    for attempt, budget in enumerate(hits(knob_campaign(settings.strategy(sampler, seed)),
-                                          ORACLE_ATTEMPTS), 1):
-        campaign = knob_campaign(settings.strategy(sampler, seed, budget))
-        done = measure(campaign, seed, settings.trial_noise)
+    for attempt, budget in enumerate(hits(settings.campaign(sampler, seed), ORACLE_ATTEMPTS), 1):
+        campaign = settings.campaign(sampler, seed, budget)
+        done = measure(campaign, seed, settings.noise)
         run = judged(search, seed, campaign, done, budget, attempt, time.monotonic() - started)
         if run.right:
             break

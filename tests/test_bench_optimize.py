@@ -195,3 +195,23 @@ def test_bad_options_are_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--samplers", "tpe,annealing"]) == 2
     assert "annealing" in capsys.readouterr().err
     assert main(["--seeds", "0"]) == 2
+
+
+def test_speeds_give_that_many_pools_of_those_speeds(measure: Measure) -> None:
+    """``--speeds 0.9,1``: two pools 10% apart, no random offsets; the driver runs the search's
+    trials on both, and the final phase's pairs each on one pool."""
+    settings = Settings(trials=10, speeds=(0.9, 1.0))
+    assert settings.noise.pools == (("pool-1", 1.0, 0.9), ("pool-2", 1.0, 1.0))
+    assert settings.noise.pool_spread == 0.0 and "pool pool-1 x1/x0.9" in (
+        settings.noise.describe())
+    campaign = settings.campaign("tpe", 1)
+    assert [p.name for p in campaign.pools] == ["pool-1", "pool-2"]
+    done = measure(campaign, 1, settings.noise)
+    assert {t.pool for t in done} == {"pool-1", "pool-2"}
+    said = strategy_for(campaign).conclude(done, []).finding_json("optimize")
+    assert said is not None
+    pool = {t.seq: t.pool for t in done}
+    assert all(pool[theirs] == pool[mine]
+               for theirs, mine in said["versus_production"]["pair_trials"])
+    assert Settings().noise == REAL_WORLD  # no speeds: one pool, as before
+    assert main(["--speeds", "fast"]) == 2
