@@ -19,7 +19,9 @@ from experiments.outcomes import WEDGE_LOG_KINDS
 from experiments.real_engine.campaign import campaign
 from experiments.real_engine.make_model import CHAT_TEMPLATE
 from experiments.real_engine.probe import well_formed
+from experiments.real_engine.sweeps import CONFIG, parser_sweep, throughput_sweep
 from experiments.real_engine.teach import conversation, reply_text
+from experiments.sweep import load_sweep
 
 pytestmark = pytest.mark.pure
 
@@ -134,3 +136,34 @@ def test_an_unknown_engine_is_refused_naming_its_line(tmp_path: Path) -> None:
     line = text.splitlines().index(next(s for s in text.splitlines() if "trtllm" in s)) + 1
     assert str(refused.value).startswith(f"{path}:{line}: ")
     assert "engine" in str(refused.value) and "vllm" in str(refused.value)
+
+
+def test_the_parser_sweeps_differ_only_in_the_production_variants_parser(
+        tmp_path: Path) -> None:
+    (tmp_path / "venv/lib/python3.11/site-packages").mkdir(parents=True)
+    loaded = {}
+    for parser in ("stock", "leaky"):
+        path = tmp_path / f"{parser}.yaml"
+        path.write_text(json.dumps(parser_sweep(tmp_path / "venv", tmp_path / "model", 39999,
+                                                str(tmp_path), parser)))
+        loaded[parser] = load_sweep(path)
+    stock, leaky = loaded["stock"], loaded["leaky"]
+    assert stock.named_variants()[0].levels == {"parser": "stock"}
+    assert leaky.named_variants()[0].levels == {"parser": "leaky"}
+    assert stock.model_copy(update={"variants": leaky.variants}) == leaky
+    assert stock.pools[0].services[0].engine == "vllm"
+    assert stock.thresholds.corruption is not None and stock.thresholds.throughput is None
+
+
+def test_the_throughput_sweep_reads_the_engines_flags_from_its_source_tree(
+        tmp_path: Path) -> None:
+    path = tmp_path / "throughput.yaml"
+    path.write_text(json.dumps(throughput_sweep(tmp_path / "venv", tmp_path / "model", 39999,
+                                                str(tmp_path), tmp_path / "deploy")))
+    sweep = load_sweep(path)
+    assert sweep.source is not None and sweep.source.tree == str(tmp_path / "deploy")
+    start = sweep.pools[0].services[0].start
+    assert start[start.index("--config") + 1] == str(tmp_path / "deploy" / CONFIG)
+    # random weights corrupt every session: only what a flag can cost is watched
+    assert sweep.thresholds.corruption is None and sweep.thresholds.throughput is not None
+    assert sweep.workload.max_concurrency is not None and sweep.workload.max_concurrency > 1
