@@ -51,11 +51,10 @@ def parser_sweep(venv: Path, model: Path, port: int, workdir: str,
     }
 
 
-# 32 one-round sessions, 8 in flight, 128 tokens at most each: several requests in flight is
-# what --max-num-seqs 1 takes away. Random weights corrupt every session (no canary is kept),
-# so corruption is not watched here: the parser sweep watches it.
-STRESS = {"sessions": 32, "rounds": 1, "max_concurrency": 8, "max_tokens": 128,
-          "timeout_s": 300, "stream": False}
+# 32 one-round sessions, 8 in flight (the rest as `bisect stress` sends them, measured by hand
+# first): several requests in flight is what --max-num-seqs 1 takes away. Random weights corrupt
+# every session (no canary is kept), so corruption is not watched here: the parser sweep is.
+STRESS = {"sessions": 32, "rounds": 1, "max_concurrency": 8, "timeout_s": 300, "stream": False}
 CONFIG = "vllm.yaml"
 
 
