@@ -13,7 +13,8 @@ SGLANG_STAMP := $(VENV)/.sglang
 TORCH_VERSION := 2.13.0+cpu
 SGLANG_VERSION := 0.5.23
 
-.PHONY: demo test test-pure lint system-packages clean real-engine real-engine-venv
+.PHONY: demo test test-pure lint system-packages clean real-engine real-engine-venv \
+	real-engine-sweeps
 
 # Debian packages the tests use for real: sshd and ip for the lab of SSH test hosts (network
 # namespaces), a PostgreSQL server for the store's tests, Chromium for the report's.
@@ -115,6 +116,35 @@ real-engine: $(RUNTIME_STAMP) $(REAL_MODEL)/config.json
 		--model $(REAL_MODEL) --workload $(WORKLOAD) > $(REAL_DIR)/campaign.yaml
 	$(BIN)/bisect run $(REAL_DIR)/campaign.yaml --store $(REAL_DIR)/bisect.db \
 		-o $(REAL_DIR)/report.html
+
+# The sweeps against the same vLLM and model (issue 30; BENCHMARKS.md "A real engine"). The
+# parser sweep: accepted on the stock parser, run again unchanged (quiet: exit 0), then with the
+# planted fault arrived (a regression: exit 1, as it must). The throughput sweep: accepted on the
+# deployment tree's defaults ($(REAL_DIR)/deploy, a git tree holding vLLM's --config), then with
+# `max-num-seqs: 1` committed there (a regression: exit 1). The installed parser is checked stock
+# after each run of the parser sweep. Tens of minutes on 2 cores: every change restarts vLLM.
+REAL_SWEEPS := $(REAL_DIR)/sweeps.db
+REAL_CHECK := PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m experiments.real_engine.parser_check \
+	$(REAL_MODEL)
+REAL_SWEEP := $(BIN)/python -m experiments.real_engine.sweeps --venv $(VLLM_VENV) \
+	--model $(REAL_MODEL)
+real-engine-sweeps: $(RUNTIME_STAMP) $(REAL_MODEL)/config.json
+	rm -rf $(REAL_SWEEPS) $(REAL_DIR)/deploy
+	$(REAL_SWEEP) parser --parser stock > $(REAL_DIR)/sweep-stock.yaml
+	$(REAL_SWEEP) parser --parser leaky > $(REAL_DIR)/sweep-leaky.yaml
+	$(BIN)/bisect sweep $(REAL_DIR)/sweep-stock.yaml --store $(REAL_SWEEPS) --accept
+	$(REAL_CHECK)
+	$(BIN)/bisect sweep $(REAL_DIR)/sweep-stock.yaml --store $(REAL_SWEEPS) \
+		-o $(REAL_DIR)/sweep-quiet.html
+	$(REAL_CHECK)
+	$(BIN)/bisect sweep $(REAL_DIR)/sweep-leaky.yaml --store $(REAL_SWEEPS) \
+		-o $(REAL_DIR)/sweep-alert.html; test $$? -eq 1
+	$(REAL_CHECK)
+	$(REAL_SWEEP) throughput > $(REAL_DIR)/sweep-throughput.yaml
+	$(BIN)/bisect sweep $(REAL_DIR)/sweep-throughput.yaml --store $(REAL_SWEEPS) --accept
+	$(REAL_SWEEP) throughput --max-num-seqs 1 > $(REAL_DIR)/sweep-throughput.yaml
+	$(BIN)/bisect sweep $(REAL_DIR)/sweep-throughput.yaml --store $(REAL_SWEEPS) \
+		-o $(REAL_DIR)/sweep-throughput.html; test $$? -eq 1
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build dist *.egg-info bisect-demo $(REAL_DIR)

@@ -238,6 +238,9 @@ class Service(_Strict):
     metrics_url: PlainUrl | None = None
     startup_timeout_s: float = Field(default=120.0, gt=0, le=DAY_S, allow_inf_nan=False)
     log_markers: list[str] = []  # in every start's log, e.g. "fired up and ready to roll"
+    # Whose log lines are read as wedge signs (experiments.collect.ENGINES): vLLM logs ERROR
+    # for every tool call a model breaks, which is no sign of a server hanging.
+    engine: Literal["sglang", "vllm"] = "sglang"
     # process: bisect starts the command itself (pid and log files in the node's workdir);
     # systemd: the node's unit (default NAME.service) gets the variant as a drop-in.
     manager: Literal["process", "systemd"] = "process"

@@ -103,25 +103,46 @@ def _any(*matchers: Matcher) -> Matcher:
     return lambda line: any(matcher(line) for matcher in matchers)
 
 
-_PATTERNS: tuple[tuple[str, Matcher], ...] = (
+Patterns = tuple[tuple[str, Matcher], ...]  # (kind, matcher), the first that matches wins
+
+_TRANSFER_TIMEOUT = _any(_then(r"(?i)transfer", r"(?i)time(d)?\s*out"),
+                         re.compile(r"(?i)bootstrap timeout").search)
+_TRACEBACK_OR_ERROR = re.compile(r"Traceback \(most recent call last\)|\bERROR\b").search
+SGLANG: Patterns = (
     ("wedge", re.compile(r"WaitingForInput").search),
     ("abort", re.compile(r"Aborted by AbortReq").search),
-    ("transfer_timeout", _any(_then(r"(?i)transfer", r"(?i)time(d)?\s*out"),
-                              re.compile(r"(?i)bootstrap timeout").search)),
-    ("error", re.compile(r"Traceback \(most recent call last\)|\bERROR\b").search),
+    ("transfer_timeout", _TRANSFER_TIMEOUT),
+    ("error", _TRACEBACK_OR_ERROR),
     ("startup", _any(re.compile(
         r"Load weight end|KV Cache is allocated|max_total_num_tokens="
         r"|Capture cuda graph end|fired up and ready to roll|bytes_per_token_per_layer="
     ).search, _then(r"Allocating ", r" host memory"))),
 )
+# vLLM's tool and reasoning parsers log every reply they cannot parse at ERROR, traceback and
+# all, each line tagged with the parser's file: the model's broken output, which the workload's
+# classifier judges, not the server's (a random model broke 238-416 calls a trial, BENCHMARKS.md
+# "A real engine"). Its lines that do tell of a server gone: the engine core's fatal error, a
+# dead engine or worker, and the requests it aborted.
+_MODEL_OUTPUT = re.compile(r"\[\w+_(?:tool|reasoning)_parser\.py:\d+\]").search
+VLLM: Patterns = (
+    ("wedge", re.compile(r"EngineCore encountered a fatal error|EngineDeadError"
+                         r"|died unexpectedly").search),
+    ("abort", re.compile(r"Aborted request").search),
+    ("transfer_timeout", _TRANSFER_TIMEOUT),
+    ("error", lambda line: not _MODEL_OUTPUT(line) and _TRACEBACK_OR_ERROR(line)),
+    ("startup", re.compile(r"Loading weights took|Available KV cache memory|KV cache size"
+                           r"|init engine|Application startup complete").search),
+)
+ENGINES: dict[str, Patterns] = {"sglang": SGLANG, "vllm": VLLM}
 MAX_EVENT_TEXT = 500
 
 
-def log_events(text: str) -> list[LogEvent]:
-    """Lines of interest in one start's log, numbered from 1."""
+def log_events(text: str, engine: str = "sglang") -> list[LogEvent]:
+    """Lines of interest in one start's log of ``engine`` (a key of ENGINES), numbered from 1."""
     events = []
+    patterns = ENGINES[engine]
     for line_no, line in enumerate(text.splitlines(), start=1):
-        for kind, matches in _PATTERNS:
+        for kind, matches in patterns:
             if matches(line):
                 events.append(LogEvent(line_no, kind, line[:MAX_EVENT_TEXT]))
                 break

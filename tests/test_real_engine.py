@@ -10,13 +10,18 @@ from pathlib import Path
 
 import jinja2
 import pytest
+import yaml
 
 from experiments.agent import TOOLS
-from experiments.campaign import load_campaign
+from experiments.campaign import CampaignError, Service, load_campaign
+from experiments.collect import log_events
+from experiments.outcomes import WEDGE_LOG_KINDS
 from experiments.real_engine.campaign import campaign
 from experiments.real_engine.make_model import CHAT_TEMPLATE
 from experiments.real_engine.probe import well_formed
+from experiments.real_engine.sweeps import CONFIG, parser_sweep, throughput_sweep
 from experiments.real_engine.teach import conversation, reply_text
+from experiments.sweep import load_sweep
 
 pytestmark = pytest.mark.pure
 
@@ -31,7 +36,9 @@ def test_the_written_campaign_loads_with_the_patch_under_the_engines_packages(
                                         str(tmp_path / "work"), kind)))
     loaded = load_campaign(path)
     parser = next(f for f in loaded.factors if f.name == "parser")
-    patch = parser.levels["leaky"].patch[0]
+    leaky = parser.levels["leaky"]
+    assert leaky is not None
+    patch = leaky.patch[0]
     assert patch.root == str(packages.resolve())
     assert "+++ b/vllm/tool_parsers/hermes_tool_parser.py" in patch.diff
     start = loaded.pools[0].services[0].start
@@ -69,3 +76,94 @@ def test_the_template_ends_every_turn_with_the_latest_canary_at_one_distance() -
         assert json.dumps(TOOLS[0]) in prompt  # the tools, as the hermes layout lists them
     assert prompt.count('<tool_call>\n{"name": "read_file"') == 2  # the calls of rounds 1 and 2
     assert json.loads(reply_text(canary).split("\n")[1])["arguments"]["canary"] == canary
+
+
+# vLLM's log of one tool call the random model broke (the stock hermes parser's
+# logger.exception), as the real engine's runs logged it, and the lines that do tell of a
+# server gone.
+PARSER_ERROR = """\
+(APIServer pid=30441) ERROR 12-06 16:46:44 [hermes_tool_parser.py:117] Error in extracting tool call from response.
+(APIServer pid=30441) ERROR 12-06 16:46:44 [hermes_tool_parser.py:117] Traceback (most recent call last):
+(APIServer pid=30441) ERROR 12-06 16:46:44 [hermes_tool_parser.py:117]   File "/v/vllm/tool_parsers/hermes_tool_parser.py", line 91, in extract_tool_calls
+(APIServer pid=30441) ERROR 12-06 16:46:44 [hermes_tool_parser.py:117]     json.loads(match[0] if match[0] else match[1])
+(APIServer pid=30441) ERROR 12-06 16:46:44 [deepseekv3_reasoning_parser.py:20] Error parsing reasoning
+"""  # noqa: E501
+SERVER_GONE = """\
+(APIServer pid=8845) INFO 12-06 16:42:41 [loggers.py:335] Engine 000: Avg prompt throughput: 415.2 tokens/s
+(EngineCore pid=11135) ERROR 12-06 16:50:01 [core.py:1512] EngineCore encountered a fatal error.
+(APIServer pid=8845) ERROR 12-06 16:50:01 [async_llm.py:410] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.
+(APIServer pid=8845) INFO 12-06 16:50:02 [async_llm.py:922] Aborted request(s) chatcmpl-9f2.
+(APIServer pid=8845) ERROR 12-06 16:50:03 [serving_chat.py:301] Error in preprocessing prompt inputs
+Traceback (most recent call last):
+(EngineCore pid=11135) INFO 12-06 16:42:27 [core.py:402] init engine (profile, create kv cache, warmup model) took 1.29 s
+"""  # noqa: E501
+
+
+def kinds(text: str, engine: str) -> list[str]:
+    return [event.kind for event in log_events(text, engine)]
+
+
+def test_a_vllm_parsers_errors_are_the_models_broken_output_not_wedge_signs() -> None:
+    assert kinds(PARSER_ERROR, "vllm") == []
+    # the SGLang defaults are kept: there, every ERROR line is one (as they were counted)
+    assert kinds(PARSER_ERROR, "sglang") == ["error"] * 5
+
+
+def test_a_vllm_engine_gone_is_counted_by_kind() -> None:
+    assert kinds(SERVER_GONE, "vllm") == ["wedge", "wedge", "abort", "error", "error",
+                                          "startup"]
+    assert not set(kinds(SERVER_GONE, "vllm")) - {*WEDGE_LOG_KINDS, "startup"}
+
+
+def test_the_sglang_signs_are_unchanged_by_default() -> None:
+    text = ("[2026-12-06 10:00:01] Decode transfer of req 7 WaitingForInput\n"
+            "[2026-12-06 10:00:02] Aborted by AbortReq rid=7\n"
+            "[2026-12-06 10:00:03] KV transfer timed out for req 9\n"
+            "[2026-12-06 10:00:04] ERROR scheduler: out of memory\n"
+            "[2026-12-06 10:00:05] The server is fired up and ready to roll!\n")
+    assert kinds(text, "sglang") == kinds(text, Service.model_fields["engine"].default) == \
+        ["wedge", "abort", "transfer_timeout", "error", "startup"]
+
+
+def test_an_unknown_engine_is_refused_naming_its_line(tmp_path: Path) -> None:
+    (tmp_path / "venv/lib/python3.11/site-packages").mkdir(parents=True)
+    written = campaign(tmp_path / "venv", tmp_path / "model", 39999, str(tmp_path), "probe")
+    path = tmp_path / "campaign.yaml"
+    text = yaml.safe_dump(written, sort_keys=False).replace("engine: vllm", "engine: trtllm")
+    path.write_text(text)
+    with pytest.raises(CampaignError) as refused:
+        load_campaign(path)
+    line = text.splitlines().index(next(s for s in text.splitlines() if "trtllm" in s)) + 1
+    assert str(refused.value).startswith(f"{path}:{line}: ")
+    assert "engine" in str(refused.value) and "vllm" in str(refused.value)
+
+
+def test_the_parser_sweeps_differ_only_in_the_production_variants_parser(
+        tmp_path: Path) -> None:
+    (tmp_path / "venv/lib/python3.11/site-packages").mkdir(parents=True)
+    loaded = {}
+    for parser in ("stock", "leaky"):
+        path = tmp_path / f"{parser}.yaml"
+        path.write_text(json.dumps(parser_sweep(tmp_path / "venv", tmp_path / "model", 39999,
+                                                str(tmp_path), parser)))
+        loaded[parser] = load_sweep(path)
+    stock, leaky = loaded["stock"], loaded["leaky"]
+    assert stock.named_variants()[0].levels == {"parser": "stock"}
+    assert leaky.named_variants()[0].levels == {"parser": "leaky"}
+    assert stock.model_copy(update={"variants": leaky.variants}) == leaky
+    assert stock.pools[0].services[0].engine == "vllm"
+    assert stock.thresholds.corruption is not None and stock.thresholds.throughput is None
+
+
+def test_the_throughput_sweep_reads_the_engines_flags_from_its_source_tree(
+        tmp_path: Path) -> None:
+    path = tmp_path / "throughput.yaml"
+    path.write_text(json.dumps(throughput_sweep(tmp_path / "venv", tmp_path / "model", 39999,
+                                                str(tmp_path), tmp_path / "deploy")))
+    sweep = load_sweep(path)
+    assert sweep.source is not None and sweep.source.tree == str(tmp_path / "deploy")
+    start = sweep.pools[0].services[0].start
+    assert start[start.index("--config") + 1] == str(tmp_path / "deploy" / CONFIG)
+    # random weights corrupt every session: only what a flag can cost is watched
+    assert sweep.thresholds.corruption is None and sweep.thresholds.throughput is not None
+    assert sweep.workload.max_concurrency is not None and sweep.workload.max_concurrency > 1

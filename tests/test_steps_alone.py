@@ -88,11 +88,13 @@ class Clock:
         pass
 
 
-def parts(tmp_path: Path, manager: Manager) -> PoolParts:
-    """A pool of a server and its router on one local node; the factor touches the router."""
+def parts(tmp_path: Path, manager: Manager, server_engine: str = "sglang") -> PoolParts:
+    """A pool of a server (of ``server_engine``) and its router on one local node; the factor
+    touches the router."""
     def service(name: str, port: int) -> dict[str, Any]:
         return {"name": name, "node": "here", "start": ["serve", "--port", str(port)],
-                "health_url": f"http://127.0.0.1:{port}/health"}
+                "health_url": f"http://127.0.0.1:{port}/health",
+                "engine": server_engine if name == "server" else "sglang"}
 
     campaign = Campaign.model_validate({
         "name": "alone", "nodes": [{"name": "here", "workdir": str(tmp_path)}],
@@ -208,6 +210,22 @@ def test_collect_reads_each_log_from_where_it_was_left(tmp_path: Path) -> None:
     collect.settle(running)
     assert running.log_read == {"server": len(manager.logs["server"]),
                                 "router": len(manager.logs["router"])}
+
+
+@pytest.mark.pure
+def test_collect_reads_each_log_with_its_own_engines_wedge_signs(tmp_path: Path) -> None:
+    manager = Manager()
+    pool = parts(tmp_path, manager, server_engine="vllm")
+    parser_error = "(APIServer pid=1) ERROR 12-06 16:46:44 [hermes_tool_parser.py:117] Error " \
+                   "in extracting tool call from response.\n"
+    manager.logs = {"server": parser_error + "(APIServer pid=1) ERROR 12-06 16:50:01 "
+                              "[async_llm.py:410] EngineDeadError: EngineCore encountered an "
+                              "issue.\n",
+                    "router": parser_error}
+    collect = Collect({"server": 0, "router": 0}, {})
+    assert asyncio.run(collect.run(pool)) == {"log_events": 2}
+    assert [(row.service, row.line_no, row.kind) for row in collect.logs] == [
+        ("server", 2, "wedge"), ("router", 1, "error")]
 
 
 class Raises:

@@ -44,29 +44,43 @@ def workload(kind: str) -> dict[str, Any]:
             "runs": 4, "timeout_s": 600}
 
 
-def campaign(venv: Path, model: Path, port: int, workdir: str, kind: str) -> dict[str, Any]:
+def pools(venv: Path, model: Path, port: int, workdir: str,
+          flags: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The campaign file's ``nodes`` and ``pools``: one local vLLM, its start command ending
+    in ``flags`` (a sweep's fixed settings)."""
     url = f"http://127.0.0.1:{port}"
     start = [
         str(venv.resolve() / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model.resolve()), "--served-model-name", "tiny",
         "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
         "--max-model-len", "4096", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+        *flags,
     ]
-    diff = (HERE / "hermes-leak.diff").read_text(encoding="utf-8")
     return {
-        "name": "real engine: vLLM CPU, a planted hermes parser fault among real flags",
         "nodes": [{"name": "local", "transport": "local", "workdir": workdir}],
         "pools": [{"name": "vllm", "endpoint": url, "services": [{
-            "name": "vllm", "node": "local", "start": start, "env": ENV,
+            "name": "vllm", "node": "local", "start": start, "env": ENV, "engine": "vllm",
             "health_url": f"{url}/health", "metrics_url": f"{url}/metrics",
             "startup_timeout_s": 600,
         }]}],
+    }
+
+
+def parser_factor(venv: Path) -> dict[str, Any]:
+    """``stock`` | ``leaky``: the planted fault, a ``patch`` of the installed vLLM."""
+    diff = (HERE / "hermes-leak.diff").read_text(encoding="utf-8")
+    return {"name": "parser", "levels": {
+        "stock": {},
+        "leaky": {"patch": [{"root": str(site_packages(venv)), "diff": diff, "strip": 1}]},
+    }}
+
+
+def campaign(venv: Path, model: Path, port: int, workdir: str, kind: str) -> dict[str, Any]:
+    return {
+        "name": "real engine: vLLM CPU, a planted hermes parser fault among real flags",
+        **pools(venv, model, port, workdir),
         "factors": [
-            {"name": "parser", "levels": {
-                "stock": {},
-                "leaky": {"patch": [{"root": str(site_packages(venv)), "diff": diff,
-                                     "strip": 1}]},
-            }},
+            parser_factor(venv),
             {"name": "max_num_seqs", "levels": {
                 "256": {}, "4": {"flags": ["--max-num-seqs", "4"]},
             }},

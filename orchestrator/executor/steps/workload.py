@@ -183,7 +183,8 @@ class Collect:
             offset = self.offset(service.name)
             text = parts.managers[service.name].read_log(service.name, offset)
             self.read[service.name] = offset + len(text.encode())
-            rows.extend(LogRow(service.name, e.line_no, e.kind, e.text) for e in log_events(text))
+            rows.extend(LogRow(service.name, e.line_no, e.kind, e.text)
+                        for e in log_events(text, service.engine))
         return rows
 
     def settle(self, running: Running) -> None:
