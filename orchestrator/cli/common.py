@@ -25,9 +25,13 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from orchestrator.cli import coercion
+
 if TYPE_CHECKING:
     from db.store import Store
     from orchestrator.core.verdict import Verdict
+
+coercion.install()  # plain parameters without pydantic: orchestrator/cli/coercion.py
 
 app = typer.Typer(
     # Plain help, as click writes it: a flag shows as `--json`, never `--json <bool>`.
