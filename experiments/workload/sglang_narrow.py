@@ -12,6 +12,7 @@ the import ``sys.modules`` holds two stand-ins:
 - ``sglang.srt.entrypoints.openai.protocol``: the classes the detectors import from it
   (``Tool``, ``ToolChoice`` and the models they are made of), compiled from *that module's own
   source* with its own imports of typing and pydantic: the same validation, none of openai.
+  They are found by their lines (source_lines.py; the whole file parsed where that is not sure).
 
 Every other module the detectors import (``base_format_detector``, ``core_types``, ``utils``,
 ``sglang.srt.environ``) is SGLang's, unchanged. torch, transformers and triton are refused for
@@ -29,11 +30,14 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import re
 import sys
 import threading
 import types
 from collections.abc import Sequence
 from pathlib import Path
+
+from experiments.workload.source_lines import line_starts, statements
 
 PROTOCOL = "sglang.srt.entrypoints.openai.protocol"
 # What the detectors import from the protocol module, and the models those are made of.
@@ -68,17 +72,39 @@ class _Refuse(importlib.abc.MetaPathFinder):
 _REFUSE = _Refuse()
 
 
+def _by_lines(source: str) -> tuple[list[ast.ImportFrom], dict[str, ast.ClassDef]] | None:
+    """The imports and classes ``_protocol`` takes, found by their lines (source_lines.py), or
+    None where that is not sure: a class named on two lines, a statement that does not parse
+    alone."""
+    modules = "|".join(re.escape(name) for name in PROTOCOL_IMPORTS)
+    imports = line_starts(source, rf"from (?:{modules})\b[\w.]* import\b")
+    starts = [line_starts(source, rf"class {name}\b") for name in PROTOCOL_CLASSES]
+    if any(len(found) != 1 for found in starts):
+        return None
+    imported = statements(source, imports, ast.ImportFrom)
+    classes = statements(source, [found[0] for found in starts], ast.ClassDef)
+    if imported is None or classes is None:
+        return None
+    return imported, {cls.name: cls for cls in classes}
+
+
+def _by_parse(source: str, path: str) -> tuple[list[ast.ImportFrom], dict[str, ast.ClassDef]]:
+    """The same from the whole file parsed (SyntaxError or ValueError where it does not)."""
+    tree = ast.parse(source, path)
+    return ([node for node in tree.body if isinstance(node, ast.ImportFrom)
+             and (node.module or "").split(".", 1)[0] in PROTOCOL_IMPORTS],
+            {node.name: node for node in tree.body
+             if isinstance(node, ast.ClassDef) and node.name in PROTOCOL_CLASSES})
+
+
 def _protocol(root: Path) -> types.ModuleType:
     """The protocol stand-in: PROTOCOL_CLASSES as SGLang's source defines them."""
     path = root / "srt" / "entrypoints" / "openai" / "protocol.py"
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        source = path.read_text(encoding="utf-8")
+        imports, classes = _by_lines(source) or _by_parse(source, str(path))
     except (OSError, SyntaxError, ValueError) as exc:
         raise NarrowImportError(f"cannot read {path}: {exc}") from None
-    imports = [node for node in tree.body if isinstance(node, ast.ImportFrom)
-               and (node.module or "").split(".", 1)[0] in PROTOCOL_IMPORTS]
-    classes = {node.name: node for node in tree.body
-               if isinstance(node, ast.ClassDef) and node.name in PROTOCOL_CLASSES}
     missing = [name for name in PROTOCOL_CLASSES if name not in classes]
     if missing:
         raise NarrowImportError(f"{path} defines no {', '.join(missing)}")
