@@ -23,7 +23,7 @@ COMMANDS = {
     "unlock": "campaigns", "doctor": "doctor", "lab": "lab", "optimize": "optimize_view",
     "verdict": "reading", "report": "reading", "ls": "reading", "log": "reading",
     "show": "reading", "schedule": "schedule_view", "sweep-report": "sweep_report_view",
-    "sweep": "sweep_view", "stress": "tools", "validate": "tools", "classify": "tools",
+    "sweep": "sweep_view", "stress": "tools", "validate": "tools", "classify": "classify_view",
     "schema": "tools", "twin": "tools",
 }
 MODULES = tuple(dict.fromkeys(COMMANDS.values()))

@@ -78,7 +78,23 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON documen
 CampaignId = Annotated[str, typer.Argument(
     metavar="ID", help="A campaign id, a unique prefix of one, or `last` (the newest).")]
 
+ParserOption = Annotated[str | None, typer.Option(
+    "--tool-call-parser", metavar="NAME",
+    help="The server's --tool-call-parser (deepseekv31, deepseekv32, deepseekv4, ...): leaks "
+    "are triaged against it, and one another parser reads is a parser mismatch. Default: not "
+    "known, every detector is asked.")]
+
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def tool_call_parser_of(name: str | None) -> str | None:
+    """The --tool-call-parser given, checked against the parsers triage judges against."""
+    from experiments.workload.triage import check_parser
+
+    try:
+        return None if name is None else check_parser(name)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--tool-call-parser") from None
 
 
 def _version(shown: bool) -> None:
