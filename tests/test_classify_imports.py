@@ -1,7 +1,8 @@
 """`bisect classify` through the real console script, on the whole triage corpus in one call:
 SGLang's detectors judge it (not the built-in parser), neither torch nor transformers is
 imported on the way (``python -X importtime`` lists every module), and every label is the one
-triage gives in process, which test_triage_parsers.py checks against SGLang's own detectors."""
+triage gives in process, which test_triage_parsers.py checks against SGLang's own detectors.
+And one response's quick start: neither rich nor, unless it leaks, pydantic."""
 
 from __future__ import annotations
 
