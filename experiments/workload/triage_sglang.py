@@ -14,13 +14,11 @@ import ast
 import functools
 import importlib.util
 import json
-import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.workload.sglang_narrow import NarrowImportError, import_detectors
 from experiments.workload.source_lines import end, line_starts, statements
 
 TABLE_MODULE = "sglang/srt/function_call/function_call_parser.py"
@@ -160,6 +158,11 @@ def _load() -> Loaded:
     if not names or root is None:
         return Loaded(None, "sglang's parser table (FunctionCallParser.ToolCallParserEnum) "
                       "was not found: is sglang installed?")
+    # Here, not at the top: a response without markup is judged without them
+    import logging
+
+    from experiments.workload.sglang_narrow import NarrowImportError, import_detectors
+
     try:
         detectors, tool = import_detectors(root, {name: table[name] for name in names})
     except NarrowImportError as exc:  # it names the detector, and what its import raised
