@@ -1,10 +1,10 @@
 """`bisect classify`: judge saved responses as the stress workload judges live ones.
 
 Its own module, so that `bisect classify` builds no other command (orchestrator/cli/__init__.py)
-and starts quickly (issue 31: a user triaging captured responses, a pool actor's start).
+and starts quickly (issue 31: a user triaging captured responses, a pool actor's start). Its
+annotations are objects, not strings (no ``from __future__ import annotations``): typer would
+compile each string twice to read the command's parameters.
 """
-
-from __future__ import annotations
 
 import json
 import sys

@@ -14,7 +14,6 @@ typer without that hook is left as it is.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,11 +43,14 @@ def install() -> bool:
     if typer_own is None or getattr(typer_own, "deferred", False):
         return typer_own is not None
 
-    @dataclass(frozen=True)
-    class Coercion(_coercion.RuntimeParam):
+    class Coercion(_coercion.RuntimeParam):  # not a dataclass of its own: ~4M instructions
         """A plain value answered as typer's adapter would; any other by typer's own."""
 
         descriptor: TypeDescriptor
+
+        def __init__(self, descriptor: TypeDescriptor) -> None:
+            super().__init__(descriptor.parameter_info, descriptor.annotation)
+            object.__setattr__(self, "descriptor", descriptor)  # frozen, as typer's are
 
         @functools.cached_property
         def own(self) -> RuntimeParam:
@@ -75,7 +77,7 @@ def install() -> bool:
             return self.own._coerce_value(value, param=param, ctx=ctx)
 
     def runtime_param(descriptor: TypeDescriptor) -> RuntimeParam:
-        return Coercion(descriptor.parameter_info, descriptor.annotation, descriptor)
+        return Coercion(descriptor)
 
     runtime_param.deferred = True  # type: ignore[attr-defined]  # installed once
     core.build_runtime_param = runtime_param
