@@ -104,9 +104,7 @@ def test_statements_cut_short_or_decorated_are_none_the_rest_as_parsed() -> None
     assert imports is not None
     parsed_imports = [node for node in ast.walk(ast.parse(MISLEADING))
                       if isinstance(node, ast.ImportFrom)]
-    assert [ast.dump(node) for node in imports] == [ast.dump(node) for node in parsed_imports]
-    # (an indented one's columns count from its indentation)
-    assert [node.lineno for node in imports] == [node.lineno for node in parsed_imports] \
-        == [5, 9, 40]
+    assert [dumped(node) for node in imports] == [dumped(node) for node in parsed_imports]
+    assert [node.lineno for node in imports] == [5, 9, 40]
     # A statement that is not the kind asked, or more than one
     assert statements(MISLEADING, [0], ast.ClassDef) is None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import re
-import textwrap
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -24,26 +23,32 @@ Statement = TypeVar("Statement", bound=ast.stmt)
 def statements(source: str, starts: Sequence[int], kind: type[Statement]
                ) -> list[Statement] | None:
     """The statements of ``kind`` whose first lines begin at offsets ``starts`` of ``source``
-    (line numbers as in ``source``; an indented one's columns count from its indentation), or
-    None when the lines from there are not that many, or one may be decorated (its decorators
-    are part of it)."""
-    texts, lines = [], []
+    (line numbers and columns as in ``source``), or None when the lines from there are not
+    that many, or one may be decorated (its decorators are part of it)."""
+    texts, wrapped = [], []
     for start in starts:
         if _decorated(source, start):
             return None
         text = source[start:end(source, start)].rstrip("\n") + "\n"
-        texts.append(textwrap.dedent(text) if text[0] in " \t" else text)
-        lines.append(source.count("\n", 0, start))
+        wrapped.append(text[0] in " \t")  # indented: the body of an `if` of its own
+        texts.append(f"if 1:\n{text}" if wrapped[-1] else text)
     try:
         tree = ast.parse("".join(texts))  # at once: one parse costs more than its lines
     except (SyntaxError, ValueError):
         return None
-    found = [node for node in tree.body if isinstance(node, kind)]
-    if len(found) != len(starts) or len(tree.body) != len(starts):
+    if len(tree.body) != len(starts):
         return None
-    at = 0
-    for node, text, line in zip(found, texts, lines, strict=True):
-        ast.increment_lineno(node, line - at)
+    found: list[Statement] = []
+    at = 0  # lines before this statement's text
+    for node, text, inner, start in zip(tree.body, texts, wrapped, starts, strict=True):
+        if inner:
+            if not isinstance(node, ast.If) or len(node.body) != 1:
+                return None
+            node = node.body[0]
+        if not isinstance(node, kind):
+            return None
+        ast.increment_lineno(node, source.count("\n", 0, start) - at - inner)
+        found.append(node)
         at += text.count("\n")
     return found
 
