@@ -13,7 +13,6 @@ import functools
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import sys
@@ -111,16 +110,19 @@ def _help(ctx: typer.Context, shown: bool) -> None:
         raise typer.Exit()
 
 
+# Named, as a command's options are: typer reads each string annotation (this module's are
+# strings) twice, compiling it, on every run; a name compiles in no time.
+_VersionFlag = Annotated[bool, typer.Option(
+    "--version", callback=_version, is_eager=True, help="Print the version and exit.")]
+# The app's own --help, in place of Typer's: Typer coerces its flag's absent value (None)
+# through a pydantic TypeAdapter, which costs `bisect CMD --help` a third of its start; this
+# flag is False when absent, and a bool is taken as it is.
+_HelpFlag = Annotated[bool, typer.Option(
+    "--help", callback=_help, is_eager=True, help="Show this message and exit.")]
+
+
 @app.callback()
-def _options(version: Annotated[bool, typer.Option(
-        "--version", callback=_version, is_eager=True, help="Print the version and exit.")]
-        = False,
-        # The app's own --help, in place of Typer's: Typer coerces its flag's absent value
-        # (None) through a pydantic TypeAdapter, which costs `bisect CMD --help` a third of its
-        # start; this flag is False when absent, and a bool is taken as it is.
-        shown: Annotated[bool, typer.Option(
-            "--help", callback=_help, is_eager=True, help="Show this message and exit.")]
-        = False) -> None:
+def _options(version: _VersionFlag = False, shown: _HelpFlag = False) -> None:
     pass  # the app's own options
 
 
@@ -198,16 +200,20 @@ def store_json(store: str) -> str:
 def shown_path(path: str | Path) -> str:
     """A file as a user types it from here: under this directory by its relative path,
     shell-quoted."""
+    from shlex import quote
+
     absolute = Path(path).expanduser().resolve()
     try:
-        return shlex.quote(str(absolute.relative_to(Path.cwd())))
+        return quote(str(absolute.relative_to(Path.cwd())))
     except ValueError:
-        return shlex.quote(str(absolute))
+        return quote(str(absolute))
 
 
 def store_arg(store: str) -> str:
     """``--store`` as a user types it from here (``shown_path``, or the URL)."""
-    return shlex.quote(store_json(store)) if _URL.match(store) else shown_path(store)
+    from shlex import quote
+
+    return quote(store_json(store)) if _URL.match(store) else shown_path(store)
 
 
 @contextmanager
