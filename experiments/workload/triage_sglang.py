@@ -67,9 +67,10 @@ def _by_lines(source: str) -> tuple[dict[str, str], ast.Dict] | None:
         return None
     modules: dict[str, str] = {}
     for node in imports:
-        for alias in node.names if node.module else ():
+        module = node.module or ""  # `from . import x`: no module, nothing mapped
+        for alias in node.names if module else ():
             name = alias.asname or alias.name
-            if modules.setdefault(name, node.module) != node.module:
+            if modules.setdefault(name, module) != module:
                 return None
     return modules, table
 

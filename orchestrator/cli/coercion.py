@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from typer._click import Context
     from typer._coercion import RuntimeParam, TypeDescriptor
     from typer.core import _TyperParameter
@@ -39,9 +41,10 @@ def install() -> bool:
         from typer._param_types import coerce_cli_path
     except ImportError:
         return False
-    typer_own = getattr(core, "build_runtime_param", None)
-    if typer_own is None or getattr(typer_own, "deferred", False):
-        return typer_own is not None
+    found = getattr(core, "build_runtime_param", None)
+    if found is None or getattr(found, "deferred", False):
+        return found is not None
+    typer_own: Callable[[TypeDescriptor], RuntimeParam] = found
 
     class Coercion(_coercion.RuntimeParam):  # not a dataclass of its own: ~4M instructions
         """A plain value answered as typer's adapter would; any other by typer's own."""
