@@ -12,6 +12,8 @@ call. Medians of wall and
 CPU seconds (the child's user + system, less sensitive to a shared machine than wall), ratios
 of medians, and the load average before and after. ``--ordinary`` adds one ordinary import of
 SGLang's detectors (its ``__init__``, torch, transformers): what each call paid before.
+``--instructions`` adds, for each start, the instructions one run executes under valgrind's
+callgrind (the same on a quiet or a loaded machine; ``PYTHONHASHSEED=0``), and their ratios.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -63,6 +66,18 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def instructions(argv: list[str], env: dict[str, str]) -> int:
+    """The instructions one run of ``argv`` executes, counted by callgrind."""
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                           *argv], capture_output=True, text=True,
+                          env={**env, "PYTHONHASHSEED": "0"}, check=False)
+    counted = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode not in (0, 1) or counted is None:
+        raise SystemExit(f"valgrind {' '.join(argv)}: exit {done.returncode}\n"
+                         f"{done.stderr[-2000:]}")
+    return int(counted.group(1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=9)
@@ -70,6 +85,8 @@ def main() -> None:
                         help="the corpus this many times over in the one call")
     parser.add_argument("--ordinary", action="store_true",
                         help="also time one ordinary import of SGLang's detectors")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count each start's instructions under callgrind (valgrind)")
     args = parser.parse_args()
     # SGLang's detectors, or fail; bytecode written, as an installed package has it (a shell
     # with PYTHONDONTWRITEBYTECODE would otherwise time the compiling of every module)
@@ -100,6 +117,10 @@ def main() -> None:
                 runs[name].append(timed(argv, env))
         ordinary = timed([sys.executable, "-c", ORDINARY], env) if args.ordinary else None
         load_after = os.getloadavg()
+        # the starts only: the console script run by this interpreter, as its first line says
+        counts = {name: instructions([sys.executable, *argv] if argv[0] == BISECT
+                                     else argv, env)
+                  for name, argv in list(cases.items())[:4]} if args.instructions else {}
     wall = {name: statistics.median(w for w, _ in got) for name, got in runs.items()}
     cpu = {name: statistics.median(c for _, c in got) for name, got in runs.items()}
     base = next(iter(cases))
@@ -115,6 +136,11 @@ def main() -> None:
         print(f"| `python -c '{ORDINARY}'` (ordinary import, 1 run) | {ordinary[0]:.3f} | "
               f"{ordinary[0] / wall[base]:.2f} | {ordinary[1]:.3f} | "
               f"{ordinary[1] / cpu[base]:.2f} |")
+    if counts:
+        print("\n| command | instructions (callgrind) | × typer |")
+        print("|---|---|---|")
+        for name, count in counts.items():
+            print(f"| `{name}` | {count:,} | {count / counts[base]:.2f} |")
     name = list(cases)[4]
     extra = wall[name] - wall["bisect classify LEAK.json"]
     count = len(CORPUS) * args.repeat

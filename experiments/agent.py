@@ -9,10 +9,11 @@ the same, so the workload judges real servers and the twin by one rule.
 
 from __future__ import annotations
 
-import random
 import re
-import string
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import random
 
 SYSTEM_PROMPT = (
     "You are an agent that works only through tools. On every turn call exactly one tool. "
@@ -61,7 +62,7 @@ TOOLS: list[dict[str, Any]] = [
 
 CANARY_RE = re.compile(r"canary=([A-Za-z0-9]+)")
 SESSION_RE = re.compile(r"session=([A-Za-z0-9_.:-]+)")
-_ALPHABET = string.ascii_uppercase + string.digits
+_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"  # string's would import it (a regex)
 
 
 def new_canary(rng: random.Random) -> str:

@@ -12,6 +12,7 @@ the import ``sys.modules`` holds two stand-ins:
 - ``sglang.srt.entrypoints.openai.protocol``: the classes the detectors import from it
   (``Tool``, ``ToolChoice`` and the models they are made of), compiled from *that module's own
   source* with its own imports of typing and pydantic: the same validation, none of openai.
+  They are found by their lines (source_lines.py; the whole file parsed where that is not sure).
 
 Every other module the detectors import (``base_format_detector``, ``core_types``, ``utils``,
 ``sglang.srt.environ``) is SGLang's, unchanged. torch, transformers and triton are refused for
@@ -25,15 +26,19 @@ same process (a test's oracle, a benchmark) loads the whole package as usual.
 from __future__ import annotations
 
 import ast
+import gc
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
+import re
 import sys
 import threading
 import types
 from collections.abc import Sequence
 from pathlib import Path
+
+from experiments.workload.source_lines import line_starts, statements
 
 PROTOCOL = "sglang.srt.entrypoints.openai.protocol"
 # What the detectors import from the protocol module, and the models those are made of.
@@ -42,6 +47,7 @@ PROTOCOL_CLASSES = ("Function", "Tool", "ToolChoiceFuncName", "ToolChoice")
 PROTOCOL_IMPORTS = ("__future__", "typing", "typing_extensions", "pydantic")
 # Never imported on the way: a detector that needs one is not had without it.
 REFUSED = ("torch", "transformers", "triton")
+PLUGINS = "PYDANTIC_DISABLE_PLUGINS"
 
 _lock = threading.Lock()  # sys.modules is edited and restored: one narrow import at a time
 
@@ -50,35 +56,59 @@ class NarrowImportError(ImportError):
     """A detector cannot be imported the narrow way (it needs torch, or its source moved)."""
 
 
-class _Refuse(importlib.abc.MetaPathFinder):
+class _Refuse:
     """Refuses the heavy packages, as if they were not installed, to the thread that runs a
     narrow import only. Installed once and left in place: taking a finder out of
-    ``sys.meta_path`` while another thread walks it could make that thread skip one."""
+    ``sys.meta_path`` while another thread walks it could make that thread skip one. A finder
+    is what has ``find_spec``: importlib.abc's base class would import importlib.resources."""
 
     owner: int | None = None  # the thread whose imports are refused, while it imports
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec:
+                  target: types.ModuleType | None = None
+                  ) -> importlib.machinery.ModuleSpec | None:
         if self.owner == threading.get_ident() and fullname.split(".", 1)[0] in REFUSED:
             raise ModuleNotFoundError(f"{fullname} is refused by the narrow import of "
                                       "SGLang's detectors", name=fullname)
-        return None  # type: ignore[return-value]  # not ours: the next finder looks
+        return None  # not ours: the next finder looks
 
 
 _REFUSE = _Refuse()
+
+
+def _by_lines(source: str) -> tuple[list[ast.ImportFrom], dict[str, ast.ClassDef]] | None:
+    """The imports and classes ``_protocol`` takes, found by their lines (source_lines.py), or
+    None where that is not sure: a class named on two lines, a statement that does not parse
+    alone."""
+    modules = "|".join(re.escape(name) for name in PROTOCOL_IMPORTS)
+    imports = line_starts(source, rf"from (?:{modules})\b[\w.]* import\b")
+    starts = [line_starts(source, rf"class {name}\b") for name in PROTOCOL_CLASSES]
+    if any(len(found) != 1 for found in starts):
+        return None
+    imported = statements(source, imports, ast.ImportFrom)
+    classes = statements(source, [found[0] for found in starts], ast.ClassDef)
+    if imported is None or classes is None:
+        return None
+    return imported, {cls.name: cls for cls in classes}
+
+
+def _by_parse(source: str, path: str) -> tuple[list[ast.ImportFrom], dict[str, ast.ClassDef]]:
+    """The same from the whole file parsed (SyntaxError or ValueError where it does not)."""
+    tree = ast.parse(source, path)
+    return ([node for node in tree.body if isinstance(node, ast.ImportFrom)
+             and (node.module or "").split(".", 1)[0] in PROTOCOL_IMPORTS],
+            {node.name: node for node in tree.body
+             if isinstance(node, ast.ClassDef) and node.name in PROTOCOL_CLASSES})
 
 
 def _protocol(root: Path) -> types.ModuleType:
     """The protocol stand-in: PROTOCOL_CLASSES as SGLang's source defines them."""
     path = root / "srt" / "entrypoints" / "openai" / "protocol.py"
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        source = path.read_text(encoding="utf-8")
+        imports, classes = _by_lines(source) or _by_parse(source, str(path))
     except (OSError, SyntaxError, ValueError) as exc:
         raise NarrowImportError(f"cannot read {path}: {exc}") from None
-    imports = [node for node in tree.body if isinstance(node, ast.ImportFrom)
-               and (node.module or "").split(".", 1)[0] in PROTOCOL_IMPORTS]
-    classes = {node.name: node for node in tree.body
-               if isinstance(node, ast.ClassDef) and node.name in PROTOCOL_CLASSES}
     missing = [name for name in PROTOCOL_CLASSES if name not in classes]
     if missing:
         raise NarrowImportError(f"{path} defines no {', '.join(missing)}")
@@ -122,10 +152,24 @@ def import_detectors(root: Path, classes: dict[str, tuple[str, str]]
         stand_in.__spec__.submodule_search_locations = [str(root)]
         sys.modules["sglang"] = stand_in
         _REFUSE.owner = threading.get_ident()
+        # What the import makes lives as long as the process: a collection meanwhile walks it
+        # and frees nothing (~5 ms of a leaked response's triage in `bisect classify`).
+        collecting = gc.isenabled()
+        gc.disable()
+        # SGLang's models, triage's own, are built without pydantic's plugins, as typer builds
+        # its adapters: finding plugins reads every installed distribution's entry points.
+        plugins = os.environ.get(PLUGINS)
+        os.environ[PLUGINS] = "__all__"
         try:
             _protocol(root)
             found = _classes(classes)
         finally:
+            if plugins is None:
+                del os.environ[PLUGINS]
+            else:
+                os.environ[PLUGINS] = plugins
+            if collecting:
+                gc.enable()
             _REFUSE.owner = None
             # SGLang's modules only: a library imported on the way (pydantic, orjson) stays,
             # or a second import would make a second copy of its classes.

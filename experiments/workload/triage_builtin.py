@@ -19,15 +19,13 @@ from typing import Any, Literal
 Calls = list[dict[str, Any]]
 
 # ---- V3 / V3.1 special tokens -------------------------------------------------------------
+# The patterns (all DOTALL) are compiled, and cached by re, when this parser first runs: with
+# SGLang's detectors it never does, and compiling them on import cost every start.
 V31_BOT = "<｜tool▁calls▁begin｜>"
-V31_CALL_RE = re.compile(r"<｜tool▁call▁begin｜>.*?<｜tool▁call▁end｜>", re.DOTALL)
+V31_CALL = r"<｜tool▁call▁begin｜>.*?<｜tool▁call▁end｜>"
 # Greedy inside one call, as SGLang's: V3.1 is NAME<sep>JSON, V3 is TYPE<sep>NAME ```json JSON```.
-V31_DETAIL_RE = re.compile(
-    r"<｜tool▁call▁begin｜>(.*)<｜tool▁sep｜>(.*)<｜tool▁call▁end｜>", re.DOTALL
-)
-V3_DETAIL_RE = re.compile(
-    r"<｜tool▁call▁begin｜>(.*)<｜tool▁sep｜>(.*)\n```json\n(.*)\n```<｜tool▁call▁end｜>", re.DOTALL
-)
+V31_DETAIL = r"<｜tool▁call▁begin｜>(.*)<｜tool▁sep｜>(.*)<｜tool▁call▁end｜>"
+V3_DETAIL = r"<｜tool▁call▁begin｜>(.*)<｜tool▁sep｜>(.*)\n```json\n(.*)\n```<｜tool▁call▁end｜>"
 
 # ---- DSML (V3.2 function_calls, V4 tool_calls, V4.1 " calls" with a space) ------------------
 DSML = "｜DSML｜"
@@ -39,7 +37,7 @@ DSML_TAGS = {  # family -> (block, invoke, parameter) tag names after the marker
 
 # ---- Hermes <tool_call> ---------------------------------------------------------------------
 # An unterminated last <tool_call> still counts (SGLang's second alternative).
-TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
+TOOL_CALL = r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)"
 
 
 def _reject_constant(value: str) -> None:
@@ -58,7 +56,7 @@ def _unknown(name: Any) -> str:
 
 def _v31_calls(
     blocks: list[str],
-    detail_re: re.Pattern[str],
+    detail: str,
     groups: tuple[int, int],
     tools: list[dict[str, Any]],
 ) -> tuple[Calls, str | None]:
@@ -66,7 +64,7 @@ def _v31_calls(
     reasons: list[str] = []
     try:
         for block in blocks:
-            match = detail_re.search(block)
+            match = re.search(detail, block, re.DOTALL)
             if match is None:
                 raise ValueError("a call without <｜tool▁sep｜> and JSON")
             name, arguments = match.group(groups[0]), json.loads(match.group(groups[1]))
@@ -83,12 +81,12 @@ def _parse_v31(text: str, tools: list[dict[str, Any]], fenced: bool = False
     """DeepSeekV31Detector (NAME<sep>JSON), or DeepSeekV3Detector when ``fenced``."""
     if V31_BOT not in text:
         return [], "no <｜tool▁calls▁begin｜>"
-    blocks = V31_CALL_RE.findall(text)
+    blocks = re.findall(V31_CALL, text, re.DOTALL)
     if not blocks:
         return [], "no complete <｜tool▁call▁begin｜>...<｜tool▁call▁end｜>"
     if fenced:
-        return _v31_calls(blocks, V3_DETAIL_RE, (2, 3), tools)
-    return _v31_calls(blocks, V31_DETAIL_RE, (1, 2), tools)
+        return _v31_calls(blocks, V3_DETAIL, (2, 3), tools)
+    return _v31_calls(blocks, V31_DETAIL, (1, 2), tools)
 
 
 def _dsml_arguments(body: str, parameter: str) -> Any:
@@ -165,7 +163,7 @@ def _parse_tool_call(text: str, tools: list[dict[str, Any]]) -> tuple[Calls, str
     calls: Calls = []
     reasons: list[str] = []
     try:
-        for closed, open_ended in TOOL_CALL_RE.findall(text):
+        for closed, open_ended in re.findall(TOOL_CALL, text, re.DOTALL):
             raw = closed or open_ended
             if not raw:
                 continue

@@ -14,13 +14,12 @@ import ast
 import functools
 import importlib.util
 import json
-import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.workload.sglang_narrow import NarrowImportError, import_detectors
+from experiments.workload.source_lines import end, line_starts, statements
 
 TABLE_MODULE = "sglang/srt/function_call/function_call_parser.py"
 TABLE_CLASS, TABLE_NAME = "FunctionCallParser", "ToolCallParserEnum"
@@ -42,35 +41,72 @@ def _source_root() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def _table(item: ast.stmt) -> ast.Dict | None:
+    """The dict ``item`` assigns, when it is ``TABLE_NAME = {...}``."""
+    target = item.target if isinstance(item, ast.AnnAssign) else (
+        item.targets[0] if isinstance(item, ast.Assign) else None)
+    value = item.value if isinstance(item, ast.AnnAssign | ast.Assign) else None
+    found = isinstance(target, ast.Name) and target.id == TABLE_NAME
+    return value if found and isinstance(value, ast.Dict) else None
+
+
+def _by_lines(source: str) -> tuple[dict[str, str], ast.Dict] | None:
+    """The table module's imports (name -> module) and its table, found by their lines
+    (source_lines.py); None where that is not sure: the class or the table named twice, a name
+    imported from two modules, a statement that does not parse alone."""
+    classes = line_starts(source, rf"class {TABLE_CLASS}\b")
+    if len(classes) != 1:
+        return None
+    start = classes[0]
+    tables = line_starts(source[start:end(source, start)], rf"    {TABLE_NAME}\b")
+    items = statements(source, [start + tables[0]], ast.stmt) if len(tables) == 1 else None
+    table = _table(items[0]) if items else None
+    imports = statements(source, line_starts(source, r"[ \t]*from [\w.]+ import\b"),
+                         ast.ImportFrom) if table else None
+    if table is None or imports is None:
+        return None
+    modules: dict[str, str] = {}
+    for node in imports:
+        module = node.module or ""  # `from . import x`: no module, nothing mapped
+        for alias in node.names if module else ():
+            name = alias.asname or alias.name
+            if modules.setdefault(name, module) != module:
+                return None
+    return modules, table
+
+
+def _by_parse(source: str) -> tuple[dict[str, str], ast.Dict] | None:
+    """The same, from the whole file parsed (ValueError or SyntaxError when it does not)."""
+    tree = ast.parse(source)
+    modules = {alias.asname or alias.name: node.module
+               for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+               for alias in node.names}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == TABLE_CLASS:
+            for item in node.body:
+                table = _table(item)
+                if table is not None:
+                    return modules, table
+    return None
+
+
 @functools.cache
 def parser_table() -> dict[str, tuple[str, str]]:
     """``--tool-call-parser`` name -> (module, class), as ToolCallParserEnum maps them; {} when
     sglang is absent or its table cannot be read."""
     root = _source_root()
-    path = root.parent / TABLE_MODULE if root is not None else None
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8")) if path is not None else None
+        source = (root.parent / TABLE_MODULE).read_text(encoding="utf-8") if root else ""
+        found = (_by_lines(source) or _by_parse(source)) if source else None
     except (OSError, SyntaxError, ValueError):
-        tree = None
-    if tree is None:
+        found = None
+    if found is None:
         return {}
-    modules = {alias.asname or alias.name: node.module
-               for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
-               for alias in node.names}
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.ClassDef) and node.name == TABLE_CLASS):
-            continue
-        for item in node.body:
-            target = item.target if isinstance(item, ast.AnnAssign) else (
-                item.targets[0] if isinstance(item, ast.Assign) else None)
-            value = item.value if isinstance(item, ast.AnnAssign | ast.Assign) else None
-            if isinstance(target, ast.Name) and target.id == TABLE_NAME \
-                    and isinstance(value, ast.Dict):
-                return {key.value: (modules[cls.id], cls.id)
-                        for key, cls in zip(value.keys, value.values, strict=True)
-                        if isinstance(key, ast.Constant) and isinstance(key.value, str)
-                        and isinstance(cls, ast.Name) and cls.id in modules}
-    return {}
+    modules, value = found
+    return {key.value: (modules[cls.id], cls.id)
+            for key, cls in zip(value.keys, value.values, strict=True)
+            if isinstance(key, ast.Constant) and isinstance(key.value, str)
+            and isinstance(cls, ast.Name) and cls.id in modules}
 
 
 def triage_parsers(table: dict[str, tuple[str, str]]) -> tuple[str, ...]:
@@ -123,6 +159,11 @@ def _load() -> Loaded:
     if not names or root is None:
         return Loaded(None, "sglang's parser table (FunctionCallParser.ToolCallParserEnum) "
                       "was not found: is sglang installed?")
+    # Here, not at the top: a response without markup is judged without them
+    import logging
+
+    from experiments.workload.sglang_narrow import NarrowImportError, import_detectors
+
     try:
         detectors, tool = import_detectors(root, {name: table[name] for name in names})
     except NarrowImportError as exc:  # it names the detector, and what its import raised

@@ -9,6 +9,7 @@ has every command.
 
 from __future__ import annotations
 
+import gc
 import sys
 from importlib import import_module
 from typing import TYPE_CHECKING
@@ -23,7 +24,7 @@ COMMANDS = {
     "unlock": "campaigns", "doctor": "doctor", "lab": "lab", "optimize": "optimize_view",
     "verdict": "reading", "report": "reading", "ls": "reading", "log": "reading",
     "show": "reading", "schedule": "schedule_view", "sweep-report": "sweep_report_view",
-    "sweep": "sweep_view", "stress": "tools", "validate": "tools", "classify": "tools",
+    "sweep": "sweep_view", "stress": "tools", "validate": "tools", "classify": "classify_view",
     "schema": "tools", "twin": "tools",
 }
 MODULES = tuple(dict.fromkeys(COMMANDS.values()))
@@ -40,8 +41,14 @@ def load(command: str | None = None) -> typer.Typer:
 
 
 def main() -> None:
-    load(sys.argv[1] if len(sys.argv) > 1 else None)
-    from orchestrator.cli.common import main as run
+    # The command's modules live as long as the process: a collection while they are imported
+    # walks them and frees nothing (~4 ms of `bisect classify`'s start).
+    gc.disable()
+    try:
+        load(sys.argv[1] if len(sys.argv) > 1 else None)
+        from orchestrator.cli.common import main as run
+    finally:
+        gc.enable()
     run()
 
 

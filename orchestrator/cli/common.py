@@ -3,31 +3,35 @@
 Exit codes: 0 verdict reached, 1 the run failed, 2 bad input, 3 inconclusive, 130 interrupted
 (Ctrl-C or SIGTERM), 141 stdout closed early (a broken pipe, as git).
 
-Importing this module (as `bisect --help` does) loads typer and rich alone: the store, the
-campaign models and the statistics are imported by the functions that use them.
+Importing this module (as `bisect --help` does) loads typer alone: rich when a console first
+prints, the store, the campaign models and the statistics in the functions that use them.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
-from rich.console import Console
-from rich.text import Text
+
+from orchestrator.cli import coercion
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from db.store import Store
     from orchestrator.core.verdict import Verdict
+
+coercion.install()  # plain parameters without pydantic: orchestrator/cli/coercion.py
 
 app = typer.Typer(
     # Plain help, as click writes it: a flag shows as `--json`, never `--json <bool>`.
@@ -37,14 +41,34 @@ app = typer.Typer(
 )
 
 
-class _Console(Console):
-    def on_broken_pipe(self) -> None:  # rich's own answer exits 1
-        self.quiet = True
-        _pipe_closed(self.file.fileno())
+@functools.cache
+def _console_class() -> type[Console]:
+    from rich.console import Console
+
+    class Closable(Console):
+        def on_broken_pipe(self) -> None:  # rich's own answer exits 1
+            self.quiet = True
+            _pipe_closed(self.file.fileno())
+
+    return Closable
 
 
-out = _Console(soft_wrap=True)
-err = _Console(stderr=True, soft_wrap=True)
+class _Console:
+    """A rich Console made at its first use: a command that prints nothing through one
+    (`bisect classify` writes its JSON with print) skips importing rich's (~17 ms)."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:  # what the proxy lacks: all but the above
+        if self._console is None:
+            self._console = _console_class()(**self._options)
+        return getattr(self._console, name)
+
+
+out = cast("Console", _Console(soft_wrap=True))
+err = cast("Console", _Console(stderr=True, soft_wrap=True))
 
 StoreOption = Annotated[
     str, typer.Option("--store", envvar="BISECT_STORE", help="SQLite file or SQLAlchemy URL.")
@@ -53,7 +77,23 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON documen
 CampaignId = Annotated[str, typer.Argument(
     metavar="ID", help="A campaign id, a unique prefix of one, or `last` (the newest).")]
 
+ParserOption = Annotated[str | None, typer.Option(
+    "--tool-call-parser", metavar="NAME",
+    help="The server's --tool-call-parser (deepseekv31, deepseekv32, deepseekv4, ...): leaks "
+    "are triaged against it, and one another parser reads is a parser mismatch. Default: not "
+    "known, every detector is asked.")]
+
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def tool_call_parser_of(name: str | None) -> str | None:
+    """The --tool-call-parser given, checked against the parsers triage judges against."""
+    from experiments.workload.triage import check_parser
+
+    try:
+        return None if name is None else check_parser(name)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--tool-call-parser") from None
 
 
 def _version(shown: bool) -> None:
@@ -70,16 +110,19 @@ def _help(ctx: typer.Context, shown: bool) -> None:
         raise typer.Exit()
 
 
+# Named, as a command's options are: typer reads each string annotation (this module's are
+# strings) twice, compiling it, on every run; a name compiles in no time.
+_VersionFlag = Annotated[bool, typer.Option(
+    "--version", callback=_version, is_eager=True, help="Print the version and exit.")]
+# The app's own --help, in place of Typer's: Typer coerces its flag's absent value (None)
+# through a pydantic TypeAdapter, which costs `bisect CMD --help` a third of its start; this
+# flag is False when absent, and a bool is taken as it is.
+_HelpFlag = Annotated[bool, typer.Option(
+    "--help", callback=_help, is_eager=True, help="Show this message and exit.")]
+
+
 @app.callback()
-def _options(version: Annotated[bool, typer.Option(
-        "--version", callback=_version, is_eager=True, help="Print the version and exit.")]
-        = False,
-        # The app's own --help, in place of Typer's: Typer coerces its flag's absent value
-        # (None) through a pydantic TypeAdapter, which costs `bisect CMD --help` a third of its
-        # start; this flag is False when absent, and a bool is taken as it is.
-        shown: Annotated[bool, typer.Option(
-            "--help", callback=_help, is_eager=True, help="Show this message and exit.")]
-        = False) -> None:
+def _options(version: _VersionFlag = False, shown: _HelpFlag = False) -> None:
     pass  # the app's own options
 
 
@@ -117,6 +160,8 @@ def user_errors() -> Iterator[None]:
 
 def error(message: str) -> None:
     """Print an error; its text may come from a user's file, so it is never read as markup."""
+    from rich.text import Text
+
     from experiments.secrets import redact
 
     err.print(Text("error: ", style="red") + Text(redact(message)), highlight=False)
@@ -155,16 +200,20 @@ def store_json(store: str) -> str:
 def shown_path(path: str | Path) -> str:
     """A file as a user types it from here: under this directory by its relative path,
     shell-quoted."""
+    from shlex import quote
+
     absolute = Path(path).expanduser().resolve()
     try:
-        return shlex.quote(str(absolute.relative_to(Path.cwd())))
+        return quote(str(absolute.relative_to(Path.cwd())))
     except ValueError:
-        return shlex.quote(str(absolute))
+        return quote(str(absolute))
 
 
 def store_arg(store: str) -> str:
     """``--store`` as a user types it from here (``shown_path``, or the URL)."""
-    return shlex.quote(store_json(store)) if _URL.match(store) else shown_path(store)
+    from shlex import quote
+
+    return quote(store_json(store)) if _URL.match(store) else shown_path(store)
 
 
 @contextmanager
