@@ -156,6 +156,23 @@ def ray_cluster() -> Iterator[Cluster]:
     shutil.rmtree(os.environ.pop("RAY_TMPDIR"), ignore_errors=True)
 
 
+RAY_JOIN = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+
+
+@pytest.fixture
+def on_shared_ray(ray_cluster: Cluster) -> Iterator[dict[str, str]]:
+    """What a `bisect` process adds to its environment to run on the test run's one Ray
+    (`--ray-address`'s variable and the token ``ray_cluster`` set here) instead of starting one
+    of its own (~5 s on two cores): for the tests that run the console script for what it does
+    with a campaign, not for how it starts Ray. A run that joined leaves the cluster's token
+    file alone (a driver used to remove it at exit as if its own)."""
+    joining = {"RAY_ADDRESS": str(ray_cluster.address),
+               **{name: os.environ[name] for name in RAY_JOIN if name in os.environ}}
+    yield joining
+    token = joining.get("RAY_AUTH_TOKEN_PATH")
+    assert token is None or Path(token).is_file(), f"a run that joined Ray removed {token}"
+
+
 from tests.lab_fixture import lab, systemd_lab, systemd_node  # noqa: E402, F401 - one of each per run
 from tests.postgres_fixture import postgres_server, postgres_url, store_url  # noqa: E402, F401 - one real PostgreSQL per run
 from tests.support.demo import demo  # noqa: E402, F401 - one demo per run, from the wheel

@@ -34,7 +34,8 @@ class RayNotStarted(RuntimeError):
 
 
 def ensure_ray(address: str | None = None) -> bool:
-    """Start (or join) Ray once per process; True if this call started it. A start that fails
+    """Start (or join) Ray once per process; True if this call started a local Ray (joined,
+    the cluster and its token file are not this process's to clean up). A start that fails
     (Ray's own errors are a bare ``Exception``, a RuntimeError or a ConnectionError, its
     start-up timeouts among them) raises ``RayNotStarted`` with one sentence."""
     if ray.is_initialized():
@@ -64,7 +65,7 @@ def ensure_ray(address: str | None = None) -> bool:
     finally:
         if caller_sigterm is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, caller_sigterm)
-    return True
+    return address is None
 
 
 def local_ray_environment() -> str:
