@@ -97,7 +97,7 @@ def _under_way(tmp_path: Path, environment: dict[str, str]
 
 
 def test_ctrl_c_stops_the_run_and_prints_the_resume_command_that_finishes_it(
-        tmp_path: Path, environment: dict[str, str]) -> None:
+        tmp_path: Path, environment: dict[str, str], on_shared_ray: dict[str, str]) -> None:
     run, seen = _under_way(tmp_path, environment)
     os.killpg(run.pid, signal.SIGINT)
     _, rest = run.communicate(timeout=120)
@@ -114,7 +114,8 @@ def test_ctrl_c_stops_the_run_and_prints_the_resume_command_that_finishes_it(
     assert f"interrupted: campaign {campaign_id} stopped" in stderr
     assert not _twins(tmp_path), "a twin outlived the interrupted run"
 
-    resumed = subprocess.run(command, cwd=tmp_path, env=environment,  # as printed
+    # as printed; on the test run's Ray (the run stopped above started and ended its own)
+    resumed = subprocess.run(command, cwd=tmp_path, env={**environment, **on_shared_ray},
                              capture_output=True, text=True, timeout=300, check=False)
     # One trial a variant: finished, its verdict most likely inconclusive (exit 3).
     assert resumed.returncode in (0, 3), resumed.stderr[-3000:]

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -76,20 +74,17 @@ def write(tmp_path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
-def test_bisect_run_with_a_probe_names_the_culprit_and_keeps_its_output(tmp_path: Path) -> None:
+def test_bisect_run_with_a_probe_names_the_culprit_and_keeps_its_output(
+        tmp_path: Path, on_shared_ray: dict[str, str]) -> None:
     probe(tmp_path, ASKS_THE_SERVER)
     path = write(tmp_path, campaign_data(tmp_path, {"command": ["./probe.py", "--fast"],
                                                     "runs": 4}))
     db = tmp_path / "bisect.db"
     # the real console script, from another directory: the probe still runs from the
-    # campaign file's (a Ray of its own, under a short private directory)
-    ray_tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
-    try:
-        result = subprocess.run([BISECT, "run", str(path), "--store", str(db), "--json"],
-                                cwd="/", env={**os.environ, "RAY_TMPDIR": ray_tmp},
-                                capture_output=True, text=True, timeout=300)
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    # campaign file's (on the test run's Ray: its pool actor's directory is not the file's)
+    result = subprocess.run([BISECT, "run", str(path), "--store", str(db), "--json"],
+                            cwd="/", env={**os.environ, **on_shared_ray},
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     verdict = json.loads(result.stdout)
     assert verdict["status"] == "culprit"

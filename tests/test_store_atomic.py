@@ -125,11 +125,11 @@ def _done_trials(db: Path) -> int:
 
 
 def test_a_disk_that_fills_mid_campaign_stops_the_run_and_the_resume_ends_it(
-        small_disk: Path, tmp_path: Path, ray_cluster: None) -> None:
+        small_disk: Path, tmp_path: Path, on_shared_ray: dict[str, str]) -> None:
     """The store's disk fills after the first trial: the next trial's write fails whole, the
     run stops with the reason (exit 1), and once there is room the resume ends as an
     uninterrupted run, with nothing of the failed write used as evidence. The run is a process
-    of its own (the disk fills beside it); the resume runs here, on the run's shared Ray."""
+    of its own (the disk fills beside it); both run on the test run's shared Ray."""
     _mount(small_disk, 16 * 1024)
     bench = kill_points.Bench.make(tmp_path / "work", sessions=12)
     db = small_disk / "bisect.db"
@@ -137,7 +137,7 @@ def test_a_disk_that_fills_mid_campaign_stops_the_run_and_the_resume_ends_it(
     filler = small_disk / "filler"
     try:
         driver = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  env=bench.env(), text=True)
+                                  env={**bench.env(), **on_shared_ray}, text=True)
         stored = kill_points.wait_until(lambda: _done_trials(db) >= 1, None, 120)
         assert stored, driver.communicate(timeout=60)[1][-2000:]
         with open(filler, "wb") as out:  # every byte left
@@ -151,7 +151,8 @@ def test_a_disk_that_fills_mid_campaign_stops_the_run_and_the_resume_ends_it(
         assert driver.returncode == 1, err[-3000:]
         assert "disk is full" in err and "Traceback" not in err
         killed_at = kill_points.query(db, "SELECT seq, status FROM trial ORDER BY id")
-        assert killed_at and all(status in ("done", "running") for _, status in killed_at)
+        assert killed_at and all(status in ("done", "running") for _, status in killed_at), \
+            (killed_at, err[-3000:])
         assert not list(bench.services.glob("*.pid"))  # the nodes were restored all the same
         filler.unlink()
         [(campaign_id,)] = kill_points.query(db, "SELECT id FROM campaign")
