@@ -70,8 +70,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def twin_pool(name: str, node: str, fault_model: Path, latency_ms: float = 20) -> dict[str, Any]:
-    """A pool of one combined twin server on a free loopback port, as campaign-file data."""
+def twin_pool(name: str, node: str, fault_model: Path, latency_ms: float = 20,
+              startup_delay_s: float = 0.0) -> dict[str, Any]:
+    """A pool of one combined twin server on a free loopback port, as campaign-file data; its
+    /health says 503 for ``startup_delay_s`` after it listens (the demo shows a start-up)."""
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     return {
@@ -84,7 +86,7 @@ def twin_pool(name: str, node: str, fault_model: Path, latency_ms: float = 20) -
                 sys.executable, "-m", "experiments.twin", "--port", str(port),
                 "--tool-call-parser", "deepseekv32", "--enable-metrics",
                 "--fault-model", str(fault_model),
-                "--twin-startup-delay", "0.3", "--twin-latency-ms", str(latency_ms),
+                "--twin-startup-delay", str(startup_delay_s), "--twin-latency-ms", str(latency_ms),
             ],
             "health_url": f"{base}/health",
             "health_generate_url": f"{base}/health_generate",
@@ -96,7 +98,8 @@ def twin_pool(name: str, node: str, fault_model: Path, latency_ms: float = 20) -
 
 
 def demo_campaign(workdir: Path, fault_model: Path) -> Campaign:
-    pools = [twin_pool(f"pool-{index + 1}", "local", fault_model) for index in range(DEMO_POOLS)]
+    pools = [twin_pool(f"pool-{index + 1}", "local", fault_model, startup_delay_s=0.3)
+             for index in range(DEMO_POOLS)]
     return Campaign.model_validate({
         "name": "demo: DeepSeek tool-call leaks under load (twin nodes)",
         "nodes": [{"name": "local", "transport": "local", "workdir": str(workdir / "services")}],

@@ -35,7 +35,7 @@ def twin_service(port: int, *, node: str = "here", host: str = "127.0.0.1",
     return {
         "name": name, "node": node,
         "start": [sys.executable, "-m", "experiments.twin", "--host", host, "--port", str(port),
-                  "--enable-metrics", "--twin-startup-delay", "0.2", "--twin-latency-ms", "2",
+                  "--enable-metrics", "--twin-startup-delay", "0", "--twin-latency-ms", "2",
                   *model],
         "health_url": health or f"{base}/health",
         "metrics_url": metrics or f"{base}/metrics",
