@@ -184,9 +184,11 @@ def test_the_benchmarks_default_to_real_world_noise(tmp_path: Path,
     from bench.optimize_runs import Settings
 
     assert Settings().trial_noise is REAL_WORLD
-    # the heading names the noise; one scenario says it (test_bench_sweeps runs them all)
-    sweeps.main(["--runs", "1", "--workers", "1", "--scenarios", "clean",
-                 "--json", str(tmp_path / "s.json")])
+    # the heading names the noise; one scenario says it (test_bench_sweeps runs them all),
+    # with the fewest trials a plan takes (the default plan's cost 2 s of CPU a run)
+    few = ["--runs", "1", "--workers", "1", "--scenarios", "clean", "--trials", "2,2,2",
+           "--baseline-trials", "2"]
+    sweeps.main([*few, "--json", str(tmp_path / "s.json")])
     assert REAL_WORLD.describe() in capsys.readouterr().out
-    sweeps.main(["--runs", "1", "--workers", "1", "--scenarios", "clean", "--trial-noise", "iid"])
+    sweeps.main([*few, "--trial-noise", "iid"])
     assert "i.i.d. trials" in capsys.readouterr().out

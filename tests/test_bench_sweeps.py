@@ -185,7 +185,9 @@ def test_with_the_build_moved_each_trial_runs_beside_its_control_on_one_pool() -
 def test_the_command_writes_its_table_and_json(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "sweeps.json"
-    main(["--runs", "1", "--workers", "1", "--trial-noise", "iid", "--json", str(out)])
+    # the fewest trials a plan takes: the table and the document, not the answers, are tested
+    main(["--runs", "1", "--workers", "1", "--trial-noise", "iid", "--trials", "2,2,2",
+          "--baseline-trials", "2", "--json", str(out)])
     printed = capsys.readouterr().out
     assert "| sweep strategy, build not moved | clean | 1 |" in printed
     assert "| naive | throughput -30% | 1 |" in printed
