@@ -56,11 +56,11 @@ def test_the_demo_says_where_its_store_is_and_what_to_run_next(demo: Demo) -> No
     at = [demo.campaign_id, "--store", "bisect-demo/bisect.db"]
     assert commands == [[program, "log", *at], [program, "show", *at],
                         [program, "report", *at, "-o", "bisect-report.html"]]
-    for argv in commands:  # each works as printed, from where the demo ran
+    # Each works as printed, from where the demo ran (their --json, strict: the next test).
+    for argv in commands:
         done = subprocess.run(argv, cwd=demo.cwd, env=demo.env, capture_output=True, text=True,
                               timeout=120, check=False)
         assert done.returncode == 0 and done.stdout and not done.stderr, done.stderr
-        strict(demo.bisect(*argv[1:], "--json").stdout)  # and with --json, strict JSON
     assert (demo.cwd / "bisect-report.html").is_file()
 
 
