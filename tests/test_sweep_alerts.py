@@ -104,11 +104,13 @@ def test_an_unchanged_build_raises_no_alert_run_after_run(ray_cluster: None,
     statuses = []
     for _ in range(RUNS):
         code, run = run_sweep_cli(path, store)
-        statuses.append((code, run["status"]))
-    assert all(status != "regression" for _, status in statuses), statuses
+        statuses.append((code, run["status"], run.get("reason")))
+    assert all(status != "regression" for _, status, _ in statuses), statuses
     # clean, not merely unsure (a clean run ends inconclusive about 1 time in 100 in
-    # bench/sweeps.py's simulation, none of 40 times in bench/sweep_twins.py)
-    assert sum(code == 0 for code, _ in statuses) >= RUNS - 1, statuses
+    # bench/sweeps.py's simulation, none of 40 times in bench/sweep_twins.py); the reasons
+    # say which metric was left unsure (once 2 of 5 in a whole suite at load 3.5, 0 of 20
+    # alone right after)
+    assert sum(code == 0 for code, _, _ in statuses) >= RUNS - 1, statuses
     with Store.open(str(store)) as db:
         assert len(Sweeps(db).runs("nightly")) == 1 + RUNS
 
