@@ -247,3 +247,21 @@ def test_a_wedging_campaign_is_decided_on_its_wedges_and_shown_as_it_ran() -> No
     assert all(v["infra"] > 0 and v["judged"] == v["sessions"] - v["infra"] for v in off)
     assert sum(v["corrupted"] for v in document["variants"]) == sum(
         t.counts["leak"] for t in trials)
+
+
+def test_an_interaction_whose_two_trials_spread_is_named_though_no_level_alone_stands_out() -> None:
+    """The factorial example, 2 trials a variant of 64 sessions: the culprit's trials failed
+    24 and 11, every other trial 0 (a run of the example ended inconclusive so). The spread
+    counts its 128 sessions as 19 (5 failing), and each of its levels, pooled with a clean
+    variant's 128 sessions, falls short of alpha once Bonferroni counts 4 levels."""
+    factors = {"index_k": ["fp8", "bf16"], "hicache": ["off", "on"]}
+    trials = []
+    for combo in itertools.product(*factors.values()):
+        levels = dict(zip(factors, combo, strict=True))
+        bad = levels == {"index_k": "bf16", "hicache": "on"}
+        for leaks in ((24, 11) if bad else (0, 0)):
+            trials.append(TrialEvidence(levels, {"ok": 64 - leaks, "leak": leaks},
+                                        restarts=1, wall_s=2.0))
+    verdict = judge(trials, factors)
+    assert verdict.status is Status.CULPRIT, verdict.reason
+    assert [dict(c.factors) for c in verdict.culprits] == [{"index_k": "bf16", "hicache": "on"}]

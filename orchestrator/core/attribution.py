@@ -3,9 +3,10 @@
 A greedy conjunction search over pooled session counts. Start from every variant; split by the
 factor level with the most significant excess of corruption (one-sided Fisher, Bonferroni over
 the candidates of the step); keep splitting inside the matching group while a further level still
-matters. The conjunction found is one culprit (one level: a single factor; several: an
-interaction). Its variants are set aside and the search repeats on the rest, so independent
-culprits are found too.
+matters. Where no level alone stands out, the pairs of levels are tried (a pure interaction
+whose trials spread hides behind each of its levels). The conjunction found is one culprit (one
+level: a single factor; several: an interaction). Its variants are set aside and the search
+repeats on the rest, so independent culprits are found too.
 
 Sessions of one trial share a server: every test counts each variant's sessions at its design
 effect, from the spread between its trials (stats/clustered.py), so the p-value that names a
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import combinations
 
 from orchestrator.core.evidence import Cell, pooled, spread_of, variant_key
 from orchestrator.core.own_effect import OwnEffect
@@ -64,12 +66,6 @@ class Culprit:
         return self.rate_in - self.rate_out
 
 
-def _split(group: Sequence[Cell], factor: str, level: str) -> tuple[list[Cell], list[Cell]]:
-    inside = [c for c in group if c.levels.get(factor) == level]
-    outside = [c for c in group if c.levels.get(factor) != level]
-    return inside, outside
-
-
 def _refine(
     group: Sequence[Cell], factors: Mapping[str, Sequence[str]], alpha: float,
     spread: Dispersion,
@@ -77,23 +73,43 @@ def _refine(
     condition: dict[str, str] = {}
     subset = list(group)
     while True:
-        best: tuple[float, str, str, list[Cell]] | None = None
-        tests = 0
-        for factor, levels in factors.items():
-            if factor in condition:
-                continue
-            for level in levels:
-                inside, outside = _split(subset, factor, level)
-                if not inside or not outside:
-                    continue
-                tests += 1
-                p = fisher_greater(*pooled(inside, spread), *pooled(outside, spread))
-                if best is None or p < best[0]:
-                    best = (p, factor, level, inside)
-        if best is None or best[0] * tests > alpha:
+        singles = _candidates(subset, factors, condition, 1, spread)
+        best = min(singles, default=None, key=lambda c: c[0])
+        if best is not None and best[0] * len(singles) <= alpha:
+            condition.update(best[1])
+            subset = best[2]
+            continue
+        # A pure interaction whose trials spread: each of its levels alone pools the failing
+        # variant with clean ones, its design effect dilutes them, and no level stands out
+        # (2 trials a variant, one at 30 of 64 and one at 5). The pairs are tested then, the
+        # Bonferroni factor counting the levels tried before them too.
+        pairs = _candidates(subset, factors, condition, 2, spread)
+        best = min(pairs, default=None, key=lambda c: c[0])
+        if best is None or best[0] * (len(singles) + len(pairs)) > alpha:
             return condition
-        _, factor, level, subset = best
-        condition[factor] = level
+        condition.update(best[1])
+        subset = best[2]
+
+
+def _candidates(
+    subset: Sequence[Cell], factors: Mapping[str, Sequence[str]], condition: Mapping[str, str],
+    size: int, spread: Dispersion,
+) -> list[tuple[float, dict[str, str], list[Cell]]]:
+    """Each conjunction of ``size`` levels of factors not yet in ``condition`` that splits
+    ``subset``: its one-sided p of more failures inside, its levels, the cells inside."""
+    free = [(factor, level) for factor, levels in factors.items() if factor not in condition
+            for level in levels]
+    found = []
+    for chosen in combinations(free, size):
+        levels = dict(chosen)
+        if len(levels) < size:
+            continue  # two levels of one factor
+        inside = [c for c in subset if c.matches(levels)]
+        outside = [c for c in subset if not c.matches(levels)]
+        if inside and outside:
+            p = fisher_greater(*pooled(inside, spread), *pooled(outside, spread))
+            found.append((p, levels, inside))
+    return found
 
 
 def measure(condition: Mapping[str, str], group: Sequence[Cell],
