@@ -18,6 +18,7 @@ from experiments.collect import log_events
 from experiments.outcomes import WEDGE_LOG_KINDS
 from experiments.real_engine.campaign import campaign
 from experiments.real_engine.make_model import CHAT_TEMPLATE
+from experiments.real_engine.optimize import check, optimize
 from experiments.real_engine.probe import well_formed
 from experiments.real_engine.sweeps import CONFIG, parser_sweep, throughput_sweep
 from experiments.real_engine.teach import conversation, reply_text
@@ -44,6 +45,14 @@ def test_the_written_campaign_loads_with_the_patch_under_the_engines_packages(
     start = loaded.pools[0].services[0].start
     assert start[start.index("--tool-call-parser") + 1] == "hermes"
     assert hasattr(loaded.workload, "command") == (kind == "probe")
+    # the stress workload's replies are scripted by a processor vLLM loads from this checkout
+    scripted = "experiments.real_engine.scripted:AgentReply"
+    service = loaded.pools[0].services[0]
+    if kind == "stress":
+        assert start[start.index("--logits-processors") + 1] == scripted
+        assert service.env["PYTHONPATH"] == str(Path(__file__).resolve().parents[1])
+    else:
+        assert "--logits-processors" not in start and "PYTHONPATH" not in service.env
 
 
 @pytest.mark.parametrize(("content", "parsers_fault"), [
@@ -167,3 +176,38 @@ def test_the_throughput_sweep_reads_the_engines_flags_from_its_source_tree(
     # random weights corrupt every session: only what a flag can cost is watched
     assert sweep.thresholds.corruption is None and sweep.thresholds.throughput is not None
     assert sweep.workload.max_concurrency is not None and sweep.workload.max_concurrency > 1
+
+
+@pytest.mark.parametrize("kind", ["search", "grid"])
+def test_the_optimize_files_load_scripted_over_the_same_space(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / f"{kind}.yaml"
+    path.write_text(json.dumps(optimize(tmp_path / "venv", tmp_path / "model", 39999,
+                                        str(tmp_path), kind)))
+    loaded = load_campaign(path)
+    start = loaded.pools[0].services[0].start
+    assert "--logits-processors" in start  # the sessions can come back clean
+    assert {f.name: sorted(f.levels) for f in loaded.factors} == {
+        "max_num_seqs": ["1", "256", "4"], "eager": ["off", "on"]}
+    assert loaded.strategy.sampler == ("grid" if kind == "grid" else "tpe")
+
+
+def _verdict(best: dict[str, str] | None, values: dict[tuple[str, str], list[float]]
+             ) -> dict[str, object]:
+    rows = [{"levels": {"max_num_seqs": n, "eager": e},
+             "objectives": [{"metric": "output_throughput", "values": v}]}
+            for (n, e), v in values.items()]
+    return {"optimize": {"best": best, "ranked": rows, "rejected": [], "unproven": []}}
+
+
+def test_the_check_holds_the_answer_to_the_grids_best_within_the_grids_own_spread() -> None:
+    grid = _verdict({"max_num_seqs": "256", "eager": "off"}, {
+        ("256", "off"): [1000.0, 1100.0], ("256", "on"): [980.0, 1000.0],
+        ("1", "on"): [300.0, 310.0]})
+    near = _verdict({"max_num_seqs": "256", "eager": "on"}, {})
+    ok, lines = check(near, grid)  # 94% of the best, the spread 10%
+    assert ok and "<- the search" in lines[1] and "<- the grid best" in lines[0]
+    slow = _verdict({"max_num_seqs": "1", "eager": "on"}, {})
+    ok, lines = check(slow, grid)
+    assert not ok and "slower than that" in lines[-1]
+    assert check(_verdict(None, {}), grid)[0] is False
+    assert check(_verdict({"max_num_seqs": "4", "eager": "on"}, {}), grid)[0] is False

@@ -35,31 +35,40 @@ def site_packages(venv: Path) -> Path:
     return found[0]
 
 
+# vLLM loads the scripted reply (scripted.py) from this checkout: the random model then keeps
+# the agent contract, and the stress workload's sessions can come back ``ok``.
+SCRIPTED = ("--logits-processors", "experiments.real_engine.scripted:AgentReply")
+
+
 def workload(kind: str) -> dict[str, Any]:
-    """``stress``: the built-in multi-turn sessions, judged by the classifier (a taught model,
-    teach.py); ``probe``: probe.py's forced calls, for a model of random weights."""
+    """``stress``: the built-in multi-turn sessions, judged by the classifier (the model's
+    reply scripted, scripted.py); ``probe``: probe.py's forced calls, for a model of random
+    weights left to itself."""
     if kind == "stress":
-        return {"sessions": 32, "rounds": 4, "timeout_s": 120}
+        # whole replies, not streams: the planted fault sits in the parser's whole-reply path
+        return {"sessions": 16, "rounds": 4, "max_concurrency": 8, "timeout_s": 120,
+                "stream": False}
     return {"command": ["python3", "-m", "experiments.real_engine.probe"], "cwd": str(ROOT),
             "runs": 4, "timeout_s": 600}
 
 
 def pools(venv: Path, model: Path, port: int, workdir: str,
-          flags: tuple[str, ...] = ()) -> dict[str, Any]:
+          flags: tuple[str, ...] = (), scripted: bool = False) -> dict[str, Any]:
     """The campaign file's ``nodes`` and ``pools``: one local vLLM, its start command ending
-    in ``flags`` (a sweep's fixed settings)."""
+    in ``flags`` (a sweep's fixed settings); ``scripted``: its replies the agent contract's."""
     url = f"http://127.0.0.1:{port}"
     start = [
         str(venv.resolve() / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model.resolve()), "--served-model-name", "tiny",
         "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
         "--max-model-len", "4096", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-        *flags,
+        *(SCRIPTED if scripted else ()), *flags,
     ]
+    env = {**ENV, "PYTHONPATH": str(ROOT)} if scripted else ENV
     return {
         "nodes": [{"name": "local", "transport": "local", "workdir": workdir}],
         "pools": [{"name": "vllm", "endpoint": url, "services": [{
-            "name": "vllm", "node": "local", "start": start, "env": ENV, "engine": "vllm",
+            "name": "vllm", "node": "local", "start": start, "env": env, "engine": "vllm",
             "health_url": f"{url}/health", "metrics_url": f"{url}/metrics",
             "startup_timeout_s": 600,
         }]}],
@@ -78,7 +87,7 @@ def parser_factor(venv: Path) -> dict[str, Any]:
 def campaign(venv: Path, model: Path, port: int, workdir: str, kind: str) -> dict[str, Any]:
     return {
         "name": "real engine: vLLM CPU, a planted hermes parser fault among real flags",
-        **pools(venv, model, port, workdir),
+        **pools(venv, model, port, workdir, scripted=kind == "stress"),
         "factors": [
             parser_factor(venv),
             {"name": "max_num_seqs", "levels": {
