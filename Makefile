@@ -147,7 +147,7 @@ real-engine-sweeps: $(RUNTIME_STAMP) $(REAL_MODEL)/config.json
 	$(BIN)/bisect sweep $(REAL_DIR)/sweep-throughput.yaml --store $(REAL_SWEEPS) \
 		-o $(REAL_DIR)/sweep-throughput.html; test $$? -eq 1
 
-# The fastest clean flags of the same vLLM (issue 30): `bisect optimize` (TPE, 4 picks of the 6
+# The fastest clean flags of the same vLLM (issue 30): `bisect optimize` (TPE, 5 picks of the 6
 # configurations of --max-num-seqs x --enforce-eager, production beside the answer), then every
 # configuration twice on the same store, and the answer checked against that grid (exit 1 where
 # it is slower than the grid's best by more than the grid's own spread). Tens of minutes.

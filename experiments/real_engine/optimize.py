@@ -7,8 +7,8 @@
 the same store, right after. The stress workload's sessions are judged by the classifier (the
 model's replies scripted, scripted.py): a configuration must stay clean to be named.
 ``check SEARCH GRID``: the search's answer against the grid's measurements (the two verdicts'
-JSON), a line a configuration, exit 1 where the answer is slower than the grid's best by more
-than the grid's own spread between its two trials of a configuration.
+JSON), a line a configuration, exit 1 where the grid's own trials show the answer slower than
+the grid's fastest configuration.
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ def optimize(venv: Path, model: Path, port: int, workdir: str, kind: str) -> dic
             "kind": "optimize", "objectives": ["output_throughput"],
             "sampler": "grid" if grid else "tpe",
             # the grid: each configuration once, then each again as a re-run; the search:
-            # four picks of the six, the top two re-run, production beside the answer
-            "trials": SPACE if grid else 4,
+            # five picks of the six (production the first), the top two re-run, production
+            # beside the answer
+            "trials": SPACE if grid else 5,
             "confirm_top": SPACE if grid else 2, "confirm_trials": 2,
             "max_corruption": 0.05, "max_wedging": 0.05,
             "production": PRODUCTION,
@@ -69,9 +70,13 @@ def _key(levels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(levels.items()))
 
 
-def check(search: dict[str, Any], grid: dict[str, Any]) -> tuple[bool, list[str]]:
-    """Whether the search's answer is the grid's best within the grid's spread, and the
-    lines that say so."""
+def check(search: dict[str, Any], grid: dict[str, Any], alpha: float = 0.05
+          ) -> tuple[bool, list[str]]:
+    """Whether the grid leaves the search's answer beside its best: not shown slower than the
+    grid's fastest configuration on the grid's own trials (one-sided Welch t at ``alpha``);
+    and the lines that say so."""
+    from scipy.stats import ttest_ind
+
     answer = search["optimize"]["best"]
     if answer is None:
         return False, ["the search named no configuration"]
@@ -79,19 +84,22 @@ def check(search: dict[str, Any], grid: dict[str, Any]) -> tuple[bool, list[str]
     on_grid = measured(grid)
     means = {k: mean(v) for k, v in on_grid.items()}
     best = max(means, key=means.__getitem__)
-    # the grid's noise: the widest relative gap between two trials of one configuration
-    spread = max((abs(v[0] - v[1]) / mean(v) for v in on_grid.values() if len(v) >= 2),
-                 default=0.0)
     lines = [f"{k:<32} {means[k]:>8.1f} tok/s  trials {', '.join(f'{x:.1f}' for x in v)}"
              f"{'  <- the search' if k == key else ''}{'  <- the grid best' if k == best else ''}"
              for k, v in sorted(on_grid.items(), key=lambda kv: -means[kv[0]])]
     if key not in means:
         return False, [*lines, f"the search's answer {key} was not measured on the grid"]
-    ok = means[key] >= means[best] * (1 - spread)
-    lines.append(f"the answer {key}: {means[key] / means[best]:.0%} of the grid's best "
-                 f"({best}); the grid's spread between two trials of a configuration "
-                 f"{spread:.0%}: {'within it' if ok else 'slower than that'}")
-    return ok, lines
+    if key == best:
+        return True, [*lines, f"the answer {key} is the grid's fastest"]
+    if min(len(on_grid[key]), len(on_grid[best])) < 2:
+        return False, [*lines, "too few trials on the grid to compare the answer with its best"]
+    p = float(ttest_ind(on_grid[best], on_grid[key], equal_var=False,
+                        alternative="greater").pvalue)
+    slower = p < alpha
+    lines.append(f"the answer {key}: {means[key] / means[best]:.0%} of the grid's fastest "
+                 f"({best}), {'shown' if slower else 'not shown'} slower on the grid's trials "
+                 f"(one-sided Welch t p = {p:.3g}, alpha {alpha:g})")
+    return not slower, lines
 
 
 def main() -> None:
