@@ -10,7 +10,8 @@ import pytest
 from bench.knob_space import PRODUCTION
 from orchestrator.core.evidence import TrialEvidence, variant_key
 from orchestrator.core.pairs import Beside
-from orchestrator.core.strategies.optimize_rank import candidates, versus_production
+from orchestrator.core.strategies.optimize_rank import candidates
+from orchestrator.core.strategies.optimize_versus import versus_production
 from tests.support.optimize_planted import (
     ELSE,
     Recorder,
@@ -109,7 +110,8 @@ def test_production_itself_the_best_is_said_so() -> None:
 
 
 def test_welch_is_one_sided_in_the_objectives_direction() -> None:
-    from orchestrator.core.strategies.optimize_rank import Estimate, welch
+    from orchestrator.core.strategies.optimize_rank import Estimate
+    from orchestrator.core.strategies.optimize_versus import welch
 
     slow = Estimate("ttft_p99_ms", 200.0, None, None, (198.0, 200.0, 202.0))
     fast = Estimate("ttft_p99_ms", 100.0, None, None, (99.0, 100.0, 101.0))

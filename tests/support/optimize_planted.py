@@ -21,13 +21,13 @@ PLANTED = {"max_corruption": 0.05, "max_wedging": 0.05, "confirm_trials": 2, "tr
 
 
 def trial(name: str, figure: float, seq: int, sessions: int = 100,
-          corrupt: int = 0) -> TrialEvidence:
+          corrupt: int = 0, pool: str = "") -> TrialEvidence:
     speed = Performance(wall_s=60, requests=sessions, completed=sessions,
                         output_tokens=int(figure * 60), good_sessions=sessions - corrupt,
                         request_throughput=sessions / 60, output_throughput=figure,
                         goodput=(sessions - corrupt) / 60)
     counts = {"ok": sessions - corrupt, **({"leak": corrupt} if corrupt else {})}
-    return TrialEvidence(dict(CONFIGS[name]), counts, performance=speed, seq=seq)
+    return TrialEvidence(dict(CONFIGS[name]), counts, performance=speed, seq=seq, pool=pool)
 
 
 def planted(values: Mapping[str, Sequence[float]], final: Sequence[tuple[str, float]] = (),

@@ -50,15 +50,9 @@ from orchestrator.core.strategies.base import (
     Unresolvable,
 )
 from orchestrator.core.strategies.optimize_final import Final, final_phase, paired
-from orchestrator.core.strategies.optimize_rank import (
-    Candidate,
-    VersusProduction,
-    candidates,
-    figure,
-    ranked,
-    versus_production,
-)
+from orchestrator.core.strategies.optimize_rank import Candidate, candidates, figure, ranked
 from orchestrator.core.strategies.optimize_said import SearchFinding, SearchStep, reason
+from orchestrator.core.strategies.optimize_versus import VersusProduction, versus_production
 
 # Confirmation re-runs may promote the next candidate when one falls; this many rounds of the
 # top at most, so a ranking that keeps flipping still ends.
@@ -254,16 +248,18 @@ class Optimize:
             if not settled and not running[best.key] and best.trials < most:
                 wanted.append(dict(best.levels))
         # production beside the leader, in the confirmation's hours, until it has as many
-        # trials as a confirmed answer: measured once at the start, the answer could not be
-        # tested against it at all
+        # trials as a confirmed answer (measured once at the start, the answer could not be
+        # tested against it at all) and a trial on a pool of the leader's (else nothing links
+        # their pools, and a pool's speed would rank them: optimize_pools.py)
         production = self.production()
         if top and production is not None and top[0].key != variant_key(production):
             key = variant_key(production)
             measured = next((c for c in every if c.key == key), None)
             asked = any(variant_key(levels) == key for levels in wanted)  # as a candidate
-            short = measured is not None and measured.trials < plan.confirm_trials \
-                and not running[key] and key not in {variant_key(u.levels)
-                                                     for u in self.unresolvable}
+            short = measured is not None and (
+                measured.trials < plan.confirm_trials or bool(_apart(done, key, top[0].key))
+            ) and not running[key] and key not in {variant_key(u.levels)
+                                                   for u in self.unresolvable}
             if measured is not None and (asked or short):
                 others = [levels for levels in wanted if variant_key(levels) != key]
                 return self._beside_leader(others, production, measured, top[0], done, running)
@@ -287,7 +283,10 @@ class Optimize:
                              else (wanted[again[0]], production))
             wanted[again[0]:again[0] + 1] = fresh_pairs([first], [second])
             return wanted
-        last = max((t for t in done if variant_key(t.levels) == leader.key),
+        # next on the pool of the leader's last trial, or of its last on a pool production
+        # never ran on
+        last = max(_apart(done, measured.key, leader.key)
+                   or [t for t in done if variant_key(t.levels) == leader.key],
                    key=lambda t: t.seq)
         return [Beside(production, last.seq), *wanted]
 
@@ -429,6 +428,12 @@ class Optimize:
                 "safe" if mine.safe else "unproven" if mine.plausible else "unsafe",
                 lead[0].key if lead else None))
         return steps
+
+
+def _apart(done: Sequence[TrialEvidence], production: str, leader: str) -> list[TrialEvidence]:
+    """The leader's trials on pools where production never ran."""
+    ran = {t.pool for t in done if variant_key(t.levels) == production}
+    return [t for t in done if variant_key(t.levels) == leader and t.pool not in ran]
 
 
 def _upto(done: Sequence[TrialEvidence], after: int) -> tuple[TrialEvidence, ...]:

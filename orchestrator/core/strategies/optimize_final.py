@@ -31,7 +31,8 @@ from experiments.optimize_config import direction
 from orchestrator.core.evidence import Levels, TrialEvidence, variant_key
 from orchestrator.core.pairs import adjacent_on_pools, partner_of
 from orchestrator.core.stats.regression import compare_values
-from orchestrator.core.strategies.optimize_rank import Difference, figure
+from orchestrator.core.strategies.optimize_rank import figure
+from orchestrator.core.strategies.optimize_versus import Difference
 
 Pair = tuple[TrialEvidence, TrialEvidence]  # (production's trial, the answer's)
 

@@ -1,6 +1,9 @@
 """What a search's evidence says of each configuration: its objectives with intervals over its
 trials, whether it is proven safe, by how much, and the ranking of the safe ones.
 
+On several pools the ranking compares configurations with each pool's own speed taken out
+(optimize_pools.py). The answer against production: optimize_versus.py.
+
 Safe means proven, not merely unseen: the one-sided Clopper-Pearson upper bound of the
 corruption rate (every trial's sessions pooled) is below the declared limit, the same for
 wedging (errors and timeouts), and the mean of each trial's p99 latency within the SLOs. Each
@@ -17,10 +20,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scipy.stats import beta, t, ttest_ind
+from scipy.stats import beta, t
 
 from experiments.optimize_config import UNITS, OptimizeConfig, direction
 from orchestrator.core.evidence import CORRUPTING, WEDGING, Levels, TrialEvidence, variant_key
+from orchestrator.core.strategies.optimize_pools import (
+    Offsets,
+    on_one_scale,
+    pool_offsets,
+)
 
 # An objective's or an SLO's figure, from one trial's performance
 FIGURES = {
@@ -66,6 +74,11 @@ class Estimate:
     low: float | None
     high: float | None
     values: tuple[float, ...]
+    pools: tuple[str, ...] = ()  # each value's pool ("" not known; () none given)
+
+    def on(self, pool: str) -> tuple[float, ...]:
+        """The values measured on ``pool``."""
+        return tuple(v for v, p in zip(self.values, self.pools, strict=True) if p == pool)
 
     def to_json(self) -> dict[str, Any]:
         return {"metric": self.metric, "direction": direction(self.metric),
@@ -75,15 +88,17 @@ class Estimate:
 
 
 def estimate(metric: str, trials: Sequence[TrialEvidence], alpha: float) -> Estimate:
-    values = tuple(v for v in (figure(trial, metric) for trial in trials) if v is not None)
+    measured = [(v, trial.pool) for trial in trials
+                if (v := figure(trial, metric)) is not None]
+    values, pools = tuple(v for v, _ in measured), tuple(p for _, p in measured)
     if not values:
         return Estimate(metric, None, None, None, ())
     mean = statistics.fmean(values)
     if len(values) < 2:
-        return Estimate(metric, mean, None, None, values)
+        return Estimate(metric, mean, None, None, values, pools)
     half = float(t.ppf(1 - alpha / 2, len(values) - 1)) * statistics.stdev(values) / math.sqrt(
         len(values))
-    return Estimate(metric, mean, mean - half, mean + half, values)
+    return Estimate(metric, mean, mean - half, mean + half, values, pools)
 
 
 @dataclass(frozen=True)
@@ -122,6 +137,9 @@ class Candidate:
     wedging: Bound
     slo: tuple[tuple[str, float | None, float], ...]  # (metric, mean p99, limit)
     stopped_early: int  # trials a stop rule ended
+    # each objective's mean with every pool's own offset taken out (optimize_pools.py): what
+    # the ranking sorts by; () where no pool has an offset (the plain means)
+    adjusted: tuple[float | None, ...] = ()
 
     @property
     def key(self) -> str:
@@ -158,10 +176,12 @@ class Candidate:
                 and all(e.mean is not None for e in self.objectives))
 
     def score(self) -> tuple[float, ...]:
-        """The objectives as larger-is-better numbers (what the ranking sorts by)."""
-        return tuple(-math.inf if e.mean is None else
-                     (e.mean if direction(e.metric) == "maximize" else -e.mean)
-                     for e in self.objectives)
+        """The objectives as larger-is-better numbers (what the ranking sorts by), each pool's
+        offset taken out where pools have one."""
+        means = self.adjusted or tuple(e.mean for e in self.objectives)
+        return tuple(-math.inf if mean is None else
+                     (mean if direction(e.metric) == "maximize" else -mean)
+                     for e, mean in zip(self.objectives, means, strict=True))
 
     def constraints(self) -> dict[str, float]:
         """As Optuna's sampler reads them (feasible where every value is <= 0): the observed
@@ -182,11 +202,14 @@ class Candidate:
                 "slo": [{"metric": m, "value": v, "limit": lim,
                          "margin": None if v is None else lim - v} for m, v, lim in self.slo],
                 "stopped_early": self.stopped_early, "safe": self.safe,
+                # the ranking's figures: the means, each pool's offset taken out
+                "adjusted": list(self.adjusted) or None,
                 "why": self.why_unsafe()}
 
 
-def candidate(levels: Levels, trials: Sequence[TrialEvidence],
-              plan: OptimizeConfig) -> Candidate:
+def candidate(levels: Levels, trials: Sequence[TrialEvidence], plan: OptimizeConfig,
+              offsets: Mapping[str, Offsets] | None = None) -> Candidate:
+    """``offsets``: each objective's pool offsets (``pool_offsets`` of the run's trials)."""
     def bound(failing: frozenset[str], limit: float) -> Bound:
         judged = [trial.judged_as(failing) for trial in trials]
         failed, n = sum(j.failures for j in judged), sum(j.judged for j in judged)
@@ -197,18 +220,29 @@ def candidate(levels: Levels, trials: Sequence[TrialEvidence],
     for metric, limit in plan.slo.limits().items():
         values = [v for v in (figure(trial, metric) for trial in trials) if v is not None]
         slo.append((metric, statistics.fmean(values) if values else None, limit))
-    return Candidate(dict(levels), len(trials),
-                     tuple(estimate(m, trials, plan.alpha) for m in plan.objectives),
+    objectives = tuple(estimate(m, trials, plan.alpha) for m in plan.objectives)
+    adjusted: tuple[float | None, ...] = ()
+    if offsets and any(offsets.get(e.metric) for e in objectives):
+        adjusted = tuple(None if e.mean is None else
+                         on_one_scale(e.values, e.pools, offsets.get(e.metric, {}))
+                         for e in objectives)
+    return Candidate(dict(levels), len(trials), objectives,
                      bound(CORRUPTING, plan.max_corruption), bound(WEDGING, plan.max_wedging),
-                     tuple(slo), sum(trial.stopped_early for trial in trials))
+                     tuple(slo), sum(trial.stopped_early for trial in trials), adjusted)
 
 
 def candidates(done: Sequence[TrialEvidence], plan: OptimizeConfig) -> list[Candidate]:
-    """Every measured configuration, in the order it was first measured."""
+    """Every measured configuration, in the order it was first measured; ranked on several
+    pools with each pool's offset, estimated from all of ``done``, taken out."""
     grouped: dict[str, list[TrialEvidence]] = {}
     for trial in done:
         grouped.setdefault(variant_key(trial.levels), []).append(trial)
-    return [candidate(trials[0].levels, trials, plan) for trials in grouped.values()]
+    offsets: dict[str, Offsets] = {}
+    if len(grouped) > 1 and len({trial.pool for trial in done}) > 1:
+        offsets = {metric: pool_offsets([(trial, v) for trial in done
+                                         if (v := figure(trial, metric)) is not None and v > 0])
+                   for metric in plan.objectives}
+    return [candidate(trials[0].levels, trials, plan, offsets) for trials in grouped.values()]
 
 
 def dominates(a: Candidate, b: Candidate) -> bool:
@@ -229,149 +263,3 @@ def ranked(safe: Sequence[Candidate]) -> list[Candidate]:
         layers.append(sorted(front, key=lambda c: c.score(), reverse=True))
         rest = [c for c in rest if c not in front]
     return [c for layer in layers for c in layer]
-
-
-@dataclass(frozen=True)
-class Difference:
-    """One objective of a configuration against production's: the difference of the means
-    (the configuration's less production's, in the objective's unit), its two-sided
-    (1 - alpha) Welch interval, and the one-sided Welch p-value that the configuration is better
-    (higher throughput, lower latency). Fewer than 2 trials on either side: no test (p None)."""
-
-    metric: str
-    difference: float | None
-    low: float | None
-    high: float | None
-    p_value: float | None
-    trials: tuple[int, int]  # (the configuration's, production's) with a value
-    alpha: float
-    # paired (the final phase, optimize_final.py): how many pairs, and the geometric mean of
-    # the answer's value over production's with its two-sided (1 - 2 alpha) interval
-    pairs: int | None = None
-    ratio: float | None = None
-    ratio_ci: tuple[float, float] | None = None
-
-    @property
-    def shown_better(self) -> bool:
-        return self.p_value is not None and self.p_value < self.alpha
-
-    @property
-    def shown_worse(self) -> bool:
-        """The same test the other way: production shown better on this objective."""
-        if self.p_value is None:
-            return False
-        return 1.0 - self.p_value < self.alpha
-
-    def to_json(self) -> dict[str, Any]:
-        return {"metric": self.metric, "direction": direction(self.metric),
-                "unit": UNITS.get(self.metric, "ms"), "difference": self.difference,
-                "ci": None if self.low is None else [self.low, self.high],
-                "p_value": self.p_value, "trials": list(self.trials),
-                "shown_better": self.shown_better, "shown_worse": self.shown_worse,
-                "test": "welch" if self.pairs is None else "paired", "pairs": self.pairs,
-                "ratio": self.ratio,
-                "ratio_ci": None if self.ratio_ci is None else list(self.ratio_ci)}
-
-
-def welch(mine: Estimate, theirs: Estimate, alpha: float) -> Difference:
-    """Welch's t-test of one objective, one-sided in its direction, on per-trial values."""
-    a, b = mine.values, theirs.values
-    counts = (len(a), len(b))
-    difference = (None if mine.mean is None or theirs.mean is None
-                  else mine.mean - theirs.mean)
-    if difference is None or min(counts) < 2:
-        return Difference(mine.metric, difference, None, None, None, counts, alpha)
-    if statistics.variance(a) == statistics.variance(b) == 0.0:  # scipy's p would be nan
-        gain = difference if direction(mine.metric) == "maximize" else -difference
-        p = 0.0 if gain > 0 else 1.0 if gain < 0 else 0.5
-        return Difference(mine.metric, difference, difference, difference, p, counts, alpha)
-    better = "greater" if direction(mine.metric) == "maximize" else "less"
-    p = float(ttest_ind(a, b, equal_var=False, alternative=better).pvalue)
-    ci = ttest_ind(a, b, equal_var=False).confidence_interval(1 - alpha)
-    return Difference(mine.metric, difference, float(ci.low), float(ci.high), p, counts, alpha)
-
-
-@dataclass(frozen=True)
-class VersusProduction:
-    """The answer against production, measured in the same run: shown better only when it is
-    shown better on some objective (one-sided at alpha) and worse on none. ``paired``: decided
-    on the final phase's pairs (optimize_final.py), ``pairs`` their trials' numbers
-    (production's, the answer's), of ``wanted``; else a Welch test on all trials (production
-    shown unsafe: no final phase)."""
-
-    best: Candidate
-    production: Candidate | None  # None: production was never measured (not deployable)
-    objectives: tuple[Difference, ...]
-    paired: bool = False
-    pairs: tuple[tuple[int, int], ...] = ()
-    wanted: int = 0
-
-    @property
-    def is_production(self) -> bool:
-        return self.production is not None and self.production.key == self.best.key
-
-    @property
-    def shown_better(self) -> bool:
-        if self.production is None or self.is_production:
-            return False
-        return (any(d.shown_better for d in self.objectives)
-                and not any(d.shown_worse for d in self.objectives))
-
-    def why_not(self) -> str:
-        """Why it is not shown better, in words ("" when it is)."""
-        if self.production is None:
-            return "production was not measured"
-        if self.is_production:
-            return "production itself is the best safe configuration"
-        if self.shown_better:
-            return ""
-        first = self.objectives[0]
-        if self.paired and first.p_value is None:
-            return (f"not tested: {len(self.pairs)} of {self.wanted} pairs of the final phase "
-                    "(production and the answer alternated), 2 at least")
-        if first.p_value is None:
-            mine, theirs = first.trials
-            return (f"not tested: fewer than 2 trials on a side ({mine} of the answer, {theirs} "
-                    "of production)")
-        worse = [d.metric for d in self.objectives if d.shown_worse]
-        if worse:
-            return f"worse than production on {', '.join(worse)}"
-        test = "paired t-test on the final phase's pairs" if self.paired else "Welch test"
-        return (f"not shown better on {' or '.join(d.metric for d in self.objectives)} "
-                f"(one-sided {test} at alpha {first.alpha:g})")
-
-    def to_json(self) -> dict[str, Any]:
-        first = self.objectives[0] if self.objectives else None
-        return {
-            "production": None if self.production is None else dict(self.production.levels),
-            "measured": self.production is not None,
-            "trials": None if self.production is None else self.production.trials,
-            "is_production": self.is_production, "shown_better": self.shown_better,
-            "why": self.why_not(), "test": (
-                "one-sided paired t-test on the log ratios of the final phase's pairs"
-                if self.paired else "one-sided Welch t-test on per-trial values"),
-            "paired": self.paired, "pairs": len(self.pairs) if self.paired else None,
-            "pairs_wanted": self.wanted if self.paired else None,
-            # each pair's trial numbers: (production's, the answer's)
-            "pair_trials": [list(pair) for pair in self.pairs],
-            # the first objective's (the one the answer is ranked by), then every objective's
-            "metric": None if first is None else first.metric,
-            "p_value": None if first is None else first.p_value,
-            "difference": None if first is None else first.difference,
-            "ci": None if first is None or first.low is None else [first.low, first.high],
-            "ratio": None if first is None else first.ratio,
-            "ratio_ci": None if first is None or first.ratio_ci is None else list(
-                first.ratio_ci),
-            "objectives": [d.to_json() for d in self.objectives]}
-
-
-def versus_production(best: Candidate, production: Candidate | None,
-                      alpha: float) -> VersusProduction:
-    """``best`` against ``production`` on each objective. Both are candidates of the same
-    run's trials (``candidates`` of one campaign's evidence): production's trials were
-    measured in the same window as the answer's, never taken from an earlier campaign."""
-    if production is None or production.key == best.key:
-        return VersusProduction(best, production, ())
-    return VersusProduction(best, production, tuple(
-        welch(mine, theirs, alpha)
-        for mine, theirs in zip(best.objectives, production.objectives, strict=True)))

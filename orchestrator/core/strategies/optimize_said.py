@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from experiments.optimize_config import OptimizeConfig
 from orchestrator.core.evidence import Levels, TrialEvidence, variant_key
 from orchestrator.core.strategies.base import Unresolvable
-from orchestrator.core.strategies.optimize_rank import Candidate, VersusProduction, pareto
+from orchestrator.core.strategies.optimize_rank import Candidate, pareto
+from orchestrator.core.strategies.optimize_versus import VersusProduction
 from orchestrator.core.trail import variant_words
 
 if TYPE_CHECKING:

@@ -119,7 +119,7 @@ class Difference:
 
 @dataclass(frozen=True)
 class VersusProduction:
-    """The answer against production measured in the same run (optimize_rank.py's
+    """The answer against production measured in the same run (optimize_versus.py's
     ``VersusProduction``): ``shown_better`` False means "no better than production"."""
 
     production: dict[str, str] | None  # what it was compared with (production or known-good)
