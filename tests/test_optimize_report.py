@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from db.store import Store
 from orchestrator.cli import app
+from orchestrator.core.strategies.base import Conclusion
 from orchestrator.reports.campaign.build import build_report
 from orchestrator.reports.campaign.index import write_index
 from orchestrator.reports.campaign.model import Report
@@ -251,15 +252,20 @@ def test_every_format_through_the_cli(optimize_campaigns: OptimizeCampaigns,
 
 def planted_report(values: dict[str, list[float]], final: list[tuple[str, float]]
                    ) -> tuple[Report, dict[str, Any]]:
-    """The report of the optimize strategy's conclusion on planted per-trial throughputs and
-    its final phase's (tests/support/optimize_planted.py), built as build_report builds it,
-    with no store; and the verdict's optimize section."""
+    """``report_of`` the optimize strategy's conclusion on planted per-trial throughputs and
+    its final phase's (tests/support/optimize_planted.py)."""
+    from tests.support.optimize_planted import concluded
+
+    return report_of(concluded(values, final)[0])
+
+
+def report_of(conclusion: Conclusion) -> tuple[Report, dict[str, Any]]:
+    """The report of an optimize conclusion, built as build_report builds it, with no store;
+    and the verdict's optimize section."""
     from bench.knob_space import knob_campaign
     from orchestrator.reports.campaign.model import CampaignFacts, Cost, Provenance
     from orchestrator.reports.search.build import search_headline, search_section
-    from tests.support.optimize_planted import concluded
 
-    conclusion, _ = concluded(values, final)
     section = dict(conclusion.finding_json("optimize") or {})
     campaign = knob_campaign({})
     search = search_section(section, campaign)
@@ -354,3 +360,76 @@ def test_a_search_s_header_says_what_it_searches_for_where_a_bisection_says_what
     assert bisection.aim == "bisects corruption"
     commits = dataclasses.replace(bisection, commits={"first_bad": None})
     assert commits.aim == "bisects commits for the first with corruption"
+
+
+# -- on two pools the headline's figure is the one the verdict compared (issue 27) ----------
+
+SLOW, FAST = "pool-1", "pool-2"  # the slower pool at x0.75 of the faster
+
+
+def on_pools(rows: list[tuple[str, float, str]], budget: int, corrupt: int = 0
+             ) -> tuple[Report, dict[str, Any]]:
+    """``report_of`` the conclusion on planted trials, in the order they ran: (configuration,
+    output throughput, pool); ``corrupt`` leaks in each of production's."""
+    from tests.support.optimize_planted import strategy, trial
+
+    done = [trial(name, figure, seq, pool=pool, corrupt=corrupt if name == "production" else 0)
+            for seq, (name, figure, pool) in enumerate(rows, start=1)]
+    return report_of(strategy(budget, pools=2).conclude(done, []))
+
+
+def test_the_headline_says_the_pairs_ratio_where_the_means_of_both_pools_say_worse() -> None:
+    # production ran mostly on the faster pool, the answer only on the slower one, where it is
+    # 10% faster than production in each pair of the final phase; the means of all trials set
+    # the pools against each other: the answer's 1,654 against production's 1,703 (-2.9%)
+    report, section = on_pools([
+        ("production", 2000.0, FAST), ("production", 2010.0, FAST), ("else", 1650.0, SLOW),
+        ("else", 1660.0, SLOW), ("production", 1500.0, SLOW),  # links the pools
+        # the final phase: two pairs on the slower pool
+        ("production", 1505.0, SLOW), ("else", 1656.0, SLOW), ("else", 1650.0, SLOW),
+        ("production", 1502.0, SLOW)], budget=5)
+    search = report.optimize
+    assert search is not None and search.versus_production is not None
+    assert search.versus_production.shown_better and section["best"]["max_running"] == "96"
+    answer, production = (search.named(levels) for levels in (search.best, search.production))
+    assert answer is not None and production is not None
+    assert answer.objectives[0].mean is not None and production.objectives[0].mean is not None
+    assert answer.objectives[0].mean < production.objectives[0].mean  # the trap
+    sentence = report.headline.sentence
+    ratio, (low, high) = section["versus_production"]["ratio"], section["versus_production"][
+        "ratio_ci"]
+    assert ratio > 1.05 and low > 1.0
+    assert (f"; {ratio - 1:+.1%} output_throughput against production (max_running=48, "
+            "chunk=2048, mem=0.8, hicache=off: the ratio of the geometric means on 2 pairs of "
+            f"the final phase, 90% CI {low - 1:+.1%} … {high - 1:+.1%}), shown better than "
+            "production: ") in sentence
+    assert "-2.9%" not in sentence and "1,703" not in sentence
+    # every format reads the headline
+    markdown = render_optimize_markdown(report)
+    assert markdown.startswith("**Optimum:** Best safe configuration")
+    assert f"{ratio - 1:+.1%} output\\_throughput against production" in markdown
+    page = render_search_html(report)
+    assert_inert_html(page, shown_braces=False)
+    assert f"{ratio - 1:+.1%} output_throughput against production" in page
+    assert Report.from_json(json.loads(json.dumps(report.to_json(), allow_nan=False))) == report
+
+
+def test_the_headline_says_the_welch_difference_of_one_pool_where_it_read_one() -> None:
+    # production shown unsafe (no final phase): the Welch test reads the pool both ran on, the
+    # slower, where the answer is 80 tok/s faster; production's trials on the faster pool put
+    # its mean of all trials above the answer's
+    report, section = on_pools([
+        ("production", 1600.0, SLOW), ("production", 1610.0, SLOW),
+        ("production", 2000.0, FAST), ("production", 2010.0, FAST),
+        ("production", 2005.0, FAST), ("production", 2008.0, FAST),
+        ("else", 1680.0, SLOW), ("else", 1690.0, SLOW), ("else", 1685.0, SLOW)],
+        budget=9, corrupt=10)
+    versus = section["versus_production"]
+    assert versus["shown_better"] and not versus["paired"]
+    assert versus["objectives"][0]["pool"] == SLOW and versus["objectives"][0]["trials"] == [3, 2]
+    sentence = report.headline.sentence
+    assert ("; +80.0 tok/s output_throughput against production (max_running=48, chunk=2048, "
+            "mem=0.8, hicache=off: on one pool's trials, 3 vs 2), shown better than production: "
+            "output_throughput +80.0 tok/s") in sentence
+    assert "production itself is not proven safe" in sentence
+    assert "-10.0%" not in sentence  # the means of all trials: 1,685 against 1,872

@@ -10,7 +10,12 @@ from typing import Any
 
 from experiments.campaign import Campaign
 from orchestrator.reports.campaign.model import Headline
-from orchestrator.reports.search.model import Configuration, Search, search_from_json
+from orchestrator.reports.search.model import (
+    Configuration,
+    Search,
+    VersusProduction,
+    search_from_json,
+)
 from orchestrator.reports.search.text import (
     bound_text,
     confidence,
@@ -18,6 +23,7 @@ from orchestrator.reports.search.text import (
     labelled,
     number,
     objectives_text,
+    signed,
     slo_text,
     trials_text,
     versus_text,
@@ -68,23 +74,48 @@ def search_section(section: Mapping[str, Any] | None, campaign: Campaign) -> Sea
 
 
 def _against_production(best: Configuration, search: Search) -> str:
-    """The answer's first objective against production's, where both were measured, and the
-    test of the difference (``versus_text``)."""
+    """The answer's first objective against production's, as the verdict's comparison
+    measured it (``_compared``), and the test of the difference (``versus_text``)."""
     versus = search.versus_production
     levels = versus.production if versus is not None else search.production
     production = search.named(levels)
     if production is None or production.key == best.key or not best.objectives:
         return ""
-    mine, theirs = best.objectives[0], production.objectives[0]
-    if mine.mean is None or theirs.mean is None or not theirs.mean:
+    figure = _compared(best, production, versus, search.limits.alpha)
+    if not figure:
         return ""
-    change = mine.mean / theirs.mean - 1
     standing = "" if production.safe else (
         f"; production itself is not proven safe: {production.why[0]}" if production.why
         else "")
     tested = f", {versus_text(versus, search.limits.alpha)}" if versus is not None else ""
-    return (f"; {change:+.1%} {mine.metric} against production ({labelled(production.levels)}: "
-            f"{number(theirs.mean)} {theirs.unit}){tested}{standing}")
+    return f"; {figure}{tested}{standing}"
+
+
+def _compared(best: Configuration, production: Configuration,
+              versus: VersusProduction | None, alpha: float) -> str:
+    """The first objective's figure as the verdict compared it: the ratio on the final
+    phase's pairs (each pair on one pool); a Welch test's difference where it read one pool's
+    trials, not all (optimize_versus.py); else the means of all trials. On several pools
+    those means set one pool's speed against another's: they can say worse where the pairs
+    say better."""
+    mine, theirs = best.objectives[0], production.objectives[0]
+    said = f"{mine.metric} against production ({labelled(production.levels)}: "
+    d = versus.first if versus is not None else None
+    if d is not None and d.pairs is not None:
+        if d.ratio is None:
+            return ""
+        ci = ("" if d.ratio_ci is None else f", {confidence(2 * alpha)} CI "
+              f"{d.ratio_ci[0] - 1:+.1%} … {d.ratio_ci[1] - 1:+.1%}")
+        return (f"{d.ratio - 1:+.1%} {said}the ratio of the geometric means on "
+                f"{d.pairs} pair{'s' * (d.pairs != 1)} of the final phase{ci})")
+    if d is not None and tuple(d.trials) != (len(mine.values), len(theirs.values)):
+        if d.difference is None:
+            return ""
+        return (f"{signed(d.difference)} {d.unit} {said}on one pool's trials, "
+                f"{d.trials[0]} vs {d.trials[1]})")
+    if mine.mean is None or theirs.mean is None or not theirs.mean:
+        return ""
+    return f"{mine.mean / theirs.mean - 1:+.1%} {said}{number(theirs.mean)} {theirs.unit})"
 
 
 def _no_better(best: Configuration, search: Search) -> str | None:
