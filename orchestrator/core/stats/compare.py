@@ -64,9 +64,10 @@ def judge(variant: Counts, good: Counts, bad: Counts, alpha: float,
     at its design effect (stats/clustered.py)."""
     p_fail = fisher_greater(*(curtailed or variant), *good)
     level = alpha if pass_alpha is None else pass_alpha
-    # the weaker failure's rate: half of known-bad's, above known-good's own
-    weaker = max(weaker_share * bad[0] / bad[1], good[0] / good[1] if good[1] else 0.0) \
-        if bad[1] else 0.0
+    # the weaker failure's rate: known-good's own (the background every variant fails at) and
+    # half of what known-bad's culprits add to it
+    clean = good[0] / good[1] if good[1] else 0.0
+    weaker = clean + weaker_share * max(0.0, bad[0] / bad[1] - clean) if bad[1] else 0.0
     judged = variant if seen is None else seen
     p_pass = fisher_greater(*bad, *judged)
     if weaker_share:

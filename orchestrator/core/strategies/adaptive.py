@@ -69,6 +69,7 @@ from orchestrator.core.strategies.sequential import (
     budget,
     cells_of,
     leans,
+    leans_passing,
 )
 
 __all__ = ["Adaptive", "Replay", "Step", "conclude_replay"]
@@ -385,7 +386,9 @@ class Adaptive(Replaying[Replay]):
                 waiting.extend(need.variants)
                 stop_at.update(need.stop_at)
                 continue
-            if answer is Answer.PASS:
+            if answer is Answer.PASS or leans_passing(run.trail[-1]):
+                # undecided at its budget but leaning passing: as confirmation keeps a level
+                # whose neighbour does, the level goes into the set it proves
                 found[factor] = failing[factor]
             elif answer is Answer.UNKNOWN and first_look:
                 let_go.append(factor)

@@ -24,10 +24,13 @@ culprits), measured on as many full trials, or it is completed. A neighbour that
 clearly less than the culprit alone does not drop its level: the level is part of the failure.
 
 A neighbour still undecided with its budget spent (twice the budget where its test leaned one
-way) keeps its level only when it leans passing more than failing; otherwise the set is not
-named and the campaign ends inconclusive ("cannot confirm …"): under noise between restarts a
-culprit too weak to show alone was completed by an innocent level whose neighbour is that same
-culprit, and named as a superset.
+way) keeps its level only when it leans passing more than failing, or fails clearly less than
+the culprit alone (at the level its PASS needed: under noise between restarts a clean neighbour
+is seldom shown clean against half known-bad's rate in a budget, but the question it answers is
+whether it fails as the set does); otherwise the set is not named and the campaign ends
+inconclusive ("cannot confirm …"): a culprit too weak to show alone was completed by an
+innocent level whose neighbour is that same culprit, failing as the set does, and named as a
+superset.
 """
 
 from __future__ import annotations
@@ -41,11 +44,13 @@ from orchestrator.core.stats.compare import WEAKER_SHARE, Answer
 from orchestrator.core.stats.exact import binomial_at_most
 from orchestrator.core.strategies.base import Status
 from orchestrator.core.strategies.sequential import (
-    LEANS_AT,
+    EXTENDED,
     NEVER_STOP,
     Concluded,
     Step,
     Tests,
+    leans,
+    leans_passing,
 )
 
 if TYPE_CHECKING:
@@ -143,8 +148,10 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
             continue
         step = run.trail[-1]
         if not (answer is Answer.FAIL or _fails_at_budget(strategy, run, answer)):
-            if _leans_passing(step) or step.p_fail is None or step.p_pass is None:
+            if leans_passing(step) or step.p_fail is None or step.p_pass is None:
                 continue  # undecided at its budget, leaning passing (or no test was made)
+            if _shown_short(strategy, run, neighbour, candidate, step.pass_at):
+                continue  # it fails clearly less than the culprit alone: the level is needed
             # undecided, and not leaning passing: the level is not shown needed, and a set
             # named with it would be a guess (most often a culprit too weak to show alone,
             # completed by an innocent level whose neighbour is that same culprit)
@@ -163,14 +170,22 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
     return None
 
 
-def _leans_passing(step: Step) -> bool:
-    """Whether a neighbour undecided at its budget still keeps its level: it leans passing
-    (`LEANS_AT`) more than it leans failing. Under background noise a clean neighbour can stay
-    short of its PASS level for ever, and its p of failing against a known-good of the same
-    rate is anything from 0 to 1; one that leans failing may be the culprit itself, too weak
-    to show alone."""
-    return step.p_fail is not None and step.p_pass is not None and \
-        step.p_pass <= LEANS_AT and step.p_pass < step.p_fail
+def _shown_short(strategy: Adaptive, run: Tests, neighbour: dict[str, str],
+                 candidate: dict[str, str], level: float | None) -> bool:
+    """Whether a neighbour undecided at its budget fails clearly less than the culprit alone,
+    at ``level`` (the one its PASS needed). Under noise between restarts a clean neighbour is
+    seldom shown clean against half known-bad's rate within a budget, but the question a
+    neighbour answers is whether it fails as the set does, and that is the clearer contrast.
+    Where the test leans (`sequential.leans`), the side with fewer full trials runs on, up to
+    the extended budget, as any test that leans does."""
+    if _short_of(strategy, run, neighbour, candidate, 1.0, "the culprit alone", level=level):
+        return True
+    at = DROP_SHARE * strategy.alpha if level is None else level
+    if leans(run.trail[-1].p_pass, at):
+        side = min((neighbour, candidate), key=lambda v: run.counts(v).full_trials)
+        if run.counts(side).full_trials < EXTENDED * strategy.max_trials_per_variant:
+            run.need(dict(side), stop_at={variant_key(side): NEVER_STOP})
+    return False
 
 
 def _fails_at_budget(strategy: Adaptive, run: Tests, answer: Answer) -> bool:

@@ -62,6 +62,15 @@ def leans(p: float | None, level: float) -> bool:
     return p is not None and level < p <= LEANS_AT
 
 
+def leans_passing(step: Step) -> bool:
+    """Whether a test undecided at its budget leans passing (its p of passing within
+    `LEANS_AT`) more than failing. Under background noise a clean variant can stay short of its
+    PASS level for ever, and its p of failing against a known-good of the same rate is anything
+    from 0 to 1; one that leans failing may be a culprit too weak to show."""
+    return step.p_fail is not None and step.p_pass is not None and \
+        step.p_pass <= LEANS_AT and step.p_pass < step.p_fail
+
+
 def budget(max_trials: int, *tests: tuple[float | None, float]) -> int:
     """A variant's trials before it is left undecided: ``max_trials``, or `EXTENDED` times it
     where a test's ``(p, level)`` leans."""
