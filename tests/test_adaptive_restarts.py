@@ -143,8 +143,30 @@ def test_a_neighbour_undecided_at_its_budget_but_failing_clearly_less_keeps_its_
     with pytest.raises(NeedTrials) as need:
         confirm(strategy, run, {"f0": "b", "f2": "b"}, BAD)
     assert _keys(need.value.variants) == [variant_key(with_("f0"))]
+    assert [(s.phase, s.answer) for s in run.trail][-3:] == [
+        ("confirm: without f0", "unknown"), ("confirm: fails as the culprit alone?", "short"),
+        ("confirm: fails as known-bad?", "short")]
+
+
+def test_a_neighbour_short_of_the_set_but_failing_as_known_bad_does_not_keep_its_level(
+) -> None:
+    # The 2-way scenario's oracle, seed 33: the culprit f1 AND f3 alone ran low on its
+    # restarts (29 of 960), the superset with f2 ran high on another pool (71 of 480 in its full
+    # trials); without f2 looked short of the set and f2 was named. The culprit is what
+    # known-bad holds: a neighbour that fails as known-bad does (12 against 14 of 960) keeps
+    # no level, however short of the set alone it is (12 against 36).
+    strategy = Adaptive(FACTORS, GOOD, BAD)
+    pair, alone = with_("f0", "f2"), with_("f2")
+    evidence = [*[trial(BAD, int(i < 2) + 1) for i in range(12)],
+                *[trial(GOOD, int(i < 6)) for i in range(12)],
+                *[trial(pair, 3) for _ in range(12)], *[trial(alone, 1) for _ in range(12)]]
+    run = Replayed(strategy, cells_of(evidence), len(evidence))
+    with pytest.raises(Concluded) as stop:
+        confirm(strategy, run, {"f0": "b", "f2": "b"}, BAD)
+    assert stop.value.reason.startswith("cannot confirm f0=b AND f2=b: without f0=b")
     assert [(s.phase, s.answer) for s in run.trail][-2:] == [
-        ("confirm: without f0", "unknown"), ("confirm: fails as the culprit alone?", "short")]
+        ("confirm: fails as the culprit alone?", "short"),
+        ("confirm: fails as known-bad?", "no less")]
 
 
 def test_a_neighbour_leaning_less_failing_than_the_set_measures_the_side_with_fewer_trials(

@@ -25,12 +25,12 @@ clearly less than the culprit alone does not drop its level: the level is part o
 
 A neighbour still undecided with its budget spent (twice the budget where its test leaned one
 way) keeps its level only when it leans passing more than failing, or fails clearly less than
-the culprit alone (at the level its PASS needed: under noise between restarts a clean neighbour
-is seldom shown clean against half known-bad's rate in a budget, but the question it answers is
-whether it fails as the set does); otherwise the set is not named and the campaign ends
-inconclusive ("cannot confirm …"): a culprit too weak to show alone was completed by an
-innocent level whose neighbour is that same culprit, failing as the set does, and named as a
-superset.
+both the culprit alone and known-bad (at the level its PASS needed: under noise between restarts
+a clean neighbour is seldom shown clean against half known-bad's rate in a budget, but the
+question it answers is whether it fails as the set does); otherwise the set is not named and the
+campaign ends inconclusive ("cannot confirm …"): a culprit too weak to show alone was completed
+by an innocent level whose neighbour is that same culprit, failing as known-bad does, and named
+as a superset.
 """
 
 from __future__ import annotations
@@ -150,8 +150,9 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
         if not (answer is Answer.FAIL or _fails_at_budget(strategy, run, answer)):
             if leans_passing(step) or step.p_fail is None or step.p_pass is None:
                 continue  # undecided at its budget, leaning passing (or no test was made)
-            if _shown_short(strategy, run, neighbour, candidate, step.pass_at):
-                continue  # it fails clearly less than the culprit alone: the level is needed
+            if _shown_short(strategy, run, neighbour, candidate, step.pass_at,
+                            several=several):
+                continue  # it fails clearly less than the set explains: the level is needed
             # undecided, and not leaning passing: the level is not shown needed, and a set
             # named with it would be a guess (most often a culprit too weak to show alone,
             # completed by an innocent level whose neighbour is that same culprit)
@@ -171,21 +172,28 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
 
 
 def _shown_short(strategy: Adaptive, run: Tests, neighbour: dict[str, str],
-                 candidate: dict[str, str], level: float | None) -> bool:
-    """Whether a neighbour undecided at its budget fails clearly less than the culprit alone,
-    at ``level`` (the one its PASS needed). Under noise between restarts a clean neighbour is
-    seldom shown clean against half known-bad's rate within a budget, but the question a
-    neighbour answers is whether it fails as the set does, and that is the clearer contrast.
-    Where the test leans (`sequential.leans`), the side with fewer full trials runs on, up to
-    the extended budget, as any test that leans does."""
-    if _short_of(strategy, run, neighbour, candidate, 1.0, "the culprit alone", level=level):
-        return True
+                 candidate: dict[str, str], level: float | None, *, several: bool) -> bool:
+    """Whether a neighbour undecided at its budget fails clearly less than the failure the set
+    explains, at ``level`` (the one its PASS needed). Under noise between restarts a clean
+    neighbour is seldom shown clean against half known-bad's rate within a budget, but the
+    question a neighbour answers is whether it fails as the set does. It must fail clearly
+    less than the culprit alone and than known-bad (their share of it with several culprits):
+    a superset's neighbour is the culprit itself, which known-bad holds, and trials of the set
+    that ran on a pool or at a time that landed high would make it look short of the set
+    alone. Where a test leans (`sequential.leans`), the side with fewer full trials runs on, up
+    to the extended budget, as any test that leans does."""
     at = DROP_SHARE * strategy.alpha if level is None else level
-    if leans(run.trail[-1].p_pass, at):
-        side = min((neighbour, candidate), key=lambda v: run.counts(v).full_trials)
-        if run.counts(side).full_trials < EXTENDED * strategy.max_trials_per_variant:
-            run.need(dict(side), stop_at={variant_key(side): NEVER_STOP})
-    return False
+    for reference, share, what in ((candidate, 1.0, "the culprit alone"),
+                                   (strategy.bad, WEAKER_SHARE if several else 1.0,
+                                    "known-bad")):
+        if _short_of(strategy, run, neighbour, reference, share, what, level=at):
+            continue
+        if leans(run.trail[-1].p_pass, at):
+            side = min((neighbour, reference), key=lambda v: run.counts(v).full_trials)
+            if run.counts(side).full_trials < EXTENDED * strategy.max_trials_per_variant:
+                run.need(dict(side), stop_at={variant_key(side): NEVER_STOP})
+        return False
+    return True
 
 
 def _fails_at_budget(strategy: Adaptive, run: Tests, answer: Answer) -> bool:
