@@ -5,7 +5,7 @@ the start. Every test that still needs trials stops the replay and becomes the p
 finished replay is the conclusion. So the strategy keeps no state, a resumed campaign goes on
 exactly where it was, and the verdict and `bisect log` are recomputed from the same replay.
 
-1. Reproduce: known-bad must fail against known-good, otherwise `not_reproduced` (or
+1. Reproduce (reproduce.py): known-bad must fail against known-good, otherwise `not_reproduced` (or
    `inconclusive` where it leans failing at its budget). Known-bad runs first: while it does not
    look failing, known-good is not needed.
 2. Necessity scan: flip each factor of known-bad alone; the flips that pass name the levels the
@@ -55,20 +55,18 @@ from orchestrator.core.evidence import (
 )
 from orchestrator.core.stats.clustered import INDEPENDENT
 from orchestrator.core.stats.compare import Answer, StopWhenFailing, reproduced
-from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.strategies.adaptive_said import conclude_replay
 from orchestrator.core.strategies.base import Conclusion, Status, Unresolvable
 from orchestrator.core.strategies.both_failures import Replaying
 from orchestrator.core.strategies.confirm import confirm
+from orchestrator.core.strategies.reproduce import reproduce
 from orchestrator.core.strategies.sequential import (
     Concluded,
     NeedTrials,
     Step,
     Tests,
     VariantCounts,
-    budget,
     cells_of,
-    leans,
     leans_passing,
 )
 
@@ -191,7 +189,7 @@ class Adaptive(Replaying[Replay]):
                     good_was_clean=not any(t.failures for t in good[:self.reproduce_trials]))
         culprits: list[dict[str, str]] = []
         try:
-            self._reproduce(run)
+            reproduce(self, run)
             bad = dict(self.bad)
             searched_several = False
             while len(culprits) < MAX_CULPRITS:
@@ -265,46 +263,6 @@ class Adaptive(Replaying[Replay]):
         return kept or minimal
 
     # -- the phases ---------------------------------------------------------------------------
-
-    def _reproduce(self, run: Tests) -> None:
-        # Known-bad first: while it does not look failing, known-good is not needed (a clean
-        # known-bad is `not_reproduced` after 3 trials, 0 of 240 sessions, below the 2% clean
-        # rate; 1 of 320 takes 4).
-        good, bad = run.counts(self.good), run.counts(self.bad)
-        if bad.trials < self.reproduce_trials:
-            run.need(*[self.bad] * (self.reproduce_trials - bad.trials))
-        if self._clean(bad):
-            raise Concluded(Status.NOT_REPRODUCED,
-                        f"known-bad: {bad.failures} of {bad.judged} sessions corrupt")
-        if bad.failures <= self.clean_rate * bad.judged and \
-                bad.trials < self.max_trials_per_variant:
-            run.need(self.bad)  # it does not look failing yet: only more of known-bad can tell
-        if good.trials < self.reproduce_trials:
-            run.need(*[self.good] * (self.reproduce_trials - good.trials))
-        answer, p = reproduced(bad.pair, good.pair, self.alpha)
-        run.trail.append(Step("reproduce", self.bad, answer.value, bad.failures, bad.judged,
-                              bad.trials, p, 1.0, fail_at=self.alpha))
-        if answer is Answer.FAIL:
-            return
-        most = budget(self.max_trials_per_variant, (p, self.alpha))
-        if good.trials < min(bad.trials, most):
-            # known-good's fewer trials hold the p back (known-bad ran alone while it looked
-            # clean): it is the side to measure
-            run.need(self.good)
-        if bad.trials >= most:
-            counts = f"known-bad ({bad.failures}/{bad.judged}) against known-good " \
-                f"({good.failures}/{good.judged})"
-            if leans(p, self.alpha):  # a failure too weak or too spread to show at alpha
-                raise Concluded(Status.INCONCLUSIVE, f"{counts} leans failing, p = {p:.2g} "
-                                f"after {bad.trials} trials, short of alpha {self.alpha:g}")
-            raise Concluded(Status.NOT_REPRODUCED,
-                            f"{counts}: not worse at alpha {self.alpha:g}")
-        # the side with fewer trials first: with one pool only the first runs, and known-bad
-        # proposed first every time would starve known-good (6 of known-bad against 2)
-        run.need(*sorted([self.bad, self.good], key=lambda v: run.counts(v).trials))
-
-    def _clean(self, cell: VariantCounts) -> bool:
-        return cell.judged > 0 and wilson(*cell.pair)[1] <= self.clean_rate
 
     def _culprit_in(self, run: Tests, bad: dict[str, str]
                     ) -> tuple[dict[str, str], list[str], bool]:

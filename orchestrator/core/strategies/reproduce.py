@@ -1,0 +1,70 @@
+"""Reproduction, the adaptive search's first step: known-bad must fail against known-good before
+anything is accused (`not_reproduced` otherwise, or `inconclusive` where it leans failing at its
+budget).
+
+Known-bad runs first: while it does not look failing, known-good is not needed. A clean
+known-bad is `not_reproduced` once its rate's upper bound is below the clean rate. Otherwise
+both run up to the variant budget (twice it where the test leans, `sequential.leans`), the side
+with fewer trials first.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from orchestrator.core.stats.compare import Answer, reproduced
+from orchestrator.core.stats.proportions import wilson
+from orchestrator.core.strategies.base import Status
+from orchestrator.core.strategies.sequential import (
+    Concluded,
+    Step,
+    Tests,
+    VariantCounts,
+    budget,
+    leans,
+)
+
+if TYPE_CHECKING:
+    from orchestrator.core.strategies.adaptive import Adaptive
+
+
+def reproduce(strategy: Adaptive, run: Tests) -> None:
+    """Returns once known-bad fails against known-good; else asks for trials or concludes."""
+    s = strategy
+    # Known-bad first: while it does not look failing, known-good is not needed (a clean
+    # known-bad is `not_reproduced` after 3 trials, 0 of 240 sessions, below the 2% clean
+    # rate; 1 of 320 takes 4).
+    good, bad = run.counts(s.good), run.counts(s.bad)
+    if bad.trials < s.reproduce_trials:
+        run.need(*[s.bad] * (s.reproduce_trials - bad.trials))
+    if _clean(bad, s.clean_rate):
+        raise Concluded(Status.NOT_REPRODUCED,
+                        f"known-bad: {bad.failures} of {bad.judged} sessions corrupt")
+    if bad.failures <= s.clean_rate * bad.judged and bad.trials < s.max_trials_per_variant:
+        run.need(s.bad)  # it does not look failing yet: only more of known-bad can tell
+    if good.trials < s.reproduce_trials:
+        run.need(*[s.good] * (s.reproduce_trials - good.trials))
+    answer, p = reproduced(bad.pair, good.pair, s.alpha)
+    run.trail.append(Step("reproduce", s.bad, answer.value, bad.failures, bad.judged,
+                          bad.trials, p, 1.0, fail_at=s.alpha))
+    if answer is Answer.FAIL:
+        return
+    most = budget(s.max_trials_per_variant, (p, s.alpha))
+    if good.trials < min(bad.trials, most):
+        # known-good's fewer trials hold the p back (known-bad ran alone while it looked
+        # clean): it is the side to measure
+        run.need(s.good)
+    if bad.trials >= most:
+        counts = f"known-bad ({bad.failures}/{bad.judged}) against known-good " \
+            f"({good.failures}/{good.judged})"
+        if leans(p, s.alpha):  # a failure too weak or too spread to show at alpha
+            raise Concluded(Status.INCONCLUSIVE, f"{counts} leans failing, p = {p:.2g} "
+                            f"after {bad.trials} trials, short of alpha {s.alpha:g}")
+        raise Concluded(Status.NOT_REPRODUCED, f"{counts}: not worse at alpha {s.alpha:g}")
+    # the side with fewer trials first: with one pool only the first runs, and known-bad
+    # proposed first every time would starve known-good (6 of known-bad against 2)
+    run.need(*sorted([s.bad, s.good], key=lambda v: run.counts(v).trials))
+
+
+def _clean(cell: VariantCounts, clean_rate: float) -> bool:
+    return cell.judged > 0 and wilson(*cell.pair)[1] <= clean_rate
