@@ -127,6 +127,23 @@ def test_a_level_whose_neighbour_stays_undecided_is_not_named() -> None:
     assert [(s.phase, s.answer) for s in run.trail][-1] == ("confirm: without f0", "unknown")
 
 
+PAIR, ALONE = with_("f0", "f2"), with_("f2")  # a set confirmed, and its neighbour without f0
+
+
+def _confirming(bad: list[int], good: list[int], pair: list[int], alone: list[int],
+                ) -> Replayed:
+    """The tests of a replay over full trials of known-bad, known-good, the set and its
+    neighbour, each with these failing sessions of 80."""
+    evidence = [*[trial(BAD, c) for c in bad], *[trial(GOOD, c) for c in good],
+                *[trial(PAIR, c) for c in pair], *[trial(ALONE, c) for c in alone]]
+    return Replayed(Adaptive(FACTORS, GOOD, BAD), cells_of(evidence), len(evidence))
+
+
+def _ones(count: int, trials: int = 12) -> list[int]:
+    """``count`` trials with one failing session, the rest of ``trials`` clean."""
+    return [int(i < count) for i in range(trials)]
+
+
 def test_a_neighbour_undecided_at_its_budget_but_failing_clearly_less_keeps_its_level() -> None:
     # Under noise between trials a clean neighbour is seldom shown clean at its budget (the
     # 2-way scenario's seed 7: without f3, 7 of 480 after 6 trials, p of passing 0.2, and
@@ -134,14 +151,9 @@ def test_a_neighbour_undecided_at_its_budget_but_failing_clearly_less_keeps_its_
     # the set does: undecided at its budget (6 of 960, p of failing 0.016, of passing 0.047),
     # it fails clearly less than the set's 36 of 960 (p = 1.4e-06), and the level is kept
     # (without f2 is asked for next).
-    strategy = Adaptive(FACTORS, GOOD, BAD)
-    pair, alone = with_("f0", "f2"), with_("f2")
-    evidence = [*[trial(BAD, 2) for _ in range(12)], *[trial(GOOD, 0) for _ in range(12)],
-                *[trial(pair, 3) for _ in range(12)],
-                *[trial(alone, int(i < 6)) for i in range(12)]]
-    run = Replayed(strategy, cells_of(evidence), len(evidence))
+    run = _confirming([2] * 12, [0] * 12, [3] * 12, _ones(6))
     with pytest.raises(NeedTrials) as need:
-        confirm(strategy, run, {"f0": "b", "f2": "b"}, BAD)
+        confirm(run.strategy, run, {"f0": "b", "f2": "b"}, BAD)
     assert _keys(need.value.variants) == [variant_key(with_("f0"))]
     assert [(s.phase, s.answer) for s in run.trail][-3:] == [
         ("confirm: without f0", "unknown"), ("confirm: fails as the culprit alone?", "short"),
@@ -155,14 +167,9 @@ def test_a_neighbour_short_of_the_set_but_failing_as_known_bad_does_not_keep_its
     # trials); without f2 looked short of the set and f2 was named. The culprit is what
     # known-bad holds: a neighbour that fails as known-bad does (12 against 14 of 960) keeps
     # no level, however short of the set alone it is (12 against 36).
-    strategy = Adaptive(FACTORS, GOOD, BAD)
-    pair, alone = with_("f0", "f2"), with_("f2")
-    evidence = [*[trial(BAD, int(i < 2) + 1) for i in range(12)],
-                *[trial(GOOD, int(i < 6)) for i in range(12)],
-                *[trial(pair, 3) for _ in range(12)], *[trial(alone, 1) for _ in range(12)]]
-    run = Replayed(strategy, cells_of(evidence), len(evidence))
+    run = _confirming([c + 1 for c in _ones(2)], _ones(6), [3] * 12, [1] * 12)
     with pytest.raises(Concluded) as stop:
-        confirm(strategy, run, {"f0": "b", "f2": "b"}, BAD)
+        confirm(run.strategy, run, {"f0": "b", "f2": "b"}, BAD)
     assert stop.value.reason.startswith("cannot confirm f0=b AND f2=b: without f0=b")
     assert [(s.phase, s.answer) for s in run.trail][-2:] == [
         ("confirm: fails as the culprit alone?", "short"),
@@ -173,16 +180,11 @@ def test_a_neighbour_leaning_less_failing_than_the_set_measures_the_side_with_fe
 ) -> None:
     # 6 of 960 against the set's 10 of 640 leans less failing (p = 0.06) but is not shown at
     # the neighbour's PASS level: the set, with fewer full trials, runs one more in full.
-    strategy = Adaptive(FACTORS, GOOD, BAD)
-    pair, alone = with_("f0", "f2"), with_("f2")
-    evidence = [*[trial(BAD, 2) for _ in range(12)], *[trial(GOOD, 0) for _ in range(12)],
-                *[trial(pair, int(i < 2) + 1) for i in range(8)],
-                *[trial(alone, int(i < 6)) for i in range(12)]]
-    run = Replayed(strategy, cells_of(evidence), len(evidence))
+    run = _confirming([2] * 12, [0] * 12, [c + 1 for c in _ones(2, 8)], _ones(6))
     with pytest.raises(NeedTrials) as need:
-        confirm(strategy, run, {"f0": "b", "f2": "b"}, BAD)
-    assert _keys(need.value.variants) == [variant_key(pair)]
-    assert need.value.stop_at == {variant_key(pair): NEVER_STOP}
+        confirm(run.strategy, run, {"f0": "b", "f2": "b"}, BAD)
+    assert _keys(need.value.variants) == [variant_key(PAIR)]
+    assert need.value.stop_at == {variant_key(PAIR): NEVER_STOP}
 
 
 # The 2-way scenario (1% background, f1 AND f3 add 6%) under noise between trials, seed 19: the
