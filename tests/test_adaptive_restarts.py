@@ -17,9 +17,9 @@ from orchestrator.core.stats.exact import binomial_at_most
 from orchestrator.core.strategies.adaptive import Adaptive
 from orchestrator.core.strategies.base import Status
 from orchestrator.core.strategies.confirm import confirm
-from orchestrator.core.strategies.sequential import NEVER_STOP, Concluded, NeedTrials, cells_of
+from orchestrator.core.strategies.sequential import Concluded, NeedTrials, cells_of
 from orchestrator.core.strategies.sequential import Tests as Replayed  # not a test class
-from tests.support.four_factors import BAD, FACTORS, GOOD, traced, trial, with_
+from tests.support.four_factors import BAD, FACTORS, GOOD, flip, traced, trial, with_
 
 pytestmark = pytest.mark.pure
 
@@ -71,6 +71,23 @@ def test_a_test_short_of_its_level_by_little_at_the_budget_runs_on() -> None:
     assert _keys(need.value.variants) == [variant_key(culprit)]
 
 
+def test_a_reproduction_that_runs_on_answers_only_at_its_looks() -> None:
+    # Past the budget the reproduction is judged with both sides at 12 or 24 trials only, at
+    # half of alpha each: judged after every trial, a known-bad no worse than known-good would
+    # have a dozen more chances to cross alpha by luck. 20 of 1440 against 1 of 1440 at 18 a
+    # side (p = 0.0024) is no answer; at 24 a side, 40 of 1920 against 1 of 1920 is a FAIL.
+    strategy = Adaptive(FACTORS, GOOD, BAD)
+    between = [*[trial(BAD, c) for c in SPREAD_BAD + SPREAD_BAD[:6]],
+               *[trial(GOOD, int(i < 1)) for i in range(18)]]
+    replay = strategy.replay(between)
+    assert replay.outcome is None and replay.trail[-1].answer == "unknown"
+    assert replay.trail[-1].p_fail is not None and replay.trail[-1].p_fail < 0.005
+    assert _keys(replay.needed) == [variant_key(BAD), variant_key(GOOD)]
+    at_look = [*[trial(BAD, c) for c in SPREAD_BAD * 2],
+               *[trial(GOOD, int(i < 1)) for i in range(24)]]
+    assert Adaptive(FACTORS, GOOD, BAD).replay(at_look).trail[0].answer == "fail"
+
+
 # Known-bad on restarts that differ: most of its trials clean, a few at 5 to 8%.
 SPREAD_BAD = [0] * 8 + [4, 5, 5, 6]
 
@@ -86,14 +103,21 @@ def test_a_reproduction_that_leans_failing_at_the_budget_is_inconclusive_not_cle
     half = [*[trial(BAD, c) for c in SPREAD_BAD[:3] + SPREAD_BAD[-3:]],
             *[trial(GOOD, int(i < 2)) for i in range(6)]]
     assert strategy.replay(half).outcome is None
-    # 20 of 960 against 4 of 960 leans failing (p = 0.03) but is no reproduction at alpha:
-    # inconclusive, with its figures, not "not reproduced"
+    # 20 of 960 against 4 of 960 leans failing at 12 a side (p = 0.03): both run on to 24
     leaning = [*[trial(BAD, c) for c in SPREAD_BAD],
                *[trial(GOOD, int(i < 4)) for i in range(12)]]
     replay = strategy.replay(leaning)
+    assert replay.outcome is None and _keys(replay.needed) == [variant_key(BAD),
+                                                               variant_key(GOOD)]
+    # 40 of 1920 against 13 of 1920 still leans at 24 a side (p = 0.0087) but is no
+    # reproduction at alpha shared over the looks at 12 and 24: inconclusive, with its
+    # figures, not "not reproduced"
+    twice = [*[trial(BAD, c) for c in SPREAD_BAD * 2],
+             *[trial(GOOD, int(i < 13)) for i in range(24)]]
+    replay = strategy.replay(twice)
     assert replay.outcome is Status.INCONCLUSIVE
-    assert replay.reason == ("known-bad (20/960) against known-good (4/960) leans failing, "
-                             "p = 0.03 after 12 trials, short of alpha 0.01")
+    assert replay.reason == ("known-bad (40/1920) against known-good (13/1920) leans failing, "
+                             "p = 0.0087 after 24 trials, short of alpha 0.005")
     # far from alpha at the budget it is not reproduced
     far = [*[trial(BAD, 1) for _ in range(6)], *[trial(GOOD, 1) for _ in range(6)]]
     assert strategy.replay(far).outcome is Status.NOT_REPRODUCED
@@ -176,15 +200,19 @@ def test_a_neighbour_short_of_the_set_but_failing_as_known_bad_does_not_keep_its
         ("confirm: fails as known-bad?", "no less")]
 
 
-def test_a_neighbour_leaning_less_failing_than_the_set_measures_the_side_with_fewer_trials(
-) -> None:
-    # 6 of 960 against the set's 10 of 640 leans less failing (p = 0.06) but is not shown at
-    # the neighbour's PASS level: the set, with fewer full trials, runs one more in full.
+def test_a_test_past_its_budget_answers_at_its_look_only() -> None:
+    # The set at 8 trials (10 of 640, p of failing 0.0002 against known-good's 0 of 960) ran
+    # past its budget of 6: it answers at 12 trials only, at its level (one look), so that the
+    # trials past the budget give noise no more chances to cross it; until then it runs on.
     run = _confirming([2] * 12, [0] * 12, [c + 1 for c in _ones(2, 8)], _ones(6))
     with pytest.raises(NeedTrials) as need:
         confirm(run.strategy, run, {"f0": "b", "f2": "b"}, BAD)
     assert _keys(need.value.variants) == [variant_key(PAIR)]
-    assert need.value.stop_at == {variant_key(PAIR): NEVER_STOP}
+    assert run.trail == []  # no answer between looks
+    run = _confirming([2] * 12, [0] * 12, [c + 1 for c in _ones(2, 12)], _ones(6))
+    with pytest.raises(Concluded):  # at 12: its neighbour is what is still in doubt
+        confirm(run.strategy, run, {"f0": "b", "f2": "b"}, BAD)
+    assert (run.trail[0].phase, run.trail[0].answer) == ("confirm: culprit alone", "fail")
 
 
 # The 2-way scenario (1% background, f1 AND f3 add 6%) under noise between trials, seed 19: the
@@ -207,6 +235,15 @@ def test_flips_undecided_at_their_budget_but_leaning_passing_go_to_confirmation(
     replay = Adaptive(FACTORS, GOOD, BAD).replay(SEED_19)
     scan = {s.phase: (s.answer, s.p_pass) for s in replay.trail if s.phase.startswith("flip")}
     assert scan["flip f1"][0] == scan["flip f3"][0] == "unknown"
+    # the flips of f0 and f2, past their budget of 6 at 7 and 9 trials, answer at 12 only
+    assert _keys(replay.needed) == [variant_key(flip("f0")), variant_key(flip("f2"))]
+    # there they fail; f1 passes on their trials (the spread between trials is estimated
+    # over all of them), f3 still leans passing, and both go into the culprit alone
+    failing = traced("abbb:5 bbab:4 abbb:3 bbab:5 abbb:6 bbab:2 abbb:4 abbb:5")
+    replay = Adaptive(FACTORS, GOOD, BAD).replay([*SEED_19, *failing])
+    scan = {s.phase: s.answer for s in replay.trail if s.phase.startswith("flip")}
+    assert scan == {"flip f0": "fail", "flip f1": "pass", "flip f2": "fail",
+                    "flip f3": "unknown"}
     assert _keys(replay.needed) == [variant_key(with_("f1", "f3"))]  # the culprit alone
 
 
@@ -220,3 +257,37 @@ def test_the_weaker_failure_a_pass_rules_out_stands_on_known_goods_background() 
     assert j.answer is Answer.PASS
     assert j.p_pass == pytest.approx(binomial_at_most(7, 480, (5 + (34 - 5) / 2) / 480))
     assert binomial_at_most(7, 480, 34 / 960) > 0.0025
+
+
+def _spread(failing: int, trials: int) -> list[int]:
+    """``failing`` sessions spread as evenly as they go over ``trials`` trials."""
+    return [failing // trials + (i < failing % trials) for i in range(trials)]
+
+
+def test_a_neighbour_failing_short_of_the_drop_level_runs_on_instead_of_dropping() -> None:
+    # The 2-way scenario's seed 87: without f3 (f1 alone, clean at the 1% background) failed
+    # against a known-good measured low (14 of 720 against 2 of 720, p = 0.0025), and at its
+    # budget failing at alpha was enough to drop f3 and name f1 alone. A drop overrules the
+    # search, which found the level needed: it takes a tenth of alpha. Here, 14 of 480
+    # against 2 of 480 (p = 0.0019) at the budget of 6: the neighbour runs on to 12 trials,
+    # its trials stopping only at that level.
+    run = _confirming([6] * 6, _ones(2, 6), [5] * 6, _spread(14, 6))
+    with pytest.raises(NeedTrials) as need:
+        confirm(run.strategy, run, {"f0": "b", "f2": "b"}, BAD)
+    assert (run.trail[-1].phase, run.trail[-1].answer) == ("confirm: without f0", "fail")
+    assert _keys(need.value.variants) == [variant_key(ALONE)]
+    assert need.value.stop_at == {variant_key(ALONE): 0.001}
+
+
+def test_a_neighbour_failing_but_never_surely_enough_to_drop_is_not_named() -> None:
+    # At 12 trials (18 of 960 against known-good's 4 of 960, p = 0.0021) the neighbour is past
+    # its last look and still short of a drop, and no clearly less failing than the set (24 of
+    # 960): neither dropping the level nor keeping it is shown, so the set is not named.
+    run = _confirming([3] * 12, _ones(4), [2] * 12, _spread(18, 12))
+    with pytest.raises(Concluded) as stop:
+        confirm(run.strategy, run, {"f0": "b", "f2": "b"}, BAD)
+    assert stop.value.outcome is Status.INCONCLUSIVE
+    assert stop.value.reason == (
+        "cannot confirm f0=b AND f2=b: without f0=b it fails (18 of 960 sessions in 12 "
+        "trials, p = 0.0021), short of the 0.001 that drops a level, and not clearly less "
+        "than the set")

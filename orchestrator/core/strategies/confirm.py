@@ -49,8 +49,9 @@ from orchestrator.core.strategies.sequential import (
     Concluded,
     Step,
     Tests,
-    leans,
+    at_look,
     leans_passing,
+    runs_to,
 )
 
 if TYPE_CHECKING:
@@ -114,18 +115,22 @@ def _short_of(strategy: Adaptive, run: Tests, variant: dict[str, str],
     ``level`` (the drop's unless told), on full trials. Conditioned on both counts' failures,
     the variant's share of them is binomial under the null (rare failures: Poisson rates), so
     the reference's own uncertainty is counted. ``measure``: until it is clear, the variant runs
-    full trials up to as many as the reference has."""
+    full trials up to as many as the reference has, and past its budget on while the test leans
+    (judged at the looks of `sequential.at_look` only, at the level shared over them)."""
     cell, ref = run.counts(variant), run.counts(reference)
     (k, n), (k_ref, n_ref) = cell.pair, ref.pair
     if not n_ref:  # a rate needs a full trial: one stopped at its failures overstates it
         run.need(dict(reference), stop_at={variant_key(reference): NEVER_STOP})
     p = binomial_at_most(k, k + k_ref, share * n / (share * n + n_ref)) if n and n_ref else 1.0
-    at = DROP_SHARE * strategy.alpha if level is None else level
-    short = p <= at
+    most, full = strategy.max_trials_per_variant, cell.full_trials
+    base = DROP_SHARE * strategy.alpha if level is None else level
+    # a test that runs on answers at its looks only; one that does not, at its level
+    at = at_look(base, full, most) if measure else base
+    short = at is not None and p <= at
     run.trail.append(Step(f"confirm: fails as {what}?", variant, "short" if short else
-                          "no less", k, n, cell.full_trials, None, p, pass_at=at))
-    if not short and measure and \
-            cell.full_trials < min(ref.full_trials, strategy.max_trials_per_variant):
+                          "no less", k, n, full, None, p, pass_at=at))
+    runs_on = most <= full < runs_to(most, full, (p, at)) and cell.trials < EXTENDED * most
+    if not short and measure and (full < min(ref.full_trials, most) or runs_on):
         run.need(variant, stop_at={variant_key(variant): NEVER_STOP})
     return short
 
@@ -161,13 +166,20 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
                             f"{factor}={found[factor]} it neither fails nor passes after "
                             f"{step.trials} trials ({step.failures} of {step.judged} sessions, "
                             f"p of failing {step.p_fail:.2g}, of passing {step.p_pass:.2g})")
-        p_fail = run.trail[-1].p_fail
-        # a drop on the budget's weaker evidence (alpha, not a tenth of it) needs the neighbour
-        # to be no less failing than the culprit alone at alpha too
-        level = drop if p_fail is not None and p_fail <= drop else strategy.alpha
-        if _certain(strategy, run, neighbour) and not _short_of(
-                strategy, run, neighbour, candidate, 1.0, "the culprit alone", level=level):
-            return factor
+        if _certain(strategy, run, neighbour):
+            if not _short_of(strategy, run, neighbour, candidate, 1.0, "the culprit alone"):
+                return factor
+            continue  # it fails, but clearly less than the set: the level is part of it
+        if _shown_short(strategy, run, neighbour, candidate, None, several=several):
+            continue
+        # it fails, not surely enough to drop the level (a clean neighbour against a
+        # known-good measured low does as much), nor clearly less than the set
+        names = " AND ".join(f"{f}={lvl}" for f, lvl in found.items())
+        raise Concluded(Status.INCONCLUSIVE, f"cannot confirm {names}: without "
+                        f"{factor}={found[factor]} it fails ({step.failures} of "
+                        f"{step.judged} sessions in {step.trials} trials, p = "
+                        f"{step.p_fail:.2g}), short of the {DROP_SHARE * strategy.alpha:g} "
+                        "that drops a level, and not clearly less than the set")
     return None
 
 
@@ -180,20 +192,14 @@ def _shown_short(strategy: Adaptive, run: Tests, neighbour: dict[str, str],
     less than the culprit alone and than known-bad (their share of it with several culprits):
     a superset's neighbour is the culprit itself, which known-bad holds, and trials of the set
     that ran on a pool or at a time that landed high would make it look short of the set
-    alone. Where a test leans (`sequential.leans`), the side with fewer full trials runs on, up
-    to the extended budget, as any test that leans does."""
+    alone. Where a test leans, the neighbour runs on past its budget as any test that leans
+    does (`_short_of`'s ``measure``)."""
     at = DROP_SHARE * strategy.alpha if level is None else level
-    for reference, share, what in ((candidate, 1.0, "the culprit alone"),
-                                   (strategy.bad, WEAKER_SHARE if several else 1.0,
-                                    "known-bad")):
-        if _short_of(strategy, run, neighbour, reference, share, what, level=at):
-            continue
-        if leans(run.trail[-1].p_pass, at):
-            side = min((neighbour, reference), key=lambda v: run.counts(v).full_trials)
-            if run.counts(side).full_trials < EXTENDED * strategy.max_trials_per_variant:
-                run.need(dict(side), stop_at={variant_key(side): NEVER_STOP})
-        return False
-    return True
+    return all(_short_of(strategy, run, neighbour, reference, share, what, level=at,
+                         measure=True)
+               for reference, share, what in (
+                   (candidate, 1.0, "the culprit alone"),
+                   (strategy.bad, WEAKER_SHARE if several else 1.0, "known-bad")))
 
 
 def _fails_at_budget(strategy: Adaptive, run: Tests, answer: Answer) -> bool:
@@ -208,20 +214,22 @@ def _fails_at_budget(strategy: Adaptive, run: Tests, answer: Answer) -> bool:
 
 def _certain(strategy: Adaptive, run: Tests, neighbour: dict[str, str]) -> bool:
     """Whether a neighbour's FAIL is strong enough to overrule the search, which found its
-    level needed. Under background noise a clean variant fails at alpha by luck about once in
-    a hundred tests, and a known-good measured low by luck makes it likelier: dropping a level
-    on such a FAIL would name a smaller, wrong set. The drop is rare when the search was right,
-    so it may ask for more: p of failing at a tenth of alpha, trials added up to the budget.
-    Once the budget is spent, failing at alpha is enough: the caller then drops the level only
-    if the neighbour fails no less than the culprit alone, which a clean variant does not."""
+    level needed: p of failing at a tenth of alpha (`DROP_SHARE`). Under background noise a
+    clean variant fails at alpha by luck about once in a hundred tests, and a known-good
+    measured low by luck makes it likelier: dropping a level on such a FAIL names a smaller,
+    wrong set (a clean neighbour at 14 of 720 against known-good's 2 of 720, p = 0.0025).
+    Short of it, trials are added up to the budget, and past it while the p leans, judged at
+    the looks of `sequential.at_look` only; a neighbour never that sure keeps its level."""
     p_fail = run.trail[-1].p_fail
     if p_fail is None:
         return False
-    if p_fail <= DROP_SHARE * strategy.alpha:
-        return True
+    most = strategy.max_trials_per_variant
     trials, good = run.counts(neighbour).trials, run.counts(strategy.good).trials
-    if good < min(trials, strategy.max_trials_per_variant):
+    at = at_look(DROP_SHARE * strategy.alpha, trials, most)
+    if at is not None and p_fail <= at:
+        return True
+    if good < min(trials, most):
         run.need(dict(strategy.good))  # known-good's smaller sample holds the p back
-    if trials < strategy.max_trials_per_variant:
+    if trials < runs_to(most, trials, (p_fail, at)):
         run.need(neighbour, stop_at={variant_key(neighbour): DROP_SHARE * strategy.alpha})
-    return p_fail <= strategy.alpha
+    return False

@@ -4,8 +4,9 @@ budget).
 
 Known-bad runs first: while it does not look failing, known-good is not needed. A clean
 known-bad is `not_reproduced` once its rate's upper bound is below the clean rate. Otherwise
-both run up to the variant budget (twice it where the test leans, `sequential.leans`), the side
-with fewer trials first.
+both run up to the variant budget, the side with fewer trials first; where the test leans at it,
+both run on to 12 and 24 trials a side, judged there only, at alpha shared over those two looks
+(`sequential.runs_to`, `at_look`).
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from orchestrator.core.stats.compare import Answer, reproduced
 from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.strategies.base import Status
 from orchestrator.core.strategies.sequential import (
+    NEVER_STOP,
+    REPRODUCE_CAP,
     Concluded,
     Step,
     Tests,
     VariantCounts,
-    budget,
+    at_look,
     leans,
+    runs_to,
 )
 
 if TYPE_CHECKING:
@@ -44,22 +48,28 @@ def reproduce(strategy: Adaptive, run: Tests) -> None:
         run.need(s.bad)  # it does not look failing yet: only more of known-bad can tell
     if good.trials < s.reproduce_trials:
         run.need(*[s.good] * (s.reproduce_trials - good.trials))
-    answer, p = reproduced(bad.pair, good.pair, s.alpha)
+    most = s.max_trials_per_variant
+    sides = max(bad.trials, good.trials)
+    # past the budget, judged only with both sides at a look (12, 24), at a spent alpha
+    even = sides <= most or bad.trials == good.trials
+    level = at_look(s.alpha, sides, most, REPRODUCE_CAP) if even else None
+    answer, p = reproduced(bad.pair, good.pair, NEVER_STOP if level is None else level)
     run.trail.append(Step("reproduce", s.bad, answer.value, bad.failures, bad.judged,
-                          bad.trials, p, 1.0, fail_at=s.alpha))
+                          bad.trials, p, 1.0, fail_at=level))
     if answer is Answer.FAIL:
         return
-    most = budget(s.max_trials_per_variant, (p, s.alpha))
-    if good.trials < min(bad.trials, most):
+    to = runs_to(most, sides, (p, level), cap=REPRODUCE_CAP)  # past the budget: while it leans
+    if good.trials < min(bad.trials, to):
         # known-good's fewer trials hold the p back (known-bad ran alone while it looked
         # clean): it is the side to measure
         run.need(s.good)
-    if bad.trials >= most:
+    if bad.trials >= to:
         counts = f"known-bad ({bad.failures}/{bad.judged}) against known-good " \
             f"({good.failures}/{good.judged})"
-        if leans(p, s.alpha):  # a failure too weak or too spread to show at alpha
+        at = at_look(s.alpha, bad.trials, most, REPRODUCE_CAP) or s.alpha
+        if leans(p, at):  # a failure too weak or too spread to show at alpha
             raise Concluded(Status.INCONCLUSIVE, f"{counts} leans failing, p = {p:.2g} "
-                            f"after {bad.trials} trials, short of alpha {s.alpha:g}")
+                            f"after {bad.trials} trials, short of alpha {at:g}")
         raise Concluded(Status.NOT_REPRODUCED, f"{counts}: not worse at alpha {s.alpha:g}")
     # the side with fewer trials first: with one pool only the first runs, and known-bad
     # proposed first every time would starve known-good (6 of known-bad against 2)

@@ -77,6 +77,46 @@ def budget(max_trials: int, *tests: tuple[float | None, float]) -> int:
     return max_trials * (EXTENDED if any(leans(p, level) for p, level in tests) else 1)
 
 
+# An adaptive test that leans at its variant's budget runs on (`runs_to`), judged only at the
+# budget's doublings (`beyond`), at its level shared over those looks (`at_look`): the level it
+# had within the budget is spent as before, and running on adds at most that level once more,
+# only to tests that leaned. A test within the search runs on up to `EXTENDED` times the budget
+# (12 trials, one look at its level); the reproduction, which everything after it rests on, up
+# to `REPRODUCE_CAP` times (12 and 24 trials a side, each at half of alpha): at a 1%
+# background, a 6% interaction and restarts that halve or double a rate, known-bad shows
+# against known-good in 75% of cases at 6 trials a side, 96% at 12, 100% at 24 (BENCHMARKS.md).
+REPRODUCE_CAP = 4
+
+
+def beyond(max_trials: int, cap: int = EXTENDED) -> tuple[int, ...]:
+    """The trial counts past the budget where a test that runs on is judged."""
+    return tuple(max_trials << k for k in range(1, cap.bit_length()))
+
+
+def at_look(level: float, trials: int, max_trials: int, cap: int = EXTENDED) -> float | None:
+    """The level a test of ``trials`` is judged at: ``level`` within the budget; past it, at a
+    look of `beyond`, ``level`` shared over those looks (`spent`); between them None: no
+    answer, so that running on cannot peek its way to a FAIL or a PASS. Past the last look (a
+    variant other tests ran too) it is judged at the last look's level."""
+    if trials <= max_trials:
+        return level
+    looks_past = beyond(max_trials, cap)
+    return spent(level, looks_past) if trials in looks_past or trials > looks_past[-1] \
+        else None
+
+
+def runs_to(max_trials: int, trials: int, *tests: tuple[float | None, float | None],
+            cap: int = EXTENDED) -> int:
+    """The trials a test may run to: ``max_trials``, or the next look of `beyond` while one of
+    its ``(p, level)`` leans (`leans`; between looks, where ``level`` is None, a p within
+    `LEANS_AT` has not decided yet)."""
+    if trials < max_trials or not any(
+            p is not None and p <= LEANS_AT if level is None else leans(p, level)
+            for p, level in tests):
+        return max_trials
+    return next((n for n in beyond(max_trials, cap) if n > trials), cap * max_trials)
+
+
 def looks(first: int, max_trials: int) -> tuple[int, ...]:
     """The trial counts a group-sequential test judges at: ``first``, doubling from it, and the
     budget with its extension (``max_trials``, `EXTENDED` times it). A test judged after every
@@ -291,6 +331,11 @@ class Tests:
         if look and (seen := self._look(levels, phase, cell, good)) is not None:
             return seen
         pass_alpha = s.pass_alpha(good) if pass_at is None else min(pass_at, s.pass_alpha(good))
+        most = s.max_trials_per_variant
+        # past the budget, a test that runs on answers only at its looks, at a spent level
+        fail_look, pass_look = (at_look(a, cell.trials, most) for a in (fail_alpha, pass_alpha))
+        fail_alpha = NEVER_STOP if fail_look is None else fail_look
+        pass_alpha = NEVER_STOP if pass_look is None else pass_look
         j = judge(cell.pair, good.pair, bad.pair, fail_alpha, pass_alpha,
                   cell.curtailed if cell.unfinished else None,
                   cell.seen if cell.unfinished else None,
@@ -303,9 +348,10 @@ class Tests:
         if answer is Answer.FAIL and j.p_fail > self.fail_level():
             said = "fail (narrowing)"
         if answer is Answer.UNKNOWN:
-            more = self._next_for(levels, cell, good, bad, j, against or s.bad, pass_alpha,
-                                  budget(s.max_trials_per_variant, (j.p_fail, fail_alpha),
-                                         (j.p_pass, pass_alpha)))
+            to = runs_to(most, cell.trials, (j.p_fail, fail_look), (j.p_pass, pass_look))
+            # past the budget the variant alone runs on: its looks count its own trials
+            more = ([levels] if cell.trials < to else []) if cell.trials > most else \
+                self._next_for(levels, cell, good, bad, j, against or s.bad, pass_alpha, to)
             if more:
                 self.need(*more, stop_at=stops)
             if j.p_pass <= pass_alpha and j.p_fail > fail_alpha:
@@ -314,8 +360,8 @@ class Tests:
                 # for ever by chance, so the evidence at hand decides.
                 answer, said = Answer.PASS, "pass (at budget)"
         self.trail.append(Step(phase, levels, said, cell.failures, cell.judged, cell.trials,
-                               j.p_fail, j.p_pass, cell.unfinished, fail_alpha,
-                               LOOKS_PASSING if said == "looks passing" else pass_alpha))
+                               j.p_fail, j.p_pass, cell.unfinished, fail_look,
+                               LOOKS_PASSING if said == "looks passing" else pass_look))
         return answer
 
     def skipped(self, levels: Mapping[str, str]) -> bool:
