@@ -280,14 +280,15 @@ def test_a_neighbour_failing_short_of_the_drop_level_runs_on_instead_of_dropping
 
 
 def test_a_neighbour_failing_but_never_surely_enough_to_drop_is_not_named() -> None:
-    # At 12 trials (18 of 960 against known-good's 4 of 960, p = 0.0021) the neighbour is past
-    # its last look and still short of a drop, and no clearly less failing than the set (24 of
-    # 960): neither dropping the level nor keeping it is shown, so the set is not named.
-    run = _confirming([3] * 12, _ones(4), [2] * 12, _spread(18, 12))
+    # At 24 trials, its last look, the neighbour (31 of 1920 against known-good's 10 of 1920,
+    # p = 0.00068) is short of a drop at that look (a tenth of alpha shared over the looks at
+    # 12 and 24: 0.0005), and no clearly less failing than the set or known-bad (48 of 1920
+    # each): neither dropping the level nor keeping it is shown, so the set is not named.
+    run = _confirming([2] * 24, _ones(10, 24), [2] * 24, _spread(31, 24))
     with pytest.raises(Concluded) as stop:
         confirm(run.strategy, run, {"f0": "b", "f2": "b"}, BAD)
     assert stop.value.outcome is Status.INCONCLUSIVE
     assert stop.value.reason == (
-        "cannot confirm f0=b AND f2=b: without f0=b it fails (18 of 960 sessions in 12 "
-        "trials, p = 0.0021), short of the 0.001 that drops a level, and not clearly less "
+        "cannot confirm f0=b AND f2=b: without f0=b it fails (31 of 1920 sessions in 24 "
+        "trials, p = 0.00068), short of the 0.0005 that drops a level, and not clearly less "
         "than the set")

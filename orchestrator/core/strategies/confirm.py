@@ -2,10 +2,15 @@
 that set fails and each neighbour with one of its levels put back to known-good's passes.
 
 The tests are the replay's own three-way sequential tests on the stored evidence; trials are
-added only where that evidence does not decide. A neighbour that still fails was not needed:
-its level is dropped and the smaller set is confirmed in turn (the search took a lucky PASS for
-a needed level; a PASS must rule out a failure half as frequent as known-bad's, so a one-trial
-PASS is rare where the luck is likely, stats/compare.py).
+added only where that evidence does not decide. A neighbour that still fails, at a tenth of
+alpha, was not needed: its level is dropped and the smaller set is confirmed in turn (the search
+took a lucky PASS for a needed level; a PASS must rule out a failure half as frequent as
+known-bad's, so a one-trial PASS is rare where the luck is likely, stats/compare.py). Short of
+that level, a neighbour that fails runs on while it leans, to 12 and 24 trials, judged there
+only (`looks.at_look`); one that never gets there keeps its level only where it fails
+clearly less than the set, and otherwise the set is not named ("cannot confirm …"): under
+background noise a clean neighbour fails at alpha against a known-good measured low (the 2-way
+scenario's seeds 72 and 87, BENCHMARKS.md), and a drop on that names a smaller, wrong set.
 A set that does not fail on known-good's background needs more of known-bad's levels: delta
 debugging over the rest finds a minimal completion, and the larger set is confirmed.
 
@@ -23,7 +28,7 @@ known-bad: the culprit alone must then fail as much as known-bad does (half as m
 culprits), measured on as many full trials, or it is completed. A neighbour that fails but
 clearly less than the culprit alone does not drop its level: the level is part of the failure.
 
-A neighbour still undecided with its budget spent (twice the budget where its test leaned one
+A neighbour still undecided with its budget spent (run on to 12 trials where its test leaned one
 way) keeps its level only when it leans passing more than failing, or fails clearly less than
 both the culprit alone and known-bad (at the level its PASS needed: under noise between restarts
 a clean neighbour is seldom shown clean against half known-bad's rate in a budget, but the
@@ -43,15 +48,13 @@ from orchestrator.core.evidence import variant_key
 from orchestrator.core.stats.compare import WEAKER_SHARE, Answer
 from orchestrator.core.stats.exact import binomial_at_most
 from orchestrator.core.strategies.base import Status
+from orchestrator.core.strategies.looks import EXTENDED, LONG_CAP, at_look, runs_to
 from orchestrator.core.strategies.sequential import (
-    EXTENDED,
     NEVER_STOP,
     Concluded,
     Step,
     Tests,
-    at_look,
     leans_passing,
-    runs_to,
 )
 
 if TYPE_CHECKING:
@@ -116,7 +119,7 @@ def _short_of(strategy: Adaptive, run: Tests, variant: dict[str, str],
     the variant's share of them is binomial under the null (rare failures: Poisson rates), so
     the reference's own uncertainty is counted. ``measure``: until it is clear, the variant runs
     full trials up to as many as the reference has, and past its budget on while the test leans
-    (judged at the looks of `sequential.at_look` only, at the level shared over them)."""
+    (judged at the looks of `looks.at_look` only, at the level shared over them)."""
     cell, ref = run.counts(variant), run.counts(reference)
     (k, n), (k_ref, n_ref) = cell.pair, ref.pair
     if not n_ref:  # a rate needs a full trial: one stopped at its failures overstates it
@@ -175,11 +178,12 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
         # it fails, not surely enough to drop the level (a clean neighbour against a
         # known-good measured low does as much), nor clearly less than the set
         names = " AND ".join(f"{f}={lvl}" for f, lvl in found.items())
+        at = at_look(drop, step.trials, strategy.max_trials_per_variant, LONG_CAP) or drop
         raise Concluded(Status.INCONCLUSIVE, f"cannot confirm {names}: without "
                         f"{factor}={found[factor]} it fails ({step.failures} of "
                         f"{step.judged} sessions in {step.trials} trials, p = "
-                        f"{step.p_fail:.2g}), short of the {DROP_SHARE * strategy.alpha:g} "
-                        "that drops a level, and not clearly less than the set")
+                        f"{step.p_fail:.2g}), short of the {at:g} that drops a level, and "
+                        "not clearly less than the set")
     return None
 
 
@@ -218,18 +222,19 @@ def _certain(strategy: Adaptive, run: Tests, neighbour: dict[str, str]) -> bool:
     clean variant fails at alpha by luck about once in a hundred tests, and a known-good
     measured low by luck makes it likelier: dropping a level on such a FAIL names a smaller,
     wrong set (a clean neighbour at 14 of 720 against known-good's 2 of 720, p = 0.0025).
-    Short of it, trials are added up to the budget, and past it while the p leans, judged at
-    the looks of `sequential.at_look` only; a neighbour never that sure keeps its level."""
+    Short of it, trials are added up to the budget, and past it while the p leans, up to
+    `looks.LONG_CAP` times the budget, judged at its looks only (12 and 24 trials, at half
+    the level each)."""
     p_fail = run.trail[-1].p_fail
     if p_fail is None:
         return False
     most = strategy.max_trials_per_variant
     trials, good = run.counts(neighbour).trials, run.counts(strategy.good).trials
-    at = at_look(DROP_SHARE * strategy.alpha, trials, most)
+    at = at_look(DROP_SHARE * strategy.alpha, trials, most, LONG_CAP)
     if at is not None and p_fail <= at:
         return True
     if good < min(trials, most):
         run.need(dict(strategy.good))  # known-good's smaller sample holds the p back
-    if trials < runs_to(most, trials, (p_fail, at)):
+    if trials < runs_to(most, trials, (p_fail, at), cap=LONG_CAP):
         run.need(neighbour, stop_at={variant_key(neighbour): DROP_SHARE * strategy.alpha})
     return False

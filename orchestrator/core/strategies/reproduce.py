@@ -6,7 +6,7 @@ Known-bad runs first: while it does not look failing, known-good is not needed. 
 known-bad is `not_reproduced` once its rate's upper bound is below the clean rate. Otherwise
 both run up to the variant budget, the side with fewer trials first; where the test leans at it,
 both run on to 12 and 24 trials a side, judged there only, at alpha shared over those two looks
-(`sequential.runs_to`, `at_look`).
+(`looks.runs_to`, `at_look`).
 """
 
 from __future__ import annotations
@@ -16,16 +16,19 @@ from typing import TYPE_CHECKING
 from orchestrator.core.stats.compare import Answer, reproduced
 from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.strategies.base import Status
+from orchestrator.core.strategies.looks import (
+    LONG_CAP,
+    REPRODUCE_LEANS,
+    at_look,
+    leans,
+    runs_to,
+)
 from orchestrator.core.strategies.sequential import (
     NEVER_STOP,
-    REPRODUCE_CAP,
     Concluded,
     Step,
     Tests,
     VariantCounts,
-    at_look,
-    leans,
-    runs_to,
 )
 
 if TYPE_CHECKING:
@@ -52,13 +55,13 @@ def reproduce(strategy: Adaptive, run: Tests) -> None:
     sides = max(bad.trials, good.trials)
     # past the budget, judged only with both sides at a look (12, 24), at a spent alpha
     even = sides <= most or bad.trials == good.trials
-    level = at_look(s.alpha, sides, most, REPRODUCE_CAP) if even else None
+    level = at_look(s.alpha, sides, most, LONG_CAP) if even else None
     answer, p = reproduced(bad.pair, good.pair, NEVER_STOP if level is None else level)
     run.trail.append(Step("reproduce", s.bad, answer.value, bad.failures, bad.judged,
                           bad.trials, p, 1.0, fail_at=level))
     if answer is Answer.FAIL:
         return
-    to = runs_to(most, sides, (p, level), cap=REPRODUCE_CAP)  # past the budget: while it leans
+    to = runs_to(most, sides, (p, level), cap=LONG_CAP, within=REPRODUCE_LEANS)
     if good.trials < min(bad.trials, to):
         # known-good's fewer trials hold the p back (known-bad ran alone while it looked
         # clean): it is the side to measure
@@ -66,7 +69,7 @@ def reproduce(strategy: Adaptive, run: Tests) -> None:
     if bad.trials >= to:
         counts = f"known-bad ({bad.failures}/{bad.judged}) against known-good " \
             f"({good.failures}/{good.judged})"
-        at = at_look(s.alpha, bad.trials, most, REPRODUCE_CAP) or s.alpha
+        at = at_look(s.alpha, bad.trials, most, LONG_CAP) or s.alpha
         if leans(p, at):  # a failure too weak or too spread to show at alpha
             raise Concluded(Status.INCONCLUSIVE, f"{counts} leans failing, p = {p:.2g} "
                             f"after {bad.trials} trials, short of alpha {at:g}")

@@ -29,6 +29,7 @@ from orchestrator.core.stats.compare import (
 )
 from orchestrator.core.stats.exact import fisher_greater
 from orchestrator.core.strategies.base import Status
+from orchestrator.core.strategies.looks import LEANS_AT, at_look, runs_to
 from orchestrator.core.trail import at_words, p_words, variant_words
 
 if TYPE_CHECKING:
@@ -48,20 +49,6 @@ LOOKS_PASSING = 0.05
 # level), so a narrowing FAIL need not be as sure as a named one.
 NARROWING = 0.05
 NEVER_STOP = -1.0  # a trial that must run to its end (a p-value is never below it)
-# A test that leans one way at its variant's trial budget (its p short of the level it needs,
-# but at most `LEANS_AT`) may run up to `EXTENDED` times the budget. Restarts that land low or
-# high make a variant's first trials mislead more often than sessions do; stopping short of a
-# level would leave a failing variant UNKNOWN, which a caller then takes as not failing (a
-# superset completed around it, a reproduction given up), or a clean one short of its PASS.
-LEANS_AT = 0.1
-EXTENDED = 2
-
-
-def leans(p: float | None, level: float) -> bool:
-    """Whether a test's ``p`` falls short of its ``level``, but not far (`LEANS_AT`)."""
-    return p is not None and level < p <= LEANS_AT
-
-
 def leans_passing(step: Step) -> bool:
     """Whether a test undecided at its budget leans passing (its p of passing within
     `LEANS_AT`) more than failing. Under background noise a clean variant can stay short of its
@@ -69,68 +56,6 @@ def leans_passing(step: Step) -> bool:
     from 0 to 1; one that leans failing may be a culprit too weak to show."""
     return step.p_fail is not None and step.p_pass is not None and \
         step.p_pass <= LEANS_AT and step.p_pass < step.p_fail
-
-
-def budget(max_trials: int, *tests: tuple[float | None, float]) -> int:
-    """A variant's trials before it is left undecided: ``max_trials``, or `EXTENDED` times it
-    where a test's ``(p, level)`` leans."""
-    return max_trials * (EXTENDED if any(leans(p, level) for p, level in tests) else 1)
-
-
-# An adaptive test that leans at its variant's budget runs on (`runs_to`), judged only at the
-# budget's doublings (`beyond`), at its level shared over those looks (`at_look`): the level it
-# had within the budget is spent as before, and running on adds at most that level once more,
-# only to tests that leaned. A test within the search runs on up to `EXTENDED` times the budget
-# (12 trials, one look at its level); the reproduction, which everything after it rests on, up
-# to `REPRODUCE_CAP` times (12 and 24 trials a side, each at half of alpha): at a 1%
-# background, a 6% interaction and restarts that halve or double a rate, known-bad shows
-# against known-good in 75% of cases at 6 trials a side, 96% at 12, 100% at 24 (BENCHMARKS.md).
-REPRODUCE_CAP = 4
-
-
-def beyond(max_trials: int, cap: int = EXTENDED) -> tuple[int, ...]:
-    """The trial counts past the budget where a test that runs on is judged."""
-    return tuple(max_trials << k for k in range(1, cap.bit_length()))
-
-
-def at_look(level: float, trials: int, max_trials: int, cap: int = EXTENDED) -> float | None:
-    """The level a test of ``trials`` is judged at: ``level`` within the budget; past it, at a
-    look of `beyond`, ``level`` shared over those looks (`spent`); between them None: no
-    answer, so that running on cannot peek its way to a FAIL or a PASS. Past the last look (a
-    variant other tests ran too) it is judged at the last look's level."""
-    if trials <= max_trials:
-        return level
-    looks_past = beyond(max_trials, cap)
-    return spent(level, looks_past) if trials in looks_past or trials > looks_past[-1] \
-        else None
-
-
-def runs_to(max_trials: int, trials: int, *tests: tuple[float | None, float | None],
-            cap: int = EXTENDED) -> int:
-    """The trials a test may run to: ``max_trials``, or the next look of `beyond` while one of
-    its ``(p, level)`` leans (`leans`; between looks, where ``level`` is None, a p within
-    `LEANS_AT` has not decided yet)."""
-    if trials < max_trials or not any(
-            p is not None and p <= LEANS_AT if level is None else leans(p, level)
-            for p, level in tests):
-        return max_trials
-    return next((n for n in beyond(max_trials, cap) if n > trials), cap * max_trials)
-
-
-def looks(first: int, max_trials: int) -> tuple[int, ...]:
-    """The trial counts a group-sequential test judges at: ``first``, doubling from it, and the
-    budget with its extension (``max_trials``, `EXTENDED` times it). A test judged after every
-    trial looks ten times or more within a budget, and each look is one more chance for noise
-    to cross the level; at these few, fixed looks ``alpha`` can be split between them."""
-    last = EXTENDED * max_trials
-    doubling = {first << k for k in range(max(0, last).bit_length()) if first << k <= last}
-    return tuple(sorted(n for n in doubling | {max_trials, last} if n >= first))
-
-
-def spent(alpha: float, at: Sequence[int]) -> float:
-    """The level of each of the looks ``at``, so that all of them together err at most
-    ``alpha`` (Bonferroni: the looks share their trials, so this is on the safe side)."""
-    return alpha / max(1, len(at))
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from orchestrator.core.stats.regression import (
     compare_counts,
     compare_values,
 )
-from orchestrator.core.strategies.sequential import budget, looks, spent
+from orchestrator.core.strategies.looks import budget, looks, spent
 from orchestrator.core.strategies.sweep_judged import BINARY, CONTINUOUS
 
 # A worsening of any watched metric becomes a suspect when it is significant and at least this
@@ -169,7 +169,7 @@ class Sides:
 
 def budget_of(plan: SweepConfig, comparisons: Sequence[Comparison]) -> int:
     """A variant's trials before it is left undecided: ``max_trials``, or twice it
-    (sequential.budget) while an undecided metric leans either way (a p short of its level,
+    (looks.budget) while an undecided metric leans either way (a p short of its level,
     but within ``LEANS_AT``): a regression that restarts spread shows itself a few trials
     later, and a clean variant whose trials spread wide rules the threshold out a few trials
     later (bench/sweeps.py: at a 10% throughput threshold, 26% of clean runs were left
