@@ -234,8 +234,9 @@ class SweepStrategy:
         elif waiting:
             status, reason = Status.INCONCLUSIVE, UNFINISHED
         elif bad := [n for n, s in states.items() if s in ("inconclusive", "undeployable")]:
+            unsure = ", ".join(_unsure(j, states) for j in judged if j.variant.name in bad)
             status, reason = Status.INCONCLUSIVE, (
-                f"inconclusive: {', '.join(bad)} undecided within the budget of "
+                f"inconclusive: {unsure} undecided within the budget of "
                 f"{self.plan.max_trials} trials")
         elif all(state == "new" for state in states.values()) or not self.plan.baseline:
             status, reason = Status.NO_CULPRIT, ("no baseline yet: nothing to compare with "
@@ -266,3 +267,11 @@ def _interleaved(current: list[dict[str, str]], baseline: list[dict[str, str]], 
     seconds = [pair[1 - (ran + index) % 2] for index, pair in enumerate(zip(current, baseline,
                                                                              strict=True))]
     return fresh_pairs(firsts, seconds)
+
+
+def _unsure(judged: Judged, states: Mapping[str, str]) -> str:
+    """A variant left undecided, with the metrics it left so (where its trials ran)."""
+    metrics = [c.metric for c in judged.comparisons if c.answer == Difference.UNKNOWN]
+    name = judged.variant.name
+    return f"{name} ({', '.join(metrics)})" if metrics and states[name] == "inconclusive" \
+        else name
