@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support import network, stops, tiers
+from tests.support import network, stops, tiers, workers
 from tests.support.reaper import reaper, start_time
 
 if TYPE_CHECKING:
@@ -26,6 +26,20 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 network.install()  # from here on, a connect that would leave the machine is refused
 stops.install()  # SIGTERM and SIGINT end the run with every fixture torn down
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workers.configure(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    workers.unconfigure(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup``: the tests grouped by what they share (tests/support/workers.py)."""
+    return workers.scheduler(config, log) if config.getoption("dist") == "loadgroup" else None
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -38,7 +52,7 @@ def pytest_sessionfinish() -> None:
 
 
 @pytest.hookimpl(tryfirst=True)  # every test, before -m or -k deselects any
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test is marked pure or real, once (tests/support/tiers.py): else no test runs."""
     wrong = tiers.untiered(items)
     if wrong:
@@ -47,6 +61,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             "pytest.mark.pure or .real at the module's top, or on the test); these do not:\n  "
             + "\n  ".join(wrong))
     tiers.set_up_first(items)
+    workers.publish(items)  # under xdist, the groups its scheduler keeps on one worker
 
 
 @pytest.fixture(autouse=True)
@@ -136,9 +151,10 @@ def twin(tmp_path: Path) -> Iterator[TwinFactory]:
 
 
 @pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[Cluster]:
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One local Ray for the whole run (starting it costs seconds and ~450 MiB): a one-node
     cluster, to which a test may add nodes (test_load_generators.py adds a load machine)."""
+    workers.only_once(tmp_path_factory, "ray_cluster")
     import ray
     from ray.cluster_utils import Cluster
 

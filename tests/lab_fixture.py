@@ -18,6 +18,7 @@ import pytest
 from deploy.lab import Lab, lab_down, lab_up
 from deploy.lab.registry import process_prefix
 from deploy.transports.ssh import SSHTransport
+from tests.support import workers
 from tests.support.reaper import reaper
 
 
@@ -46,6 +47,7 @@ def _built(directory: Path, base: str, hosts: int, systemd: bool) -> Iterator[La
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     needs_root("the SSH lab needs root: network namespaces, a bridge, sshd")
+    workers.only_once(tmp_path_factory, "lab")
     yield from _built(tmp_path_factory.mktemp("lab"), "blt", hosts=2, systemd=False)
 
 
@@ -54,6 +56,7 @@ def systemd_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """One host, systemd 252 as its PID 1, for the tests that need a real systemd
     (test_systemd.py, test_schedule_systemd.py): each stops what it started."""
     needs_root("a systemd lab host needs root")
+    workers.only_once(tmp_path_factory, "systemd_lab")
     yield from _built(tmp_path_factory.mktemp("sdlab"), "bsd", hosts=1, systemd=True)
 
 

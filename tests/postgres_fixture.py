@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 
 import pytest
 
+from tests.support import workers
 from tests.support.reaper import reaper, start_time
 
 SUPERUSER = "bisect"
@@ -175,8 +176,9 @@ def stop_server(server: PostgresServer) -> None:
 
 
 @pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
     """One PostgreSQL server for the whole run (start ~1 s), stopped and removed at the end."""
+    workers.only_once(tmp_path_factory, "postgres_server")
     bindir = pg_bindir()
     if bindir is None or not (bindir / "initdb").exists():
         unavailable("PostgreSQL is not installed (`make system-packages` installs postgresql)")

@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from tests.support import workers
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -82,6 +84,7 @@ def install_wheel(where: Path) -> Path:
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     """`bisect demo --json` of the installed wheel, run once, in a directory of its own."""
+    workers.only_once(tmp_path_factory, "demo")
     python = install_wheel(tmp_path_factory.mktemp("wheel"))
     cwd = tmp_path_factory.mktemp("newcomer")
     # Ray's socket paths must stay under 108 bytes: a short private directory of its own.

@@ -1,0 +1,173 @@
+"""The suite on two cores (`make test`: pytest-xdist, ``-n 2 --dist loadgroup``) without
+multiplying what the run shares: one Ray, one SSH lab, one systemd lab host, one PostgreSQL, one
+demo, one of each campaign store the session fixtures make.
+
+xdist runs session fixtures once per worker. So the tests that share one (a session-scoped
+fixture of this suite) are kept on one worker: ``groups`` gives each test a group, the same for
+the tests joined by a shared fixture or by a module-scoped one (set up once only if the tests
+that use it stay together); a module's other tests are a group of their own. Each worker
+collects, finds the groups and leaves them in a file; the controller's scheduler (``scheduler``,
+through conftest's ``pytest_xdist_make_scheduler``) hands out whole groups. A fixture asked for
+at run time (``request.getfixturevalue("lab")``) is found in the source of the test and of its
+fixtures; should one ever escape that reading, ``only_once`` says so: an expensive session
+fixture calls it, and a second worker that sets one up fails its test.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ASKED = re.compile(r"""getfixturevalue\(\s*["'](\w+)["']\s*\)""")
+
+
+class _Components:
+    """Union-find over names: "fixture:NAME", "module-fixture:PATH::NAME", "module:PATH"."""
+
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, name: str) -> str:
+        self.parent.setdefault(name, name)
+        while self.parent[name] != name:
+            self.parent[name] = self.parent[self.parent[name]]
+            name = self.parent[name]
+        return name
+
+    def join(self, first: str, second: str) -> None:
+        self.parent[self.find(first)] = self.find(second)
+
+
+def _ours(definition: Any) -> bool:
+    """A fixture of this suite's (not pytest's own tmp_path_factory or a plugin's)."""
+    return str(getattr(definition.func, "__module__", "")).startswith("tests.")
+
+
+def _asked_at_run_time(function: Any) -> list[str]:
+    try:
+        return ASKED.findall(inspect.getsource(function))
+    except (OSError, TypeError):
+        return []
+
+
+def fixtures_by_scope(item: pytest.Item) -> dict[str, set[str]]:
+    """The names of this suite's session and module fixtures that ``item`` sets up, directly
+    or through others, by scope."""
+    manager = item.session._fixturemanager
+    seen: set[str] = set()
+    found: dict[str, set[str]] = {"session": set(), "module": set()}
+    todo = list(getattr(item, "fixturenames", ()))
+    todo += _asked_at_run_time(getattr(item, "obj", None))
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for definition in manager.getfixturedefs(name, item) or ():
+            if not _ours(definition):
+                continue
+            found.get(definition.scope, set()).add(name)
+            todo += list(definition.argnames) + _asked_at_run_time(definition.func)
+    return found
+
+
+def groups(items: Iterable[pytest.Item]) -> dict[str, str]:
+    """A group name for each test's nodeid. A test that sets up a shared fixture joins the
+    group of that fixture, with its module's tests that share a module fixture with it; the
+    other tests of a module are a group of their own, as ``--dist loadscope`` has them."""
+    components = _Components()
+    first: dict[str, str] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        used = fixtures_by_scope(item)
+        nodes = [f"fixture:{name}" for name in sorted(used["session"])]
+        nodes += [f"module-fixture:{module}::{name}" for name in sorted(used["module"])]
+        if not used["session"]:
+            nodes.append(f"module:{module}")
+        first[item.nodeid] = nodes[0]
+        for node in nodes:
+            components.join(node, nodes[0])
+    members: dict[str, list[str]] = {}
+    for node in list(components.parent):
+        members.setdefault(components.find(node), []).append(node)
+
+    def name_of(root: str) -> str:
+        fixtures = sorted(n.removeprefix("fixture:") for n in members[root]
+                          if n.startswith("fixture:"))
+        if fixtures:
+            return "shared:" + ",".join(fixtures)
+        return min(n.split(":", 1)[1].split("::")[0] for n in members[root])
+
+    return {nodeid: name_of(components.find(node)) for nodeid, node in first.items()}
+
+
+GROUPS = "BISECT_TEST_GROUPS"  # the file where workers leave the groups for the controller
+XDIST = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
+def configure(config: pytest.Config) -> None:
+    """On the controller of ``--dist loadgroup``: a file for the groups, named to the workers
+    (they start after this, with this environment). A pytest that is no worker, but inherited
+    a worker's environment (test_interrupted_run.py's children), forgets it."""
+    if hasattr(config, "workerinput"):
+        return
+    for name in (*XDIST, GROUPS):
+        os.environ.pop(name, None)
+    if config.getoption("dist", "no") == "loadgroup":
+        os.environ[GROUPS] = str(Path(tempfile.mkdtemp(prefix="bisect-groups-")) / "groups.json")
+
+
+def unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and GROUPS in os.environ:
+        shutil.rmtree(Path(os.environ.pop(GROUPS)).parent, ignore_errors=True)
+
+
+def publish(items: list[pytest.Item]) -> None:
+    """On a worker: its groups into the controller's file (each worker collects the same tests
+    and finds the same groups; written whole, by a rename)."""
+    path = os.environ.get(GROUPS)
+    if path is None or os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return
+    partial = Path(f"{path}.{os.environ['PYTEST_XDIST_WORKER']}")
+    partial.write_text(json.dumps(groups(items)))
+    partial.rename(path)
+
+
+def scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scheduling by scopes, a scope being a group. xdist's own ``loadgroup`` reads
+    ``xdist_group`` marks into the node id, which pytest 9 no longer lets a plugin rewrite."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        named: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.named is None:  # every worker has collected (and published) by now
+                self.named = json.loads(Path(os.environ[GROUPS]).read_text())
+            return self.named[nodeid]
+
+    return GroupScheduling(config, log)
+
+
+def only_once(factory: pytest.TempPathFactory, fixture: str) -> None:
+    """Fail if another worker of this run set ``fixture`` up already: its tests were not kept
+    on one worker (``groups`` missed one). Without xdist, nothing to check."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return
+    # the run's base directory, above each worker's own (pytest-N/popen-gwK)
+    mark = Path(factory.getbasetemp()).parent / f"set-up-once-{fixture}"
+    try:
+        mark.touch(exist_ok=False)
+    except FileExistsError:
+        pytest.fail(f"{fixture} is set up a second time, on {worker}: a test that needs it was "
+                    "not grouped with the others (tests/support/workers.py)")
