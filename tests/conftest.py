@@ -87,6 +87,18 @@ def no_traffic_off_the_machine() -> Iterator[None]:
     assert not refused, f"the test tried to send traffic off the machine: {refused}"
 
 
+@pytest.fixture(autouse=True)
+def fresh_cli_consoles() -> Iterator[None]:
+    """Each test's `bisect` commands print through consoles of their own, as a new process's
+    do: rich's console fixes its width at its first use (from COLUMNS then), and a test that
+    reads a table must not depend on which test of its worker printed first."""
+    yield
+    common = sys.modules.get("orchestrator.cli.common")
+    for console in (getattr(common, "out", None), getattr(common, "err", None)):
+        if console is not None:
+            vars(console)["_console"] = None
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
