@@ -15,11 +15,13 @@ fixture calls it, and a second worker that sets one up fails its test.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -47,22 +49,37 @@ class _Components:
         self.parent[self.find(first)] = self.find(second)
 
 
-def _ours(definition: Any) -> bool:
-    """A fixture of this suite's (not pytest's own tmp_path_factory or a plugin's)."""
-    return str(getattr(definition.func, "__module__", "")).startswith("tests.")
+VENV = Path(sys.prefix).resolve()
 
 
-def _asked_at_run_time(function: Any) -> list[str]:
+@functools.cache
+def _source(function: Any) -> Path | None:
     try:
-        return ASKED.findall(inspect.getsource(function))
+        return Path(inspect.getfile(function)).resolve()
     except (OSError, TypeError):
-        return []
+        return None
+
+
+def _ours(definition: Any, root: Path) -> bool:
+    """A fixture of this suite's: defined under the run's root directory, not in the venv
+    (pytest's own tmp_path_factory, a plugin's)."""
+    source = _source(definition.func)
+    return source is not None and source.is_relative_to(root) and not source.is_relative_to(VENV)
+
+
+@functools.cache
+def _asked_at_run_time(function: Any) -> tuple[str, ...]:
+    try:
+        return tuple(ASKED.findall(inspect.getsource(function)))
+    except (OSError, TypeError):
+        return ()
 
 
 def fixtures_by_scope(item: pytest.Item) -> dict[str, set[str]]:
     """The names of this suite's session and module fixtures that ``item`` sets up, directly
     or through others, by scope."""
     manager = item.session._fixturemanager
+    root = item.config.rootpath.resolve()
     seen: set[str] = set()
     found: dict[str, set[str]] = {"session": set(), "module": set()}
     todo = list(getattr(item, "fixturenames", ()))
@@ -73,10 +90,10 @@ def fixtures_by_scope(item: pytest.Item) -> dict[str, set[str]]:
             continue
         seen.add(name)
         for definition in manager.getfixturedefs(name, item) or ():
-            if not _ours(definition):
+            if not _ours(definition, root):
                 continue
             found.get(definition.scope, set()).add(name)
-            todo += list(definition.argnames) + _asked_at_run_time(definition.func)
+            todo += [*definition.argnames, *_asked_at_run_time(definition.func)]
     return found
 
 

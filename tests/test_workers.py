@@ -1,0 +1,96 @@
+"""`make test`'s two workers (tests/support/workers.py): a child pytest under xdist, on a small
+suite of its own, keeps the tests of a shared session fixture on one worker, spreads the rest,
+and fails the test that sets a shared fixture up on a second worker (one asked for by a name
+that the grouping cannot read)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.real
+REPO = Path(__file__).resolve().parent.parent
+
+CONFTEST = '''
+import json, os
+import pytest
+from tests.support import workers
+
+def pytest_configure(config):
+    workers.configure(config)
+
+def pytest_unconfigure(config):
+    workers.unconfigure(config)
+
+def pytest_collection_modifyitems(items):
+    workers.publish(items)
+    with open(os.environ["GROUPS"], "w") as out:  # each worker's, all alike
+        json.dump(workers.groups(items), out)
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return workers.scheduler(config, log)
+
+@pytest.fixture(scope="session")
+def shared(tmp_path_factory):
+    workers.only_once(tmp_path_factory, "shared")
+
+@pytest.fixture(scope="session")
+def hidden(tmp_path_factory):
+    workers.only_once(tmp_path_factory, "hidden")
+
+@pytest.fixture(autouse=True)
+def where(request):
+    yield
+    with open(os.environ["RAN"], "a") as out:
+        out.write(json.dumps([request.node.nodeid, os.environ["PYTEST_XDIST_WORKER"]]) + "\\n")
+'''
+# a: the fixture by argument; b: asked for at run time, by a fixture; c..f: free modules;
+# g and h: "hidden", by a name built at run time, which the grouping cannot see. g and h hold
+# the most tests: xdist hands the largest groups out first, one to each worker.
+MODULES = {
+    "test_a.py": "def test_one(shared): pass\ndef test_two(shared): pass\n",
+    "test_b.py": ("import pytest\n@pytest.fixture\ndef through(request):\n"
+                  "    return request.getfixturevalue('shared')\n"
+                  "def test_one(through): pass\ndef test_two(through): pass\n"),
+    **{f"test_{m}.py": "def test_one(): pass\ndef test_two(): pass\n" for m in "cdef"},
+    **{f"test_{m}.py": "def test_one(request): request.getfixturevalue('hid' + 'den')\n"
+       + "".join(f"def test_{n}(): pass\n" for n in range(2, 7)) for m in "gh"},
+}
+
+
+def test_shared_fixtures_stay_on_one_worker_and_a_second_set_up_fails(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "pytest.ini").write_text("[pytest]\n")
+    (suite / "conftest.py").write_text(CONFTEST)
+    for name, text in MODULES.items():
+        (suite / name).write_text(text)
+    ran, groups = tmp_path / "ran.jsonl", tmp_path / "groups.json"
+    env = {**os.environ, "RAN": str(ran), "GROUPS": str(groups),
+           "PYTHONPATH": os.pathsep.join([str(REPO), *os.environ.get("PYTHONPATH", "")
+                                          .split(os.pathsep)]).rstrip(os.pathsep)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist",
+         "loadgroup", "-q", "-p", "no:randomly", str(suite)],
+        cwd=suite, env=env, capture_output=True, text=True, timeout=120, check=False)
+    group = json.loads(groups.read_text())
+    assert {group[f"test_{m}.py::test_{n}"] for m in "ab" for n in ("one", "two")} == {
+        "shared:shared"}, group  # though b asks for it at run time
+    assert [group[f"test_{m}.py::test_one"] for m in "cdefgh"] == [
+        f"test_{m}.py" for m in "cdefgh"], group  # each module alone
+    worker = dict(tuple(json.loads(line)) for line in ran.read_text().splitlines())
+    assert len(worker) == 24, done.stdout[-3000:]
+    sharing = {worker[f"test_{m}.py::test_{n}"] for m in "ab" for n in ("one", "two")}
+    assert len(sharing) == 1, worker  # a and b on one worker
+    assert set(worker.values()) == {"gw0", "gw1"}, worker  # the rest spread
+    # g and h cannot be seen to share: each worker sets "hidden" up, and the second fails
+    assert worker["test_g.py::test_one"] != worker["test_h.py::test_one"], worker
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "1 failed, 23 passed" in done.stdout, done.stdout[-3000:]
+    assert "hidden is set up a second time" in done.stdout, done.stdout[-3000:]
