@@ -77,7 +77,7 @@ def test_shared_fixtures_stay_on_one_worker_and_a_second_set_up_fails(tmp_path: 
                                           .split(os.pathsep)]).rstrip(os.pathsep)}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist",
-         "loadgroup", "-q", "-p", "no:randomly", str(suite)],
+         "loadgroup", "-q", str(suite)],
         cwd=suite, env=env, capture_output=True, text=True, timeout=120, check=False)
     group = json.loads(groups.read_text())
     assert {group[f"test_{m}.py::test_{n}"] for m in "ab" for n in ("one", "two")} == {
