@@ -63,12 +63,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# Every test, both tiers (pyproject.toml: markers pure and real), on two workers (pytest-xdist):
-# the suite mostly waits (twins, Ray, sshd, PostgreSQL, Chromium), so one core would idle. The
-# tests that share a session fixture (one Ray, one lab, one PostgreSQL, one demo) stay on one
-# worker (--dist loadgroup: tests/support/workers.py groups them).
+# Every test, both tiers (pyproject.toml: markers pure and real).
 test: lint system-packages $(SGLANG_STAMP)
-	$(BIN)/pytest -n 2 --dist loadgroup
+	$(BIN)/pytest
 
 # The pure tier alone: plain values in and out, no process started, no socket opened
 # (tests/support/tiers.py); no system package needed.
