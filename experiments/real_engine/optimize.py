@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from math import prod
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -30,7 +31,7 @@ FACTORS = [
     {"name": "eager", "levels": {"off": {}, "on": {"flags": ["--enforce-eager"]}}},
 ]
 PRODUCTION = {"max_num_seqs": "4", "eager": "on"}
-SPACE = 6
+SPACE = prod(len(factor["levels"]) for factor in FACTORS)  # configurations
 
 
 def optimize(venv: Path, model: Path, port: int, workdir: str, kind: str) -> dict[str, Any]:
