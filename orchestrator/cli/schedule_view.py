@@ -1,5 +1,6 @@
 """`bisect schedule add|ls|rm|run`: regression sweeps on a calendar, as systemd timers (or a
-crontab line). The work is in ``orchestrator.sweeps.schedule`` and ``.scheduled``."""
+crontab line). The work is in ``orchestrator.sweeps.schedule``, ``.installed`` and
+``.scheduled``."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def _answers() -> Iterator[None]:
     """Bad input (a name, a calendar, a store with a password, a sweep file) is exit 2 with one
     sentence; systemctl refusing is exit 1 with its words."""
     from orchestrator.sweeps.calendar import CalendarError
-    from orchestrator.sweeps.schedule import ScheduleError, SystemctlFailed
+    from orchestrator.sweeps.installed import SystemctlFailed
+    from orchestrator.sweeps.schedule import ScheduleError
 
     bad: tuple[type[Exception], ...] = (ScheduleError, CalendarError)
     try:
@@ -69,14 +71,13 @@ def add(name: NameArg,
     """Run a sweep on a calendar: a systemd service and timer (Persistent: a run missed while the
     machine was off runs at boot)."""
     from orchestrator.sweeps import calendar
+    from orchestrator.sweeps.installed import install, unit_dir
     from orchestrator.sweeps.schedule import (
         Schedule,
         bisect_program,
         check_name,
         check_sweep,
         crontab_line,
-        install,
-        unit_dir,
         unit_store,
     )
 
@@ -101,7 +102,7 @@ def add(name: NameArg,
 @schedule_app.command("ls")
 def ls(user: UserOption = False, as_json: JsonOption = False) -> None:
     """The installed schedules: calendar, next and last run, how the last one ended."""
-    from orchestrator.sweeps.schedule import listing
+    from orchestrator.sweeps.installed import listing
 
     with _answers():
         rows = listing(user)
@@ -124,7 +125,7 @@ def ls(user: UserOption = False, as_json: JsonOption = False) -> None:
 def rm(name: NameArg, user: UserOption = False) -> None:
     """Disable the schedule's timer and remove both units (a run under way finishes; the logs
     of its runs stay)."""
-    from orchestrator.sweeps.schedule import remove
+    from orchestrator.sweeps.installed import remove
 
     with _answers():
         schedule = remove(name, user)
@@ -143,12 +144,12 @@ def run(name: NameArg, user: UserOption = False,
     """Run the schedule's sweep now, in the foreground, as its timer does (missed runs since the
     last one recorded first); the sweep's exit code."""
     from orchestrator.sweeps import scheduled
+    from orchestrator.sweeps.installed import load
     from orchestrator.sweeps.schedule import (
         Schedule,
         ScheduleError,
         bisect_program,
         check_name,
-        load,
         unit_store,
     )
 
