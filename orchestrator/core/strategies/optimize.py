@@ -6,13 +6,13 @@ Four phases, each decided from the stored trials alone:
    runs, and an answer worse than production is never the answer);
 2. the search: a sampler (Optuna's, behind ``Search``; orchestrator/search/) picks each next
    configuration from every measurement so far, up to ``trials`` trials;
-3. confirmation: the leading candidate is re-run as a learning search (TPE, GP) goes, out of
-   its budget, and after the budget the best candidates until each is proven safe on
-   ``confirm_trials`` trials, the ranking recomputed on all of them: a configuration that
-   looked fast and clean on one lucky trial is named only if its re-runs agree. Production
-   runs again beside the leader's re-runs until it has ``confirm_trials`` trials, so that the
-   answer is never left untested against a single trial of it: each re-run of it on one pool
-   with a trial of the leader, one after the other there (``Beside``);
+3. confirmation (optimize_confirm.py): the leading candidate is re-run as a learning search
+   (TPE, GP) goes, out of its budget, and after the budget the best candidates until each is
+   proven safe on ``confirm_trials`` trials, the ranking recomputed on all of them: a
+   configuration that looked fast and clean on one lucky trial is named only if its re-runs
+   agree. Production runs again beside the leader's re-runs until it has ``confirm_trials``
+   trials, so that the answer is never left untested against a single trial of it: each re-run
+   of it on one pool with a trial of the leader, one after the other there (``Beside``);
 4. the final phase (optimize_final.py): once confirmation has settled the answer, and it is
    not production, production and the answer run alternated in ``confirm_trials`` fresh pairs
    (``2 * confirm_trials`` trials more; production shown unsafe: none), each pair's two trials
@@ -40,7 +40,7 @@ from typing import Protocol, runtime_checkable
 
 from experiments.optimize_config import OptimizeConfig
 from orchestrator.core.evidence import CORRUPTING, Levels, TrialEvidence, variant_key
-from orchestrator.core.pairs import Beside, first_units, fresh_pairs
+from orchestrator.core.pairs import Beside, first_units
 from orchestrator.core.stats.exact import binomial_at_most
 from orchestrator.core.strategies.base import (
     UNFINISHED,
@@ -49,14 +49,15 @@ from orchestrator.core.strategies.base import (
     Strategy,
     Unresolvable,
 )
+from orchestrator.core.strategies.optimize_confirm import (
+    CONFIRM_ROUNDS,
+    leader_again,
+    reruns_wanted,
+)
 from orchestrator.core.strategies.optimize_final import Final, final_phase, paired
 from orchestrator.core.strategies.optimize_rank import Candidate, candidates, figure, ranked
 from orchestrator.core.strategies.optimize_said import SearchFinding, SearchStep, reason
 from orchestrator.core.strategies.optimize_versus import VersusProduction, versus_production
-
-# Confirmation re-runs may promote the next candidate when one falls; this many rounds of the
-# top at most, so a ranking that keeps flipping still ends.
-CONFIRM_ROUNDS = 2
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,7 @@ class Optimize:
             fixed = [s for s in self.seeds if not ran[variant_key(s)]
                      and variant_key(s) not in skipped]
             if not fixed and self.plan.sampler in ("tpe", "gp"):  # samplers that learn:
-                fixed = self._leader(done, pending)  # the leader re-run as they go
+                fixed = leader_again(done, pending, self.plan)  # the leader re-run as they go
             fixed = fixed[:free]
             count = min(free - len(fixed), self.budget - searched - len(fixed))
             if not fixed and count <= 0:
@@ -213,82 +214,12 @@ class Optimize:
         return [Beside(got, want.mate) if isinstance(want, Beside) else got
                 for want, got in zip(wanted, asked, strict=True)]
 
-    def _leader(self, done: Sequence[TrialEvidence], pending: Sequence[Levels]) -> list[
-            dict[str, str]]:
-        """The best plausible candidate, once more, while it is not yet settled and none of its
-        trials runs: a fast configuration is proven (or shown unsafe) as soon as it leads,
-        not after the whole budget (bench/optimize.py: the answer is named sooner). Random and
-        grid search keep their own order: they are the baselines a search is measured by."""
-        plausible = ranked([c for c in candidates(done, self.plan) if c.plausible])
-        if not plausible:
-            return []
-        best = plausible[0]
-        settled = best.safe and best.trials >= self.plan.confirm_trials
-        running = any(variant_key(levels) == best.key for levels in pending)
-        # one that its trials cannot settle (a rate just under the limit) leaves the budget
-        # to the sampler after this many
-        spent = best.trials >= self.plan.confirm_trials * CONFIRM_ROUNDS
-        return [] if settled or running or spent else [dict(best.levels)]
-
     def _reruns(self, done: Sequence[TrialEvidence], pending: Sequence[Levels],
                 searched: int) -> list[dict[str, str]]:
-        """One more trial of each of the best plausible candidates not yet settled (proven
-        safe on ``confirm_trials`` trials), while the confirmation budget lasts. A candidate
-        its re-runs show unsafe drops out, and the next one moves up."""
-        plan = self.plan
-        if searched - self.budget >= plan.confirm_top * plan.confirm_trials * CONFIRM_ROUNDS:
-            return []
-        running = Counter(variant_key(levels) for levels in pending)
-        most = plan.confirm_trials * CONFIRM_ROUNDS  # trials of one candidate, at most
-        every = candidates(done, plan)
-        top = ranked([c for c in every if c.plausible])[:plan.confirm_top]
-        wanted = []
-        for best in top:
-            settled = best.safe and best.trials >= plan.confirm_trials
-            if not settled and not running[best.key] and best.trials < most:
-                wanted.append(dict(best.levels))
-        # production beside the leader, in the confirmation's hours, until it has as many
-        # trials as a confirmed answer (measured once at the start, the answer could not be
-        # tested against it at all) and a trial on a pool of the leader's (else nothing links
-        # their pools, and a pool's speed would rank them: optimize_pools.py)
-        production = self.production()
-        if top and production is not None and top[0].key != variant_key(production):
-            key = variant_key(production)
-            measured = next((c for c in every if c.key == key), None)
-            asked = any(variant_key(levels) == key for levels in wanted)  # as a candidate
-            short = measured is not None and (
-                measured.trials < plan.confirm_trials or bool(_apart(done, key, top[0].key))
-            ) and not running[key] and key not in {variant_key(u.levels)
-                                                   for u in self.unresolvable}
-            if measured is not None and (asked or short):
-                others = [levels for levels in wanted if variant_key(levels) != key]
-                return self._beside_leader(others, production, measured, top[0], done, running)
-        return wanted
+        """The confirmation's next re-runs (optimize_confirm.py), ``searched`` trials started."""
+        return reruns_wanted(done, pending, searched - self.budget, self.plan,
+                             self.production(), self.unresolvable)
 
-    def _beside_leader(self, wanted: list[dict[str, str]], production: Levels,
-                       measured: Candidate, leader: Candidate, done: Sequence[TrialEvidence],
-                       running: Counter[str]) -> list[dict[str, str]]:
-        """``wanted`` with production's re-run beside the leader's trial, on one pool, one after
-        the other there (``Beside``): with several pools, production's own pool would
-        otherwise stand between the two (tests/test_optimize_pools.py). The leader re-run now:
-        a fresh pair, the side with fewer trials first (with one pool they then alternate);
-        the leader settled: production next on the pool of the leader's last trial; one of
-        the leader's trials running: production waits for it to end."""
-        if running[leader.key]:
-            return wanted
-        again = [index for index, levels in enumerate(wanted)
-                 if variant_key(levels) == leader.key]
-        if again:
-            first, second = ((production, wanted[again[0]]) if measured.trials < leader.trials
-                             else (wanted[again[0]], production))
-            wanted[again[0]:again[0] + 1] = fresh_pairs([first], [second])
-            return wanted
-        # next on the pool of the leader's last trial, or of its last on a pool production
-        # never ran on
-        last = max(_apart(done, measured.key, leader.key)
-                   or [t for t in done if variant_key(t.levels) == leader.key],
-                   key=lambda t: t.seq)
-        return [Beside(production, last.seq), *wanted]
 
     # -- the final phase (optimize_final.py) ---------------------------------------------
 
@@ -428,12 +359,6 @@ class Optimize:
                 "safe" if mine.safe else "unproven" if mine.plausible else "unsafe",
                 lead[0].key if lead else None))
         return steps
-
-
-def _apart(done: Sequence[TrialEvidence], production: str, leader: str) -> list[TrialEvidence]:
-    """The leader's trials on pools where production never ran."""
-    ran = {t.pool for t in done if variant_key(t.levels) == production}
-    return [t for t in done if variant_key(t.levels) == leader and t.pool not in ran]
 
 
 def _upto(done: Sequence[TrialEvidence], after: int) -> tuple[TrialEvidence, ...]:

@@ -5,7 +5,8 @@ neither which configuration ranks first nor whether the answer beats production.
   configurations measured on more than one pool (least squares of log value = configuration +
   pool); the ranking (optimize_rank.py) compares configurations with these taken out. Pools that
   no configuration links keep the offset between them at 0: nothing measured says how they
-  differ (optimize.py runs production on the leader's pool so that the two are linked).
+  differ (optimize_confirm.py runs production on the leader's pool so that the two are
+  linked).
 - ``one_pool``: the pool where two configurations have the most trials each, for a comparison
   of unpaired trials (a Welch test) that never sets one pool's trials against another's.
 """
