@@ -26,7 +26,8 @@ from experiments.collect import MAX_EVENT_TEXT, log_events, parse_metrics
 from experiments.outcomes import CORRUPTION, Outcome
 from experiments.workload.classify import TurnVerdict
 from experiments.workload.client import post_turn
-from experiments.workload.http_client import HIGH_WATER, READ_MAX, HttpClient
+from experiments.workload.http_client import HttpClient
+from experiments.workload.http_connection import HIGH_WATER, READ_MAX
 from experiments.workload.spec import WorkloadSpec
 from experiments.workload.stress import run_stress
 from tests.support.parser_fuzz import TARGETS, Target

@@ -1,4 +1,5 @@
-"""The load path's HTTP client (experiments/workload/http_client.py) over real sockets.
+"""The load path's HTTP client (experiments/workload/http_client.py, http_connection.py) over
+real sockets.
 
 Small scripted HTTP/1.1 servers (asyncio streams, in the test's own loop) count the connections
 and requests they see and misbehave on purpose: keep-alive reuse, stale pooled connections,
@@ -26,7 +27,8 @@ from experiments.agent import TOOLS
 from experiments.outcomes import Outcome
 from experiments.workload.classify import TurnVerdict
 from experiments.workload.client import post_turn
-from experiments.workload.http_client import HttpClient, HttpError
+from experiments.workload.http_client import HttpClient
+from experiments.workload.http_connection import HttpError
 from experiments.workload.spec import WorkloadSpec
 from experiments.workload.sse import parse_sse_text
 from experiments.workload.stress import run_stress_sync

@@ -24,7 +24,8 @@ import orjson
 from deploy.direct_http import is_redirect, redirect_reason
 from experiments.outcomes import Outcome
 from experiments.workload.classify import EVIDENCE_LIMIT, TurnVerdict, clip
-from experiments.workload.http_client import HttpClient, HttpError, Response
+from experiments.workload.http_client import HttpClient, Response
+from experiments.workload.http_connection import HttpError
 from experiments.workload.metrics import RequestMetrics
 from experiments.workload.reply import BrokenReply, decode_json, json_problem
 from experiments.workload.sse import StreamAccumulator

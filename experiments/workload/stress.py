@@ -31,7 +31,8 @@ from experiments.workload import triage
 from experiments.workload.agent_tools import BUILT_IN, Agent
 from experiments.workload.arrival import Arrival
 from experiments.workload.context import FILLER_WORDS, filler
-from experiments.workload.http_client import HttpClient, HttpError, bearer
+from experiments.workload.http_client import HttpClient, bearer
+from experiments.workload.http_connection import HttpError
 from experiments.workload.output import summary_table, write_jsonl
 from experiments.workload.results import Progress, SessionResult, StressResult
 from experiments.workload.session import Tracker, run_session
