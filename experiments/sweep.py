@@ -24,10 +24,9 @@ from experiments.campaign import (
     Node,
     Pool,
     Workload,
-    error_line,
-    format_problem,
 )
 from experiments.campaign_checks import check_references, shared_tree
+from experiments.campaign_load import error_line, format_problem
 from experiments.strategy_config import NamedVariant, SweepConfig, Thresholds
 from experiments.workload.probe import ProbeSpec, placed
 from experiments.workload.spec import WorkloadSpec

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from experiments.campaign import Campaign, CampaignError, load_campaign
+from experiments.campaign import Campaign, CampaignError
+from experiments.campaign_load import load_campaign
 from orchestrator.cli import app
 
 pytestmark = pytest.mark.pure

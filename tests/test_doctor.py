@@ -16,7 +16,7 @@ from db.records import SessionRow, TrialTiming
 from db.store import Store
 from deploy.locks import acquire
 from deploy.transports.local import LocalTransport
-from experiments.campaign import parse_campaign
+from experiments.campaign_load import parse_campaign
 from experiments.yaml_lines import load_yaml
 from orchestrator.cli import app
 from tests.conftest import REPO

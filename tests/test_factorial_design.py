@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from experiments.campaign import Campaign, CampaignError, load_campaign
+from experiments.campaign import Campaign, CampaignError
 from experiments.campaign_checks import FRACTIONAL_MAX_FACTORS
+from experiments.campaign_load import load_campaign
 from orchestrator.cli import app
 from orchestrator.core.evidence import TrialEvidence, variant_key
 from orchestrator.core.strategies.design import MAX_FACTORS, Design, DesignError, fraction

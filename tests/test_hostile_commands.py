@@ -38,7 +38,8 @@ from deploy.transports.base import Transport, TransportError
 from deploy.transports.local import LocalTransport
 from deploy.transports.ssh import SSHTransport
 from deploy.transports.ssh_config import SSHTarget
-from experiments.campaign import CampaignError, load_campaign
+from experiments.campaign import CampaignError
+from experiments.campaign_load import load_campaign
 from orchestrator.cli import app
 
 # {m}: the marker file; a word that runs as a command creates it.

@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from experiments.campaign import Campaign, CampaignError, load_campaign
+from experiments.campaign import Campaign, CampaignError
+from experiments.campaign_load import load_campaign
 from experiments.twin import faults
 from experiments.yaml_lines import (
     MAX_ALIASES,

@@ -21,7 +21,8 @@ from ray.cluster_utils import Cluster
 from typer.testing import CliRunner
 
 from db.store import Store
-from experiments.campaign import Campaign, CampaignError, parse_campaign
+from experiments.campaign import Campaign, CampaignError
+from experiments.campaign_load import parse_campaign
 from experiments.workload.spec import WorkloadSpec
 from experiments.yaml_lines import load_yaml
 from orchestrator.cli import app

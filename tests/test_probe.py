@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from deploy import procs
-from experiments.campaign import Campaign, load_campaign
+from experiments.campaign import Campaign
+from experiments.campaign_load import load_campaign
 from experiments.outcomes import CORRUPTION, Outcome
 from experiments.workload.probe import MAX_OUTPUT, ProbeSpec, env_name, probe_env, run_probe
 

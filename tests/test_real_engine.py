@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from experiments.agent import TOOLS
-from experiments.campaign import CampaignError, Service, load_campaign
+from experiments.campaign import CampaignError, Service
+from experiments.campaign_load import load_campaign
 from experiments.collect import log_events
 from experiments.outcomes import WEDGE_LOG_KINDS
 from experiments.real_engine.campaign import campaign

@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from db.records import LogRow, SessionRow, TrialTiming
 from db.store import Store
-from experiments.campaign import Campaign, load_campaign
+from experiments.campaign import Campaign
+from experiments.campaign_load import load_campaign
 from experiments.secrets import SecretMissing, SecretValues, redact, remember
 from experiments.workload.spec import WorkloadSpec
 from experiments.workload.stress import run_stress

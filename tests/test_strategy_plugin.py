@@ -18,7 +18,8 @@ from pydantic import Field
 from typer.testing import CliRunner
 
 from db.store import Store
-from experiments.campaign import Campaign, load_campaign
+from experiments.campaign import Campaign
+from experiments.campaign_load import load_campaign
 from experiments.strategy_config import Problems, StrategyConfig
 from orchestrator.cli import app
 from orchestrator.core.attribution import measure

@@ -170,7 +170,7 @@ def run(
     seed: SeedOption = None,
 ) -> None:
     """Run a campaign to its verdict (Ctrl-C stops it; `bisect resume` goes on)."""
-    from experiments.campaign import load_campaign
+    from experiments.campaign_load import load_campaign
     from orchestrator.executor.commit_range import expand_commits  # reaches the nodes (SSH)
 
     with user_errors():
@@ -196,7 +196,7 @@ def commits(
 ) -> None:
     """Find the first bad commit between --good and --bad (the campaign's `commits:` section
     names the tree, build and fixed levels)."""
-    from experiments.campaign import load_campaign
+    from experiments.campaign_load import load_campaign
     from orchestrator.executor.commit_range import expand_commits  # reaches the nodes (SSH)
 
     with user_errors():
@@ -248,7 +248,7 @@ def unlock(
     from db.store import Store
     from deploy.locks import NodeLocked, break_lock
     from deploy.transports.factory import transport_for
-    from experiments.campaign import load_campaign
+    from experiments.campaign_load import load_campaign
 
     with user_errors():
         campaign = load_campaign(campaign_file)

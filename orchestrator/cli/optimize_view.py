@@ -26,7 +26,7 @@ def optimize(
 ) -> None:
     """Search the factors and knobs for the fastest configuration proven clean (Optuna; the
     study is next to the store: `optuna-dashboard` opens it)."""
-    from experiments.campaign import load_campaign
+    from experiments.campaign_load import load_campaign
 
     with user_errors():
         campaign = load_campaign(campaign_file)

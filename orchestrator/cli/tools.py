@@ -315,7 +315,7 @@ def twin(ctx: typer.Context) -> None:
 def validate(campaign_file: Annotated[Path, typer.Argument(help="The campaign YAML file.")],
              ) -> None:
     """Check a campaign file without running anything."""
-    from experiments.campaign import load_campaign
+    from experiments.campaign_load import load_campaign
     from experiments.strategy_config import FactorialConfig
     from experiments.urls import contacts
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from experiments.campaign import Campaign, CampaignError, load_campaign
+from experiments.campaign import Campaign, CampaignError
+from experiments.campaign_load import load_campaign
 
 VALID = """\
 name: fuzzed
