@@ -1,13 +1,6 @@
-"""The sweeps in the store: each sweep's runs, the hunts they started, its baseline, and the lock
-that lets one run of a sweep at a time.
-
-The lock is a ``sweep_lock`` row taken in the transaction that creates the run: its primary key
-refuses a second holder on every backend, so several orchestrators on one store never run one
-sweep twice. A holder that died leaves its row. Only one case is told for sure: a holder on this
-host whose process is gone (or rebooted away, or whose pid now names a later process) is stale,
-and the next run takes the lock over and marks the dead run 'interrupted'. A holder on another
-host is never taken over: from here a dead orchestrator and a slow one look the same
-(``break_lock`` is the explicit way out, as ``bisect unlock`` is for node locks).
+"""The sweeps in the store: each sweep's runs, the hunts they started, its baseline; a run takes
+the lock that lets one run of a sweep at a time (``db.sweep_lock``) in the transaction that
+creates it, and releases it in the one that ends it.
 
 Rows never leave this module; callers get ``db.sweep_records`` values.
 """
@@ -15,23 +8,20 @@ Rows never leave this module; callers get ``db.sweep_records`` values.
 from __future__ import annotations
 
 import json
-import os
-import socket
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import CursorResult, Result, delete, func, insert, select, update
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from db.errors import NotFound, StoreError
-from db.models import Campaign, Sweep, SweepHunt, SweepLock, SweepRun, utcnow
+from db.models import Campaign, Sweep, SweepHunt, SweepRun, utcnow
 from db.rows import finite
 from db.store import Store
+from db.sweep_lock import Raced, held, release, take, take_over, this_process
 from db.sweep_records import (
     FINISHED_STATUSES,
     TRIGGERS,
@@ -40,65 +30,8 @@ from db.sweep_records import (
     SweepRunRecord,
 )
 
-# deploy.procs is a leaf of the standard library alone (/proc reads): the same test of "this
-# process is gone" as the node locks', rather than a second copy of it.
-from deploy import procs
-
 R = TypeVar("R")
 ATTEMPTS = 5  # a concurrent writer took the same seq, sweep name or stale lock: read again
-BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
-
-
-class SweepLocked(StoreError):
-    """Another live run holds the sweep (``run_id``: that run; ``holder``: "host pid N since T").
-    """
-
-    def __init__(self, sweep: str, run_id: int, holder: str, message: str) -> None:
-        super().__init__(message)
-        self.sweep, self.run_id, self.holder = sweep, run_id, holder
-
-
-class _Raced(Exception):
-    """The lock changed hands between reading it and taking it over: read it again."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Holder:
-    host: str
-    boot_id: str | None
-    pid: int
-    pid_start: int | None
-
-
-def _boot_id() -> str | None:
-    try:
-        return BOOT_ID.read_text().strip() or None
-    except OSError:
-        return None
-
-
-def _this_process() -> _Holder:
-    pid = os.getpid()
-    return _Holder(socket.gethostname(), _boot_id(), pid, procs.start_time(pid))
-
-
-def _holder_gone(lock: Mapping[str, Any]) -> bool:
-    """True if the lock's holder is known dead: it ran on this host, and the host has rebooted
-    since, or its pid is not alive, or is alive with another start time (a later process that
-    reuses the pid). A holder on another host cannot be told: never gone."""
-    if lock["host"] != socket.gethostname():
-        return False
-    boot = _boot_id()
-    if lock["boot_id"] and boot and lock["boot_id"] != boot:
-        return True
-    if not procs.alive(lock["pid"]):
-        return True
-    started = procs.start_time(lock["pid"])
-    return started is not None and lock["pid_start"] is not None and started != lock["pid_start"]
-
-
-def _describe(lock: Mapping[str, Any]) -> str:
-    return f"{lock['host']} pid {lock['pid']} since {lock['since']:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def _json(value: Mapping[str, Any] | None) -> str | None:
@@ -110,10 +43,6 @@ def _json(value: Mapping[str, Any] | None) -> str | None:
 
 def _loads(text: str | None) -> dict[str, Any] | None:
     return None if text is None else cast(dict[str, Any], json.loads(text))
-
-
-def _rowcount(result: Result[Any]) -> int:
-    return cast(CursorResult[Any], result).rowcount
 
 
 def _run(row: SweepRun, sweep: str) -> SweepRunRecord:
@@ -149,7 +78,7 @@ class Sweeps:
             try:
                 with self._store._session(doing) as s:
                     return write(s)
-            except _Raced:
+            except Raced:
                 continue
             except StoreError as exc:
                 if not isinstance(exc.__cause__, IntegrityError) or attempt == ATTEMPTS - 1:
@@ -210,35 +139,13 @@ class Sweeps:
             raise StoreError(f"sweep run {run_id} is {row.status}, not running")
         return row, sweep
 
-    @staticmethod
-    def _take_over(s: Session, sweep: str, lock: Mapping[str, Any]) -> None:
-        """Free the sweep of a dead holder's lock, marking its run interrupted; SweepLocked if
-        the holder is alive or cannot be told dead."""
-        holder = _describe(lock)
-        if not _holder_gone(lock):
-            elsewhere = lock["host"] != socket.gethostname()
-            raise SweepLocked(sweep, lock["run_id"], holder, (
-                f"sweep {sweep!r} is held by its run {lock['run_id']} ({holder}): one run of a "
-                "sweep at a time" + ("; a run on another host is never taken over from here"
-                                     if elsewhere else "")))
-        # compare-and-delete: only the lock read above; another run may have taken it meanwhile
-        gone = s.execute(delete(SweepLock).where(SweepLock.sweep_id == lock["sweep_id"],
-                                                 SweepLock.run_id == lock["run_id"]))
-        if _rowcount(gone) != 1:
-            raise _Raced
-        s.execute(update(SweepRun)
-                  .where(SweepRun.id == lock["run_id"], SweepRun.status == "running")
-                  .values(status="interrupted", finished_at=utcnow(),
-                          reason=f"its orchestrator ({holder}) died holding the sweep; the "
-                                 "next run took the lock over"))
-
     def start_run(self, sweep: str, *, trigger: str = "manual", schedule: str | None = None,
                   baseline_run_id: int | None = None) -> SweepRunRecord:
         """A new running run of ``sweep`` (created on first use) holding the sweep's lock, both in
         one transaction. SweepLocked if another live run holds it; a dead holder's lock on this
         host is taken over, its run marked interrupted."""
         _check_trigger(trigger)
-        me = _this_process()
+        me = this_process()
 
         def write(s: Session) -> SweepRunRecord:
             row = self._sweep(s, sweep, create=True)
@@ -247,17 +154,12 @@ class Sweeps:
                 if base.sweep_id != row.id:
                     raise StoreError(f"sweep run {baseline_run_id} is a run of sweep {of!r}, "
                                      f"not of {sweep!r}: it cannot be its baseline")
-            held = s.execute(select(*SweepLock.__table__.columns)
-                             .where(SweepLock.sweep_id == row.id)).mappings().one_or_none()
-            if held is not None:
-                self._take_over(s, sweep, dict(held))
+            lock = held(s, row.id)
+            if lock is not None:
+                take_over(s, sweep, lock)
             run = self._new_run(s, row, status="running", trigger=trigger, schedule=schedule,
                                 started_at=utcnow(), baseline_run_id=baseline_run_id)
-            # the primary key refuses this if another orchestrator took the lock since we read
-            # it: _write starts again and finds that holder
-            s.execute(insert(SweepLock).values(
-                sweep_id=row.id, run_id=run.id, host=me.host, boot_id=me.boot_id, pid=me.pid,
-                pid_start=me.pid_start, since=run.started_at))
+            take(s, row.id, run.id, me, run.started_at)  # a race: _write starts again
             return _run(run, sweep)
         return self._write(f"start a run of sweep {sweep!r}", write)
 
@@ -289,8 +191,7 @@ class Sweeps:
             row.result_json = _json(result)
             row.reason = reason
             row.finished_at = utcnow()
-            s.execute(delete(SweepLock).where(SweepLock.sweep_id == row.sweep_id,
-                                              SweepLock.run_id == run_id))
+            release(s, row.sweep_id, run_id)
 
     def break_lock(self, sweep: str, run_id: int,
                    reason: str = "its lock was broken by hand") -> SweepRunRecord:
@@ -298,9 +199,7 @@ class Sweeps:
         run interrupted. Naming the run keeps a break from removing a lock taken since."""
         with self._session(f"break the lock of sweep {sweep!r}") as s:
             row = self._sweep(s, sweep)
-            gone = s.execute(delete(SweepLock).where(SweepLock.sweep_id == row.id,
-                                                     SweepLock.run_id == run_id))
-            if _rowcount(gone) != 1:
+            if not release(s, row.id, run_id):
                 raise StoreError(f"sweep {sweep!r} is not held by its run {run_id}: "
                                  "nothing was broken")
             run, _ = self._get_run(s, run_id)

@@ -21,8 +21,9 @@ from sqlalchemy import create_engine, inspect, text
 from db.errors import NotFound, StoreError
 from db.migrate import current_revision, downgrade, head_revision
 from db.store import Store
+from db.sweep_lock import SweepLocked
 from db.sweep_records import SweepRunRecord
-from db.sweeps import SweepLocked, Sweeps
+from db.sweeps import Sweeps
 from tests.conftest import REPO
 from tests.postgres_fixture import BOTH_REAL
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from db.store import Store
-from db.sweeps import SweepLocked, SweepRunRecord, Sweeps
+from db.sweep_lock import SweepLocked
+from db.sweeps import SweepRunRecord, Sweeps
 from deploy.facts import node_facts
 from deploy.transports.factory import Transports
 from experiments.campaign import Factor
