@@ -47,6 +47,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call() -> None:
+    # a fixture's ray.init sets a SIGTERM handler of its own (sys.exit): a CI timeout would then
+    # fail one test and the run go on, where it must stop with every fixture torn down
+    stops.reclaim()
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish() -> None:
     stops.finishing()  # before pytest's own hook tears down the session's fixtures
 

@@ -25,6 +25,7 @@ import pytest
 from deploy.lab import lab_down, net
 from deploy.lab.sshd import start_time
 from tests.lab_fixture import needs_root
+from tests.support import stops
 
 pytestmark = pytest.mark.real
 
@@ -129,3 +130,10 @@ def test_a_run_stopped_by_a_signal_leaves_nothing_running(tmp_path: Path) -> Non
                     os.kill(process["pid"], signal.SIGKILL)
             # a killed run's server directory is the next run's to remove (reap_orphans): ours
             shutil.rmtree(record["postgres"]["root"], ignore_errors=True)
+
+
+def test_the_run_takes_its_signals_back_from_ray(ray_cluster: object) -> None:
+    """ray.init (the shared Ray's fixture) sets SIGTERM's handler to ``sys.exit``, which would
+    fail the test in hand and let the run go on; conftest takes the signals back before every
+    test, so a CI timeout still stops the run with its fixtures torn down."""
+    assert stops.owns_the_signals(), signal.getsignal(signal.SIGTERM)

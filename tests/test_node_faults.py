@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -151,7 +152,7 @@ def test_a_node_whose_link_is_down_fails_the_run_with_a_message(lab: Lab, tmp_pa
     subprocess.run(lab.netns_exec(1, "ip", "link", "set", host.veth_ns, "down"), check=True)
     try:
         result = subprocess.run(
-            [str(Path(__file__).parent.parent / ".venv/bin/bisect"), "run", str(path),
+            [str(Path(sys.executable).parent / "bisect"), "run", str(path),
              "--store", str(tmp_path / "bisect.db")],
             capture_output=True, text=True, timeout=120)
     finally:

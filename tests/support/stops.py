@@ -40,6 +40,16 @@ def install() -> None:
         signal.signal(each, _stop)
 
 
+def reclaim() -> None:
+    """Take the signals back from code that set its own handler (ray.init sets SIGTERM's)."""
+    if any(signal.getsignal(each) is not _stop for each in (signal.SIGTERM, signal.SIGINT)):
+        install()
+
+
+def owns_the_signals() -> bool:
+    return all(signal.getsignal(each) is _stop for each in (signal.SIGTERM, signal.SIGINT))
+
+
 def watch(session: pytest.Session) -> None:
     """The session a signal stops."""
     _state["session"] = session
