@@ -6,7 +6,6 @@ engineer eventually found (bf16 index keys AND HiCache, only under concurrency).
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import yaml
 
 from experiments.campaign import Campaign
+from experiments.twin.pool import free_port
 
 DEMO_POOLS = 2
 
@@ -64,17 +64,11 @@ DEMO_FACTORS: list[dict[str, Any]] = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def twin_pool(name: str, node: str, fault_model: Path, latency_ms: float = 20,
               startup_delay_s: float = 0.0) -> dict[str, Any]:
     """A pool of one combined twin server on a free loopback port, as campaign-file data; its
     /health says 503 for ``startup_delay_s`` after it listens (the demo shows a start-up)."""
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     return {
         "name": name,

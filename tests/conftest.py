@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from experiments.twin.pool import free_port as free_port  # the tests' one free port
 from tests.support import network, stops, tiers, workers
 from tests.support.reaper import reaper, start_time
 
@@ -106,12 +106,6 @@ def fresh_cli_consoles() -> Iterator[None]:
             vars(console)["_console"] = None
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def wait_healthy(url: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -169,6 +163,23 @@ def twin(tmp_path: Path) -> Iterator[TwinFactory]:
         reaper().send(process_gone=proc.pid)
 
 
+RAY_START_TRIES = 3
+
+
+def _started(cluster_type: type[Cluster], head: dict[str, object]) -> Cluster:
+    """A one-node cluster. Ray gives a node 30 s to register (a constant in ray/_private/
+    node.py), which a loaded 2-core machine can miss while another test starts a Ray of its
+    own: then once more, the processes of the try that timed out stopped at exit by Ray."""
+    for attempt in range(1, RAY_START_TRIES + 1):
+        try:
+            return cluster_type(initialize_head=True, head_node_args=head)
+        except Exception as exc:  # Ray raises a bare Exception for its start-up timeout
+            if "timed out during startup" not in str(exc) or attempt == RAY_START_TRIES:
+                raise
+            print(f"\nthe shared Ray did not start (try {attempt}): {exc}", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One local Ray for the whole run (starting it costs seconds and ~450 MiB): a one-node
@@ -182,8 +193,8 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # Ray's socket paths must stay under 108 bytes: a short private directory of its own.
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     local_ray_environment()  # as the driver's own Ray: loopback only, a token required
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "include_dashboard": False, "temp_dir": f"{os.environ['RAY_TMPDIR']}/ray"})
+    cluster = _started(Cluster, {"num_cpus": 2, "include_dashboard": False,
+                                 "temp_dir": f"{os.environ['RAY_TMPDIR']}/ray"})
     ray.init(address=cluster.address, log_to_driver=False)
     yield cluster
     ray.shutdown()

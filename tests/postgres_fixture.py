@@ -15,7 +15,6 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -26,6 +25,7 @@ from typing import Any, NoReturn
 
 import pytest
 
+from experiments.twin.pool import free_port
 from tests.support import workers
 from tests.support.reaper import reaper, start_time
 
@@ -54,12 +54,6 @@ def pg_bindir() -> Path | None:
         return max(found, key=lambda p: int(p.parent.parent.name)).parent
     on_path = shutil.which("pg_ctl")
     return Path(on_path).parent if on_path else None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -153,7 +147,7 @@ def start_server(bindir: Path) -> PostgresServer:
         run_as.run(str(bindir / "initdb"), "-D", str(root / "data"), "-U", SUPERUSER,
                    "--auth=trust", "--encoding=UTF8", "--no-locale", "--no-sync")
         for _attempt in range(3):  # the port may be taken between choosing it and listening
-            server = PostgresServer(bindir, root, _free_port(), user)
+            server = PostgresServer(bindir, root, free_port(), user)
             options = f"-k {root / 'sock'} -h 127.0.0.1 -p {server.port} {SERVER_OPTIONS}"
             started = server.run(str(bindir / "pg_ctl"), "start", "-w", "-t", "60",
                                  "-D", str(root / "data"), "-l", str(root / "server.log"),

@@ -7,7 +7,6 @@ import http.server
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -22,6 +21,7 @@ from deploy.services.base import ServiceConfig
 from deploy.services.process import ProcessServiceManager
 from deploy.transports.base import TransportError
 from deploy.transports.local import LocalTransport
+from experiments.twin.pool import free_port
 
 # A service that reports exactly what it received, then waits to be stopped.
 CHILD = """\
@@ -376,12 +376,6 @@ def health_server() -> Iterator[str]:
     thread.join(timeout=5)
 
 
-def unused_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.real
 def test_wait_healthy_returns_quickly_on_200(health_server: str) -> None:
     waited = wait_healthy(f"{health_server}/health", timeout_s=5)
@@ -398,7 +392,7 @@ def test_wait_healthy_keeps_reporting_a_non_200(health_server: str) -> None:
 def test_wait_healthy_fails_fast_when_the_process_exited() -> None:
     started = time.monotonic()
     with pytest.raises(HealthTimeout, match="exited"):
-        wait_healthy(f"http://127.0.0.1:{unused_port()}/health", timeout_s=30,
+        wait_healthy(f"http://127.0.0.1:{free_port()}/health", timeout_s=30,
                      alive=lambda: False)
     assert time.monotonic() - started < 2
 
@@ -407,7 +401,7 @@ def test_wait_healthy_fails_fast_when_the_process_exited() -> None:
 def test_wait_healthy_times_out() -> None:
     started = time.monotonic()
     with pytest.raises(HealthTimeout, match=r"not healthy after 0\.3s"):
-        wait_healthy(f"http://127.0.0.1:{unused_port()}/health", timeout_s=0.3, interval_s=0.05,
+        wait_healthy(f"http://127.0.0.1:{free_port()}/health", timeout_s=0.3, interval_s=0.05,
                      alive=lambda: True)
     assert time.monotonic() - started < 3
 
@@ -417,7 +411,7 @@ def test_wait_healthy_on_a_real_service(
     manager: ProcessServiceManager, tmp_path: Path
 ) -> None:
     """The pipeline's path: start a real server process, wait for it, stop it."""
-    port = unused_port()
+    port = free_port()
     (tmp_path / "health").write_text("ok")
     started = manager.start(ServiceConfig.of(
         "web", [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",

@@ -226,8 +226,9 @@ def test_command_timeout_leaves_the_connection_usable(lab: Lab) -> None:
     try:
         started = time.monotonic()
         with pytest.raises(TransportError, match=r"^slow: sleep timed out after 0.5s"):
-            transport.run(["sleep", "5"], timeout_s=0.5)
-        assert time.monotonic() - started < 2
+            transport.run(["sleep", "60"], timeout_s=0.5)
+        # cut short, not waited out: a bound far from both, so that load cannot tip it
+        assert time.monotonic() - started < 30
         assert transport.run(["echo", "still here"]).check().stdout == "still here\n"
     finally:
         transport.close()

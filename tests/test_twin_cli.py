@@ -17,6 +17,7 @@ import pytest
 from experiments import agent
 from experiments.twin import faults
 from experiments.twin.agent_script import build_reply
+from experiments.twin import pool
 from experiments.twin.pool import free_port
 from tests.support.twins import REPO, get, opening
 
@@ -168,3 +169,19 @@ def test_leak_markup_follows_the_tool_call_parser(parser: str, fragment: str) ->
     reply = build_reply(opening("k", "CAN"), agent.TOOLS, "auto", decision, parser)
     assert reply.tool_calls == [] and reply.finish_reason == "stop"
     assert reply.content is not None and fragment in reply.content and "CAN" in reply.content
+
+
+@pytest.mark.real
+def test_a_free_port_is_below_the_ephemeral_range(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ephemeral port (what bind(0) hands out) may be taken as an outgoing connection's
+    source port before the twin binds it: a twin then dies at start on a loaded machine."""
+    start = int(pool.EPHEMERAL.read_text().split()[0])
+    ports = {free_port() for _ in range(20)}
+    assert all(pool.LOWEST <= port < start for port in ports), (ports, start)
+    assert len(ports) > 1  # drawn, not one fixed port every server would race for
+    # a range that leaves no room below it: the kernel's choice, as before
+    no_room = tmp_path / "ip_local_port_range"
+    no_room.write_text("1024\t65000\n")
+    monkeypatch.setattr(pool, "EPHEMERAL", no_room)
+    assert 1024 <= free_port() <= 65000

@@ -8,6 +8,7 @@ without one uses its prefill's).
 
 from __future__ import annotations
 
+import random
 import socket
 import sys
 from collections.abc import Sequence
@@ -15,8 +16,38 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# Below the kernel's ephemeral range and above Ray's worker ports (10002-19999 by default)
+LOWEST = 20_000
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, for a server started later. Not one ``bind(0)`` hands
+    out: that is an ephemeral port, which any outgoing connection (Ray makes many) may take as
+    its source port before the server binds it, and the server then dies at start ("address in
+    use") on a loaded machine. So a random port between Ray's worker ports and the ephemeral
+    range; ``bind(0)`` only where that range leaves no room."""
+    start = _ephemeral_start()
+    for _ in range(64 if start - LOWEST >= 1_000 else 0):
+        port = random.randrange(LOWEST, start)
+        if _bindable(host, port):
+            return port
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
