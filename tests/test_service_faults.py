@@ -70,6 +70,9 @@ def test_a_server_killed_mid_stress_gives_errors_and_is_restarted_next(tmp_path:
             bench.shutdown()
 
 
+SICK_WAIT_S = 10
+
+
 @pytest.fixture(scope="module")
 def sick_campaign(ray_cluster: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         tuple[Path, str]]:
@@ -81,7 +84,9 @@ def sick_campaign(ray_cluster: None, tmp_path_factory: pytest.TempPathFactory) -
         "name": "wedge", "when": {"flags": {"disable-cuda-graph": True}},
         "probability": 1.0, "effect": "wedge"}]}))
     port = free_port()
-    service = twin_service(port, fault_model=faults, startup_timeout_s=2)
+    # long enough for a twin that exits at start to have exited on a loaded machine (the
+    # never-healthy level waits all of it, twice)
+    service = twin_service(port, fault_model=faults, startup_timeout_s=SICK_WAIT_S)
     spec = campaign(workdir, [{"name": "p", "endpoint": f"http://127.0.0.1:{port}",
                                "services": [service]}],
                     factors=[{"name": "server", "levels": {
@@ -113,7 +118,7 @@ def test_a_server_that_never_becomes_healthy_or_exits_is_unresolvable_with_its_r
         levels = row["levels"]
         assert isinstance(levels, dict)
         by_level.setdefault(levels["server"], []).append(row)
-    for level, reason in (("never_healthy", "not healthy after 2s"),
+    for level, reason in (("never_healthy", f"not healthy after {SICK_WAIT_S}s"),
                           ("exits", "exited while starting")):
         trials = by_level[level]
         assert [t["status"] for t in trials] == ["failed", "failed"]  # 2 attempts, then skipped

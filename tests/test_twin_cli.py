@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 
 from experiments import agent
-from experiments.twin import faults
+from experiments.twin import faults, pool
 from experiments.twin.agent_script import build_reply
-from experiments.twin import pool
 from experiments.twin.pool import free_port
 from tests.support.twins import REPO, get, opening
 

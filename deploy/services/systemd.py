@@ -163,9 +163,12 @@ why() {{  # the journal of this start, and whether the variant's command ran (it
   if [ "$c" = 1 ] && [ "${{x:-0}}" -ge 200 ] && [ "$x" -le 243 ]; then exit {SETUP_RC}; fi
   exit "$1"; }}
 systemctl start -- "$u" || why {EXITED_RC}
-# Type=simple returns after fork: wait for the exec, else /proc shows systemd's own argv and env.
+# Type=simple returns after fork: wait for the exec, else /proc shows systemd's own argv and env;
+# and a child that died before it (no exe link: gone or a zombie, e.g. CHDIR) until systemd
+# clears MainPID, so that its status is read below, not a dead pid taken for the service.
 p=$(systemctl show -p MainPID --value -- "$u"); init=$(readlink /proc/1/exe); i=0
-while [ "$p" -gt 0 ] && [ "$(readlink "/proc/$p/exe" || true)" = "$init" ] && [ $i -lt 200 ]
+while [ "$p" -gt 0 ] && {{ pe=$(readlink "/proc/$p/exe" || true); [ "$pe" = "$init" ] ||
+      [ -z "$pe" ]; }} && [ $i -lt 200 ]
 do sleep 0.05; i=$((i+1)); p=$(systemctl show -p MainPID --value -- "$u"); done
 [ "$p" -gt 0 ] || (why 0) || [ $? -ne {SETUP_RC} ] || exit {SETUP_RC}  # exited at once: why?
 echo "$s $p"
@@ -268,6 +271,8 @@ class SystemdServiceManager:
             _, env = self.process(pid)
         except TransportError:
             return  # it exited meanwhile: the health wait reports that, with the journal
+        if not env:
+            return  # a zombie's (it exited meanwhile) reads empty: not a variant's environment
         wrong = [key for key, value in config.env if env.get(key) != value]
         if wrong:
             raise VariantNotApplied(
