@@ -63,12 +63,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# Every test, both tiers (pyproject.toml: markers pure and real), on two workers: the tests that
-# share a session fixture (one Ray, lab, systemd host, PostgreSQL, demo) stay on one
-# (tests/support/workers.py); the suite mostly waits on servers, so the other worker's tests
-# run in those waits.
+# Every test, both tiers (pyproject.toml: markers pure and real).
 test: lint system-packages $(SGLANG_STAMP)
-	$(BIN)/pytest -n 2 --dist loadgroup
+	$(BIN)/pytest
 
 # The pure tier alone: plain values in and out, no process started, no socket opened
 # (tests/support/tiers.py); no system package needed.

@@ -154,25 +154,9 @@ def publish(items: list[pytest.Item]) -> None:
     path = os.environ.get(GROUPS)
     if path is None or os.environ.get("PYTEST_XDIST_WORKER") is None:
         return
-    named = groups(items)
     partial = Path(f"{path}.{os.environ['PYTEST_XDIST_WORKER']}")
-    partial.write_text(json.dumps(named))
+    partial.write_text(json.dumps(groups(items)))
     partial.rename(path)
-    _longest_first(items, named)
-
-
-def _longest_first(items: list[pytest.Item], named: dict[str, str]) -> None:
-    """The scheduler hands groups out in collection order (``scheduler``): the groups of a
-    shared fixture first (the one of Ray, the labs and systemd is most of the suite's time,
-    its tests in one line on one worker), then by number of tests, as xdist orders them."""
-    size: dict[str, int] = {}
-    for group in named.values():
-        size[group] = size.get(group, 0) + 1
-    first: dict[str, int] = {}
-    for index, item in enumerate(items):
-        first.setdefault(named[item.nodeid], index)
-    items.sort(key=lambda item: (not named[item.nodeid].startswith("shared:"),
-                                 -size[named[item.nodeid]], first[named[item.nodeid]]))
 
 
 def scheduler(config: pytest.Config, log: Any) -> Any:
@@ -188,7 +172,6 @@ def scheduler(config: pytest.Config, log: Any) -> Any:
                 self.named = json.loads(Path(os.environ[GROUPS]).read_text())
             return self.named[nodeid]
 
-    config.option.loadscopereorder = False  # the workers' collection holds the order
     return GroupScheduling(config, log)
 
 
