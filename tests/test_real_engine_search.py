@@ -16,7 +16,7 @@ import pytest
 from bench.knob_space import KnobPools
 from db.records import SessionRow, TrialTiming
 from db.store import Store
-from experiments.campaign import load_campaign
+from experiments.campaign_load import load_campaign
 from experiments.real_engine.optimize import CONFIRM, SPACE, optimize
 from orchestrator.executor.base import TrialReport
 from orchestrator.executor.driver import drive

@@ -43,10 +43,10 @@ WORKLOAD = {**workload("stress"), "sessions": 32}
 # p = 0.11 on two), and two trials a configuration let the check pass a 64% answer (run 1).
 CONFIRM = 3
 # The search's budget counts production's re-runs and the leader's (TPE re-runs the leader as
-# it goes, Optimize._leader): production takes CONFIRM, a pick that leads CONFIRM more. Eight
-# leaves at least two picks when the first leads; on the sampler's order at seed 0 (4/off,
-# 1/off, 256/off, ...: random picks until startup_trials) 1/off cannot lead, so the eighth
-# trial is at the latest 256's first (tests/test_real_engine_search.py drives it).
+# it goes: optimize_confirm.leader_again): production takes CONFIRM, a pick that leads CONFIRM
+# more. Eight leaves at least two picks when the first leads; on the sampler's order at seed 0
+# (4/off, 1/off, 256/off, ...: random picks until startup_trials) 1/off cannot lead, so the
+# eighth trial is at the latest 256's first (tests/test_real_engine_search.py drives it).
 SEARCH_TRIALS = 8
 
 
