@@ -100,7 +100,7 @@ real-engine-venv: $(VLLM_STAMP)
 # processor vLLM loads, scripted.py: random weights alone cannot keep the canary); then the
 # campaign, restarting vLLM per variant. WORKLOAD=probe runs the probe of forced calls instead.
 # TEACH_STEPS=N teaches the model the agent contract first (teach.py; not yet seen to learn the
-# canary copy) and WORKLOAD=stress runs the built-in stress instead.
+# canary copy).
 REAL_DIR := bisect-real-engine
 REAL_MODEL := $(REAL_DIR)/model
 TEACH_STEPS := 0
@@ -118,12 +118,14 @@ real-engine: $(RUNTIME_STAMP) $(REAL_MODEL)/config.json
 	$(BIN)/bisect run $(REAL_DIR)/campaign.yaml --store $(REAL_DIR)/bisect.db \
 		-o $(REAL_DIR)/report.html
 
-# The sweeps against the same vLLM and model (issue 30; BENCHMARKS.md "A real engine"). The
-# parser sweep: accepted on the stock parser, run again unchanged (quiet: exit 0), then with the
-# planted fault arrived (a regression: exit 1, as it must). The throughput sweep: accepted on the
-# deployment tree's defaults ($(REAL_DIR)/deploy, a git tree holding vLLM's --config), then with
-# `max-num-seqs: 1` committed there (a regression: exit 1). The installed parser is checked stock
-# after each run of the parser sweep. Tens of minutes on 2 cores: every change restarts vLLM.
+# The sweeps against the same vLLM and model (issue 30; BENCHMARKS.md "A real engine"), both on
+# the campaign's stress workload with the replies scripted. The parser sweep: accepted on the
+# stock parser, run again unchanged (quiet: exit 0), then with the planted fault arrived (a
+# regression: exit 1, as it must). The throughput sweep: accepted on the deployment tree's
+# defaults ($(REAL_DIR)/deploy, a git tree holding vLLM's --config), then with `max-num-seqs: 1`
+# committed there (a regression: exit 1); corruption and wedging watched beside throughput.
+# The installed parser is checked stock after each run of the parser sweep. Tens of minutes on
+# 2 cores: every change restarts vLLM.
 REAL_SWEEPS := $(REAL_DIR)/sweeps.db
 REAL_CHECK := PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m experiments.real_engine.parser_check \
 	$(REAL_MODEL)
@@ -147,10 +149,11 @@ real-engine-sweeps: $(RUNTIME_STAMP) $(REAL_MODEL)/config.json
 	$(BIN)/bisect sweep $(REAL_DIR)/sweep-throughput.yaml --store $(REAL_SWEEPS) \
 		-o $(REAL_DIR)/sweep-throughput.html; test $$? -eq 1
 
-# The fastest clean flags of the same vLLM (issue 30): `bisect optimize` (TPE, 5 picks of the 6
-# configurations of --max-num-seqs x --enforce-eager, production beside the answer), then every
-# configuration twice on the same store, and the answer checked against that grid (exit 1 where
-# it is slower than the grid's best by more than the grid's own spread). Tens of minutes.
+# The fastest clean flags of the same vLLM (issue 30): `bisect optimize` (TPE, a budget of 8
+# trials over the 6 configurations of --max-num-seqs x --enforce-eager, the leader's re-runs
+# among them, production beside the answer), then every configuration three times on the same
+# store, and the answer checked against that grid (exit 1 where the grid's own trials show it
+# slower than the grid's fastest). Tens of minutes.
 REAL_OPTIMIZE := $(BIN)/python -m experiments.real_engine.optimize
 real-engine-optimize: $(RUNTIME_STAMP) $(REAL_MODEL)/config.json
 	rm -f $(REAL_DIR)/optimize.db

@@ -26,6 +26,7 @@ from experiments.real_engine.teach import conversation, reply_text
 from experiments.sweep import load_sweep
 
 pytestmark = pytest.mark.pure
+SCRIPTED = "experiments.real_engine.scripted:AgentReply"
 
 
 @pytest.mark.parametrize("kind", ["probe", "stress"])
@@ -47,10 +48,9 @@ def test_the_written_campaign_loads_with_the_patch_under_the_engines_packages(
     assert start[start.index("--tool-call-parser") + 1] == "hermes"
     assert hasattr(loaded.workload, "command") == (kind == "probe")
     # the stress workload's replies are scripted by a processor vLLM loads from this checkout
-    scripted = "experiments.real_engine.scripted:AgentReply"
     service = loaded.pools[0].services[0]
     if kind == "stress":
-        assert start[start.index("--logits-processors") + 1] == scripted
+        assert start[start.index("--logits-processors") + 1] == SCRIPTED
         assert service.env["PYTHONPATH"] == str(Path(__file__).resolve().parents[1])
     else:
         assert "--logits-processors" not in start and "PYTHONPATH" not in service.env
@@ -163,6 +163,9 @@ def test_the_parser_sweeps_differ_only_in_the_production_variants_parser(
     assert stock.model_copy(update={"variants": leaky.variants}) == leaky
     assert stock.pools[0].services[0].engine == "vllm"
     assert stock.thresholds.corruption is not None and stock.thresholds.throughput is None
+    # the stress workload, its replies scripted: a stock parser's sessions come back clean
+    assert not hasattr(stock.workload, "command")
+    assert SCRIPTED in stock.pools[0].services[0].start
 
 
 def test_the_throughput_sweep_reads_the_engines_flags_from_its_source_tree(
@@ -174,8 +177,9 @@ def test_the_throughput_sweep_reads_the_engines_flags_from_its_source_tree(
     assert sweep.source is not None and sweep.source.tree == str(tmp_path / "deploy")
     start = sweep.pools[0].services[0].start
     assert start[start.index("--config") + 1] == str(tmp_path / "deploy" / CONFIG)
-    # random weights corrupt every session: only what a flag can cost is watched
-    assert sweep.thresholds.corruption is None and sweep.thresholds.throughput is not None
+    # the replies scripted, so the sessions are clean: what a flag costs and breaks is watched
+    assert SCRIPTED in start
+    assert sweep.thresholds.corruption is not None and sweep.thresholds.throughput is not None
     assert sweep.workload.max_concurrency is not None and sweep.workload.max_concurrency > 1
 
 

@@ -1,16 +1,20 @@
 """Write the sweeps that watch the real vLLM on this machine (issue 30).
 
-``parser``: the planted parser fault's arrival, caught by the probe of forced calls, and quiet
-while nothing changed. One variant, ``production``; the run accepted as the baseline and the
-quiet run use ``--parser stock``, the alert run ``--parser leaky`` (the patch arrives as the
-production variant's new level).
+Both run the stress workload with the model's replies scripted (scripted.py, loaded by vLLM
+as ``campaign.py`` loads it for ``--workload stress``): every session of a sound engine comes
+back ``ok``, so a fault has clean sessions to stand out from.
+
+``parser``: the planted parser fault's arrival, and quiet while nothing changed. One variant,
+``production``; the run accepted as the baseline and the quiet run use ``--parser stock``, the
+alert run ``--parser leaky`` (the patch arrives as the production variant's new level).
 
 ``throughput``: a deployment repository (``--tree``, a git tree this writes and commits to)
 holds the engine's flags in ``vllm.yaml`` (vLLM's ``--config``); ``--max-num-seqs 1``
 committed there is the regression. The source tree moved, so every trial of the new commit
 runs beside a trial of the baseline's commit, checked out on the same node: throughput is
 compared pair by pair (a flag changed in the sweep file itself would have no control beside
-it, and is shown as ``uncontrolled``, never alerted on).
+it, and is shown as ``uncontrolled``, never alerted on). Corruption and wedging are watched
+too: a flag that broke the replies would be caught as well as one that slowed them.
 """
 
 from __future__ import annotations
@@ -22,13 +26,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from experiments.real_engine.campaign import parser_factor, pools
+from experiments.real_engine.campaign import parser_factor, pools, workload
+from experiments.real_engine.optimize import WORKLOAD
 
-# Eight probe runs a trial, 2 trials before a comparison, 3 for the baseline: 24 stock runs
-# with none bad against 16 rule out a rise of 40 points (Chan's test at alpha's share), and a
-# leaky run is bad about 3 times in 4 (BENCHMARKS.md "A real engine"): a rise of 40 points is
-# caught at the first look. Chosen on the sweep's own comparison (sweep_compare.compare).
-PROBE_RUNS = 8
+# The campaign's stress workload (16 sessions of 4 rounds, 8 in flight), 2 trials before a
+# comparison, 3 for the baseline: a leaky parser corrupts about 2 sessions in 3 (a canary holds
+# a "7" in about 1 request of 4; the stress campaign saw 23 of 32), a stock one none of 64, so a
+# rise of 40 points is caught at the first look and ruled out in a quiet run
+# (sweep_compare.compare).
 THRESHOLD = 0.4
 
 
@@ -36,13 +41,11 @@ def parser_sweep(venv: Path, model: Path, port: int, workdir: str,
                  parser: str) -> dict[str, Any]:
     return {
         "name": "real-engine-parser",
-        **pools(venv, model, port, workdir),
+        **pools(venv, model, port, workdir, scripted=True),
         "factors": [parser_factor(venv)],
         "variants": {"production": {"parser": parser}},
-        "workload": {"command": ["python3", "-m", "experiments.real_engine.probe"],
-                     "cwd": str(Path(__file__).resolve().parents[2]),
-                     "runs": PROBE_RUNS, "timeout_s": 600},
-        # a probe judges by its exit status: no wedging, throughput or latency
+        "workload": workload("stress"),
+        # the parser's fault is corruption: the throughput sweep watches the rest
         "thresholds": {"corruption": THRESHOLD, "wedging": None,
                        "throughput": None, "p99_latency": None},
         "trials": {"min": 2, "max": 3, "confirm": 2},
@@ -51,10 +54,8 @@ def parser_sweep(venv: Path, model: Path, port: int, workdir: str,
     }
 
 
-# 32 one-round sessions, 8 in flight (the rest as `bisect stress` sends them, measured by hand
-# first): several requests in flight is what --max-num-seqs 1 takes away. Random weights corrupt
-# every session (no canary is kept), so corruption is not watched here: the parser sweep is.
-STRESS = {"sessions": 32, "rounds": 1, "max_concurrency": 8, "timeout_s": 300, "stream": False}
+# optimize.py's workload: several requests in flight is what --max-num-seqs 1 takes away
+STRESS = WORKLOAD
 CONFIG = "vllm.yaml"
 
 
@@ -63,11 +64,11 @@ def throughput_sweep(venv: Path, model: Path, port: int, workdir: str,
     tree = tree.resolve()
     return {
         "name": "real-engine-throughput",
-        **pools(venv, model, port, workdir, ("--config", str(tree / CONFIG))),
+        **pools(venv, model, port, workdir, ("--config", str(tree / CONFIG)), scripted=True),
         "source": {"tree": str(tree)},
         "variants": {"production": {}},
         "workload": STRESS,
-        "thresholds": {"corruption": None, "wedging": 0.4, "throughput": 0.3,
+        "thresholds": {"corruption": THRESHOLD, "wedging": 0.4, "throughput": 0.3,
                        "p99_latency": None},
         # three pairs before the comparison, three fresh ones to confirm: a paired t on two
         # pairs has one degree of freedom, and a 30% drop under the machine's load was
