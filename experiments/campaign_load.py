@@ -5,8 +5,9 @@ error names the file, the line and the field (``CampaignError``, exit code 2 ups
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, Self, TypeVar
 
 from pydantic import ValidationError
 
@@ -70,15 +71,33 @@ def parse_campaign(loaded: LoadedYaml) -> Campaign:
     return campaign
 
 
-def load_campaign(path: str | Path) -> Campaign:
+class _Read(Protocol):
+    """What a file of runs is read into: a campaign or a sweep, each with its workload."""
+
+    workload: Any
+
+    def model_copy(self, *, update: dict[str, Any]) -> Self: ...
+
+
+Read = TypeVar("Read", bound=_Read)
+
+
+def load_file(path: str | Path, parse: Callable[[LoadedYaml], Read],
+              error: type[ValueError]) -> Read:
+    """``path`` read and parsed by ``parse``; every problem raised as ``error`` (the file's
+    line and field named), a probe's command placed in the file's directory."""
     try:
         loaded = load_yaml(read_yaml_text(path), str(path))
     except YamlInputError as exc:
-        raise CampaignError(str(exc)) from None
-    campaign = parse_campaign(loaded)
-    if isinstance(campaign.workload, ProbeSpec):  # it runs from the file's directory
-        probe, problems = placed(campaign.workload, Path(path).resolve().parent)
+        raise error(str(exc)) from None
+    read = parse(loaded)
+    if isinstance(read.workload, ProbeSpec):  # it runs from the file's directory
+        probe, problems = placed(read.workload, Path(path).resolve().parent)
         if problems:
-            raise CampaignError("\n".join(format_problem(loaded, at, msg) for at, msg in problems))
-        campaign = campaign.model_copy(update={"workload": probe})
-    return campaign
+            raise error("\n".join(format_problem(loaded, at, msg) for at, msg in problems))
+        read = read.model_copy(update={"workload": probe})
+    return read
+
+
+def load_campaign(path: str | Path) -> Campaign:
+    return load_file(path, parse_campaign, CampaignError)

@@ -26,11 +26,11 @@ from experiments.campaign import (
     Workload,
 )
 from experiments.campaign_checks import check_references, shared_tree
-from experiments.campaign_load import error_line, format_problem
+from experiments.campaign_load import error_line, format_problem, load_file
 from experiments.strategy_config import NamedVariant, SweepConfig, Thresholds
-from experiments.workload.probe import ProbeSpec, placed
+from experiments.workload.probe import ProbeSpec
 from experiments.workload.spec import WorkloadSpec
-from experiments.yaml_lines import LoadedYaml, Path_, YamlInputError, load_yaml, read_yaml_text
+from experiments.yaml_lines import LoadedYaml, Path_
 
 DAY_S = 86_400.0
 BUILD = "build"  # the factor a run adds to put the baseline's commit back (confirm_build)
@@ -206,17 +206,7 @@ def parse_sweep(loaded: LoadedYaml) -> Sweep:
 
 
 def load_sweep(path: str | Path) -> Sweep:
-    try:
-        loaded = load_yaml(read_yaml_text(path), str(path))
-    except YamlInputError as exc:
-        raise SweepError(str(exc)) from None
-    sweep = parse_sweep(loaded)
-    if isinstance(sweep.workload, ProbeSpec):  # it runs from the file's directory
-        probe, problems = placed(sweep.workload, Path(path).resolve().parent)
-        if problems:
-            raise SweepError("\n".join(format_problem(loaded, at, msg) for at, msg in problems))
-        sweep = sweep.model_copy(update={"workload": probe})
-    return sweep
+    return load_file(path, parse_sweep, SweepError)
 
 
 def sweep_schema() -> dict[str, Any]:

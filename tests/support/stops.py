@@ -42,7 +42,7 @@ def install() -> None:
 
 def reclaim() -> None:
     """Take the signals back from code that set its own handler (ray.init sets SIGTERM's)."""
-    if any(signal.getsignal(each) is not _stop for each in (signal.SIGTERM, signal.SIGINT)):
+    if not owns_the_signals():
         install()
 
 
