@@ -1,4 +1,5 @@
-"""Shared fixtures: real twins over HTTP, one Ray per test run; the tiers, pure and real."""
+"""Shared fixtures: real twins over HTTP, one Ray per test run (per worker); the tiers, pure and
+real."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from experiments.twin.pool import free_port as free_port  # the tests' one free port
-from tests.support import network, stops, tiers, workers
+from tests.support import network, ray_start, stops, tiers, workers
 from tests.support.reaper import reaper, start_time
 
 if TYPE_CHECKING:
@@ -163,28 +164,11 @@ def twin(tmp_path: Path) -> Iterator[TwinFactory]:
         reaper().send(process_gone=proc.pid)
 
 
-RAY_START_TRIES = 3
-
-
-def _started(cluster_type: type[Cluster], head: dict[str, object]) -> Cluster:
-    """A one-node cluster. Ray gives a node 30 s to register (a constant in ray/_private/
-    node.py), which a loaded 2-core machine can miss while another test starts a Ray of its
-    own: then once more, the processes of the try that timed out stopped at exit by Ray."""
-    for attempt in range(1, RAY_START_TRIES + 1):
-        try:
-            return cluster_type(initialize_head=True, head_node_args=head)
-        except Exception as exc:  # Ray raises a bare Exception for its start-up timeout
-            if "timed out during startup" not in str(exc) or attempt == RAY_START_TRIES:
-                raise
-            print(f"\nthe shared Ray did not start (try {attempt}): {exc}", file=sys.stderr)
-    raise AssertionError("unreachable")
-
-
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """One local Ray for the whole run (starting it costs seconds and ~450 MiB): a one-node
-    cluster, to which a test may add nodes (test_load_generators.py adds a load machine)."""
-    workers.only_once(tmp_path_factory, "ray_cluster")
+    """One local Ray for the whole run, one for each worker under xdist (starting one costs
+    seconds and ~450 MiB): a one-node cluster, to which a test may add nodes
+    (test_load_generators.py adds a load machine)."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -193,7 +177,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # Ray's socket paths must stay under 108 bytes: a short private directory of its own.
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     local_ray_environment()  # as the driver's own Ray: loopback only, a token required
-    cluster = _started(Cluster, {"num_cpus": 2, "include_dashboard": False,
+    cluster = ray_start.started(Cluster, {"num_cpus": 2, "include_dashboard": False,
                                  "temp_dir": f"{os.environ['RAY_TMPDIR']}/ray"})
     ray.init(address=cluster.address, log_to_driver=False)
     yield cluster

@@ -1,7 +1,7 @@
 """`make test`'s two workers (tests/support/workers.py): a child pytest under xdist, on a small
-suite of its own, keeps the tests of a shared session fixture on one worker, spreads the rest,
-and fails the test that sets a shared fixture up on a second worker (one asked for by a name
-that the grouping cannot read)."""
+suite of its own, keeps the tests of a shared session fixture on one worker, spreads the rest
+(those on a fixture that each worker sets up for itself too), and fails the test that sets a
+shared fixture up on a second worker (one asked for by a name that the grouping cannot read)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,10 @@ def shared(tmp_path_factory):
     workers.only_once(tmp_path_factory, "shared")
 
 @pytest.fixture(scope="session")
+def ray_cluster():  # workers.PER_WORKER: each worker's own
+    return "this worker's"
+
+@pytest.fixture(scope="session")
 def hidden(tmp_path_factory):
     workers.only_once(tmp_path_factory, "hidden")
 
@@ -50,15 +54,17 @@ def where(request):
     with open(os.environ["RAN"], "a") as out:
         out.write(json.dumps([request.node.nodeid, os.environ["PYTEST_XDIST_WORKER"]]) + "\\n")
 '''
-# a: the fixture by argument; b: asked for at run time, by a fixture; c..f: free modules;
-# g and h: "hidden", by a name built at run time, which the grouping cannot see. g and h hold
-# the most tests: xdist hands the largest groups out first, one to each worker.
+# a: the fixture by argument; b: asked for at run time, by a fixture; c..f: free modules, c and d
+# on a fixture each worker sets up for itself (``ray_cluster``); g and h: "hidden", by a name
+# built at run time, which the grouping cannot see. g and h hold the most tests: xdist hands the
+# largest groups out first, one to each worker.
 MODULES = {
     "test_a.py": "def test_one(shared): pass\ndef test_two(shared): pass\n",
     "test_b.py": ("import pytest\n@pytest.fixture\ndef through(request):\n"
                   "    return request.getfixturevalue('shared')\n"
                   "def test_one(through): pass\ndef test_two(through): pass\n"),
-    **{f"test_{m}.py": "def test_one(): pass\ndef test_two(): pass\n" for m in "cdef"},
+    **{f"test_{m}.py": "def test_one(ray_cluster): pass\ndef test_two(): pass\n" for m in "cd"},
+    **{f"test_{m}.py": "def test_one(): pass\ndef test_two(): pass\n" for m in "ef"},
     **{f"test_{m}.py": "def test_one(request): request.getfixturevalue('hid' + 'den')\n"
        + "".join(f"def test_{n}(): pass\n" for n in range(2, 7)) for m in "gh"},
 }
@@ -83,7 +89,7 @@ def test_shared_fixtures_stay_on_one_worker_and_a_second_set_up_fails(tmp_path: 
     assert {group[f"test_{m}.py::test_{n}"] for m in "ab" for n in ("one", "two")} == {
         "shared:shared"}, group  # though b asks for it at run time
     assert [group[f"test_{m}.py::test_one"] for m in "cdefgh"] == [
-        f"test_{m}.py" for m in "cdefgh"], group  # each module alone
+        f"test_{m}.py" for m in "cdefgh"], group  # each module alone, c and d on their Ray too
     worker = dict(tuple(json.loads(line)) for line in ran.read_text().splitlines())
     assert len(worker) == 24, done.stdout[-3000:]
     sharing = {worker[f"test_{m}.py::test_{n}"] for m in "ab" for n in ("one", "two")}

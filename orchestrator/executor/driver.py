@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 from collections.abc import Callable
 
 from db.store import Store
@@ -31,7 +30,7 @@ from orchestrator.executor.base import Executor, PoolCrashed, TrialOrder, TrialR
 from orchestrator.executor.load_generators import unplaceable
 from orchestrator.executor.nodes import PreflightFailed, check_nodes, locked
 from orchestrator.executor.placement import place_pairs
-from orchestrator.executor.ray_pool import PoolActors, RayNotStarted, ensure_ray, ray_started
+from orchestrator.executor.ray_pool import PoolActors, RayNotStarted, ensure_ray
 from orchestrator.executor.reaper import Reaper
 from orchestrator.executor.source_changes import recover_nodes
 from orchestrator.executor.trial import INFRA_ERROR, generator_rows, service_manager
@@ -121,16 +120,11 @@ def run_campaign(
             if discarded:
                 progress(f"discarded {len(discarded)} unfinished trial(s): {discarded}")
             store.set_campaign_status(campaign_id, "running")
-            if ray_address is None and not ray_started():
-                reaper.watch_ray()  # before: a kill while Ray starts leaves none of it
-            try:
-                started = ensure_ray(ray_address)
+            try:  # the reaper told first: a kill while Ray starts leaves none of it
+                ensure_ray(ray_address, starting=reaper.watch_ray)
             except RayNotStarted as exc:  # nothing of the campaign ran yet: resume may retry
                 store.set_campaign_status(campaign_id, "interrupted")
                 raise RunFailed(f"{exc} (`bisect resume {campaign_id}` retries)") from None
-            if started and (token := os.environ.get("RAY_AUTH_TOKEN_PATH")):
-                reaper.remove_at_exit(token)
-                reaper.ray_marker(token)
             if (unplaced := unplaceable(campaign.generators, len(campaign.pools))) is not None:
                 store.set_campaign_status(campaign_id, "failed")
                 raise RunFailed(unplaced)

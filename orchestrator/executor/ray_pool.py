@@ -12,6 +12,7 @@ import stat
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -25,17 +26,16 @@ from orchestrator.executor.load_generators import driver_settings
 from orchestrator.executor.trial import PoolRunner
 
 
-def ray_started() -> bool:
-    return bool(ray.is_initialized())
-
-
 class RayNotStarted(RuntimeError):
     """``ray.init`` failed: the local Ray did not come up (or the cluster named was not joined)."""
 
 
-def ensure_ray(address: str | None = None) -> bool:
+def ensure_ray(address: str | None = None, *,
+               starting: Callable[[str], None] | None = None) -> bool:
     """Start (or join) Ray once per process; True if this call started a local Ray (joined,
-    the cluster and its token file are not this process's to clean up). A start that fails
+    the cluster and its token file are not this process's to clean up). ``starting`` is told
+    the token file of a local Ray before any of its processes exists (each of them carries the
+    file's path in its environment: the reaper's mark of this Ray). A start that fails
     (Ray's own errors are a bare ``Exception``, a RuntimeError or a ConnectionError, its
     start-up timeouts among them) raises ``RayNotStarted`` with one sentence."""
     if ray.is_initialized():
@@ -43,7 +43,9 @@ def ensure_ray(address: str | None = None) -> bool:
     if address is None and "RAY_TMPDIR" not in os.environ:
         os.environ["RAY_TMPDIR"] = private_temp_dir()
     if address is None:  # a cluster joined keeps its own settings (README: run one safely)
-        local_ray_environment()
+        token_file = local_ray_environment()
+        if starting is not None:
+            starting(token_file)
     began = time.monotonic()
     # ray.init sets a SIGTERM handler of its own (sys.exit(15)); the caller's stays: the CLI's
     # stops a run as Ctrl-C does, the nodes put back and the campaign stored as interrupted.

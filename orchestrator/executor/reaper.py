@@ -8,10 +8,10 @@ group does not reach it), and reads the driver's messages on a pipe until end of
 comes when the driver exits, however it exits:
 
 - in every case, if the driver was starting a Ray of its own, first: it kills Ray's processes
-  (the driver's process group, and the workers by the token file's path in their environment;
+  (those whose environment carries the driver's token file path, told before ``ray.init``;
   started after the driver, Ray's by name or path: a kill in the middle of ``ray.init`` leaves
-  no agent behind, and a pool's actor cannot deploy after the services are stopped) and
-  removes the Ray token file;
+  no agent behind, a pool's actor cannot deploy after the services are stopped, and another
+  driver's Ray in the same process group is left alone) and removes the Ray token file;
 - not told ``done`` (the driver died before restoring the nodes): it asks every service's
   manager to stop what bisect left (``ServiceManager.stop_leftover``): the process manager's
   groups, each through its pid file, on this machine and, over the campaign's own SSH
@@ -78,22 +78,19 @@ class Reaper:
             pipe.write(json.dumps(message).encode() + b"\n")
             pipe.flush()
 
-    def watch_ray(self) -> None:
-        """This process is about to start a Ray of its own: Ray's processes (in this process's
-        group, as Ray starts them) are killed when it ends, if Ray's own shutdown has not."""
+    def watch_ray(self, token_file: str) -> None:
+        """This process is about to start a Ray of its own, whose processes all carry
+        ``token_file``'s path in their environment (Ray's workers each in a process group of
+        their own): they are killed when this process ends, if Ray's own shutdown has not, and
+        the token file removed. Only they: another driver's Ray, started from the same script
+        or the same test run (one process group), has another token file."""
         import ray  # only a driver that starts Ray gets here
 
-        self._send({"ray": {"group": os.getpgid(0), "after": procs.start_time(os.getpid()),
-                            "package": str(Path(ray.__file__).parent)}})
+        self._send({"ray": {"marker": f"RAY_AUTH_TOKEN_PATH={token_file}",
+                            "after": procs.start_time(os.getpid()),
+                            "package": str(Path(ray.__file__).parent)},
+                    "files": [token_file]})
         self.watching_ray = True
-
-    def remove_at_exit(self, path: str) -> None:
-        self._send({"files": [path]})
-
-    def ray_marker(self, token_file: str) -> None:
-        """The token file's path is in the environment of every process of this driver's Ray:
-        how its workers, each in a process group of its own, are told from anyone else's."""
-        self._send({"ray": {"marker": f"RAY_AUTH_TOKEN_PATH={token_file}"}})
 
     def done(self) -> None:
         """The nodes are restored: services are no longer the reaper's business. Without a Ray
@@ -132,17 +129,16 @@ def _is_ray(pid: int, package: bytes) -> bool:
     return name in (b"raylet", b"gcs_server") or argv.startswith(b"ray::") or package in argv
 
 
-def _ray_processes(group: int, after: int, package: bytes, marker: bytes | None) -> list[int]:
-    """Ray's processes started at or after ``after`` (clock ticks) by this driver's Ray: in
-    its process group (raylet, GCS, the agents), or carrying its token file's path in their
-    environment (the workers, each in a process group of its own)."""
+def _ray_processes(after: int, package: bytes, marker: bytes) -> list[int]:
+    """Ray's processes started at or after ``after`` (clock ticks) by this driver's Ray: those
+    that carry its token file's path in their environment (GCS, raylet, agents and workers
+    alike; not the processes of the same group, which may be another driver's Ray)."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
             pid = int(stat.parent.name)
-            ours = int(fields[2]) == group or (
-                marker is not None and marker in Path(f"/proc/{pid}/environ").read_bytes())
+            ours = marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except (OSError, ValueError, IndexError):
             continue
         if (ours and int(fields[19]) >= after and pid != os.getpid() and fields[0] != "Z"
@@ -151,14 +147,12 @@ def _ray_processes(group: int, after: int, package: bytes, marker: bytes | None)
     return found
 
 
-def _kill_ray(group: int, after: int, package: str, marker: str | None,
-              settle_s: float = 5.0) -> None:
+def _kill_ray(after: int, package: str, marker: str, settle_s: float = 5.0) -> None:
     """Kill them, and again while some still appear (a raylet may be forking a worker as it
     dies), for ``settle_s`` at most."""
     deadline = time.monotonic() + settle_s
     while True:
-        pids = _ray_processes(group, after, package.encode(),
-                              marker.encode() if marker else None)
+        pids = _ray_processes(after, package.encode(), marker.encode())
         for pid in pids:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
@@ -185,8 +179,8 @@ def main() -> None:
             done = done or bool(message.get("done"))
     # Ray first: a pool's actor outlives its driver for a while and may still be deploying,
     # starting a service after a stop that came first.
-    if ray and ray.get("after") is not None:
-        _kill_ray(int(ray["group"]), int(ray["after"]), str(ray["package"]), ray.get("marker"))
+    if ray.get("marker"):
+        _kill_ray(int(ray["after"]), str(ray["package"]), str(ray["marker"]))
     if not done:
         _stop_services(services, nodes)
     for path in files:

@@ -1,11 +1,14 @@
 """The suite on two cores (`make test`: pytest-xdist, ``-n 2 --dist loadgroup``) without
-multiplying what the run shares: one Ray, one SSH lab, one systemd lab host, one PostgreSQL, one
-demo, one of each campaign store the session fixtures make.
+multiplying what the run shares: one SSH lab, one systemd lab host, one PostgreSQL, one demo, one
+of each campaign store the session fixtures make.
 
 xdist runs session fixtures once per worker. So the tests that share one (a session-scoped
-fixture of this suite) are kept on one worker: ``groups`` gives each test a group, the same for
-the tests joined by a shared fixture or by a module-scoped one (set up once only if the tests
-that use it stay together); a module's other tests are a group of their own. Each worker
+fixture of this suite) are kept on one worker, but for the fixtures of ``PER_WORKER``: each
+worker sets its own up (a local Ray: seconds to start, and no test leaves anything in it that
+another reads) and they join no group, where the Ray tests would be one group holding half the
+suite's time, run by one worker while the other idles. ``groups`` gives each test a group, the
+same for the tests joined by a shared fixture or by a module-scoped one (set up once only if the
+tests that use it stay together); a module's other tests are a group of their own. Each worker
 collects, finds the groups and leaves them in a file; the controller's scheduler (``scheduler``,
 through conftest's ``pytest_xdist_make_scheduler``) hands out whole groups. A fixture asked for
 at run time (``request.getfixturevalue("lab")``) is found in the source of the test and of its
@@ -29,6 +32,7 @@ from typing import Any
 
 import pytest
 
+PER_WORKER = frozenset({"ray_cluster"})
 ASKED = re.compile(r"""getfixturevalue\(\s*["'](\w+)["']\s*\)""")
 
 
@@ -77,7 +81,7 @@ def _asked_at_run_time(function: Any) -> tuple[str, ...]:
 
 def fixtures_by_scope(item: pytest.Item) -> dict[str, set[str]]:
     """The names of this suite's session and module fixtures that ``item`` sets up, directly
-    or through others, by scope."""
+    or through others, by scope; not those of ``PER_WORKER``."""
     manager = item.session._fixturemanager
     root = item.config.rootpath.resolve()
     seen: set[str] = set()
@@ -92,7 +96,8 @@ def fixtures_by_scope(item: pytest.Item) -> dict[str, set[str]]:
         for definition in manager.getfixturedefs(name, item) or ():
             if not _ours(definition, root):
                 continue
-            found.get(definition.scope, set()).add(name)
+            if name not in PER_WORKER:
+                found.get(definition.scope, set()).add(name)
             todo += [*definition.argnames, *_asked_at_run_time(definition.func)]
     return found
 
