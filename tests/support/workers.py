@@ -153,21 +153,47 @@ def unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(Path(os.environ.pop(GROUPS)).parent, ignore_errors=True)
 
 
+# What a test weighs when groups are ordered: a real one starts processes or waits on sockets
+# (tenths of a second to a minute), a pure one takes milliseconds.
+REAL_WEIGHT, PURE_WEIGHT = 1.0, 0.02
+
+
+def heaviest_first(items: list[pytest.Item], named: dict[str, str]) -> list[pytest.Item]:
+    """``items`` with the groups that weigh most first, each group's tests in their order: the
+    scheduler hands groups out in this order, so the long ones do not start last and leave
+    one worker running them alone."""
+    weight: dict[str, float] = {}
+    for item in items:
+        real = item.get_closest_marker("real") is not None
+        weight[named[item.nodeid]] = (weight.get(named[item.nodeid], 0.0)
+                                      + (REAL_WEIGHT if real else PURE_WEIGHT))
+    rank = {group: n for n, group in enumerate(
+        sorted(weight, key=lambda group: -weight[group]))}  # stable: ties keep their order
+    return sorted(items, key=lambda item: rank[named[item.nodeid]])
+
+
 def publish(items: list[pytest.Item]) -> None:
     """On a worker: its groups into the controller's file (each worker collects the same tests
-    and finds the same groups; written whole, by a rename)."""
+    and finds the same groups; written whole, by a rename), and its tests in the order the
+    groups are to be handed out (``heaviest_first``)."""
     path = os.environ.get(GROUPS)
     if path is None or os.environ.get("PYTEST_XDIST_WORKER") is None:
         return
+    named = groups(items)
+    items[:] = heaviest_first(items, named)
     partial = Path(f"{path}.{os.environ['PYTEST_XDIST_WORKER']}")
-    partial.write_text(json.dumps(groups(items)))
+    partial.write_text(json.dumps(named))
     partial.rename(path)
 
 
 def scheduler(config: pytest.Config, log: Any) -> Any:
     """xdist's scheduling by scopes, a scope being a group. xdist's own ``loadgroup`` reads
-    ``xdist_group`` marks into the node id, which pytest 9 no longer lets a plugin rewrite."""
+    ``xdist_group`` marks into the node id, which pytest 9 no longer lets a plugin rewrite. The
+    groups go out in the workers' order of collection (``publish``), not xdist's (most tests
+    first: a parser table's milliseconds before a lab's minutes)."""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
 
     class GroupScheduling(LoadScopeScheduling):
         named: dict[str, str] | None = None
