@@ -1,10 +1,13 @@
-"""The reaper kills its own driver's Ray and no other: two drivers started from one script (or
-one test run) share a process group, and the one that ends first used to kill the Ray the other
-had started after it, ending that driver with its raylet (seen as a test worker "not properly
-terminated" under xdist)."""
+"""The reaper kills its own driver's Ray and no other. Two drivers started from one script (or
+one test run) share a process group, and the one that ended first used to kill the Ray the
+other had started after it, and with its raylet that driver (seen as a test worker "not
+properly terminated" under xdist). Stand-ins play Ray's processes: a raylet (its driver's
+token file path in its environment), an agent under it (its environment overwritten, as Ray's
+agents' reads once they rename themselves), and an agent whose raylet died with its driver."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -19,32 +22,61 @@ from orchestrator.executor.reaper import _kill_ray, _ray_processes
 pytestmark = pytest.mark.real
 
 PACKAGE = "/nonexistent/ray-package-of-this-test"  # in a stand-in's argv: "Ray's by path"
+SLEEP = "import time; time.sleep(120)"
+# A raylet: its agent starts under it without the token's path, and the raylet prints its pid.
+RAYLET = ("import os, subprocess, sys, time; env = dict(os.environ); "
+          "env.pop('RAY_AUTH_TOKEN_PATH'); "
+          f"agent = subprocess.Popen([sys.executable, '-c', {SLEEP!r}, {PACKAGE!r}], env=env); "
+          "print(agent.pid, flush=True); time.sleep(120)")
+
+
+class Ray:
+    """A driver's stand-in Ray: a raylet with its token file's path, an agent under it."""
+
+    def __init__(self, token: Path) -> None:
+        self.marker = f"RAY_AUTH_TOKEN_PATH={token}"
+        self.raylet = subprocess.Popen([sys.executable, "-c", RAYLET, PACKAGE],
+                                       stdout=subprocess.PIPE, text=True,
+                                       env={**os.environ, "RAY_AUTH_TOKEN_PATH": str(token)})
+        assert self.raylet.stdout is not None
+        self.agent = int(self.raylet.stdout.readline())
+
+    def stop(self) -> None:
+        for pid in (self.agent, self.raylet.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        self.raylet.wait()
 
 
 @pytest.fixture
-def two_rays(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]]:
-    """Stand-ins for the processes of two drivers' Rays, in this test's process group, each
-    with its driver's token file path in its environment."""
-    started = [subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(120)", PACKAGE],
-        env={**os.environ, "RAY_AUTH_TOKEN_PATH": str(tmp_path / f"token-{name}")})
-        for name in ("mine", "theirs")]
-    yield started[0], started[1]
-    for each in started:
-        each.kill()
-        each.wait()
+def rays(tmp_path: Path) -> Iterator[tuple[Ray, Ray, subprocess.Popen[bytes]]]:
+    """Two drivers' Rays in this test's process group, and an agent of a third whose raylet
+    is gone (no token file's path in its environment, its parent no Ray process)."""
+    mine, theirs = Ray(tmp_path / "token-mine"), Ray(tmp_path / "token-theirs")
+    orphan = subprocess.Popen([sys.executable, "-c", SLEEP, PACKAGE],
+                              env={k: v for k, v in os.environ.items()
+                                   if k != "RAY_AUTH_TOKEN_PATH"})
+    yield mine, theirs, orphan
+    orphan.kill()
+    orphan.wait()
+    mine.stop()
+    theirs.stop()
 
 
 def test_only_the_drivers_own_ray_is_found_and_killed(
-        two_rays: tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]],
-        tmp_path: Path) -> None:
-    mine, theirs = two_rays
-    assert os.getpgid(mine.pid) == os.getpgid(theirs.pid) == os.getpgid(0)  # one group
-    after = procs.start_time(os.getpid())
-    marker = f"RAY_AUTH_TOKEN_PATH={tmp_path / 'token-mine'}"
-    assert _ray_processes(after, PACKAGE.encode(), marker.encode()) == [mine.pid]
+        rays: tuple[Ray, Ray, subprocess.Popen[bytes]]) -> None:
+    mine, theirs, orphan = rays
+    group, after = os.getpgid(0), procs.start_time(os.getpid())
+    assert {os.getpgid(pid) for pid in (mine.agent, theirs.agent, orphan.pid)} == {group}
+    found = _ray_processes(group, after, PACKAGE.encode(), mine.marker.encode())
+    # its raylet, the agent under it, and an agent left by a Ray that died in this group
+    assert found == sorted([mine.raylet.pid, mine.agent, orphan.pid])
     # a token path that only begins like this driver's is another driver's
-    assert _ray_processes(after, PACKAGE.encode(), marker.removesuffix("mine").encode()) == []
-    _kill_ray(after, PACKAGE, marker)
-    assert mine.wait(10) == -9
-    assert theirs.poll() is None  # the other driver's Ray runs on
+    assert _ray_processes(group, after, PACKAGE.encode(),
+                          mine.marker.removesuffix("mine").encode()) == [orphan.pid]
+    _kill_ray(group, after, PACKAGE, mine.marker)
+    assert mine.raylet.wait(10) == -9 and orphan.wait(10) == -9
+    assert procs.wait_gone(mine.agent, 10)
+    assert theirs.raylet.poll() is None  # the other driver's Ray runs on, its agent too
+    assert _ray_processes(group, after, PACKAGE.encode(), theirs.marker.encode()) == sorted(
+        [theirs.raylet.pid, theirs.agent])

@@ -8,10 +8,11 @@ group does not reach it), and reads the driver's messages on a pipe until end of
 comes when the driver exits, however it exits:
 
 - in every case, if the driver was starting a Ray of its own, first: it kills Ray's processes
-  (those whose environment carries the driver's token file path, told before ``ray.init``;
-  started after the driver, Ray's by name or path: a kill in the middle of ``ray.init`` leaves
-  no agent behind, a pool's actor cannot deploy after the services are stopped, and another
-  driver's Ray in the same process group is left alone) and removes the Ray token file;
+  (by the driver's token file path in their environment, told before ``ray.init``, and by
+  their place in the process tree; started after the driver, Ray's by name or path: a kill
+  in the middle of ``ray.init`` leaves no agent behind, a pool's actor cannot deploy after
+  the services are stopped, and another driver's Ray in the same process group is left
+  alone) and removes the Ray token file;
 - not told ``done`` (the driver died before restoring the nodes): it asks every service's
   manager to stop what bisect left (``ServiceManager.stop_leftover``): the process manager's
   groups, each through its pid file, on this machine and, over the campaign's own SSH
@@ -79,15 +80,15 @@ class Reaper:
             pipe.flush()
 
     def watch_ray(self, token_file: str) -> None:
-        """This process is about to start a Ray of its own, whose processes all carry
-        ``token_file``'s path in their environment (Ray's workers each in a process group of
-        their own): they are killed when this process ends, if Ray's own shutdown has not, and
-        the token file removed. Only they: another driver's Ray, started from the same script
-        or the same test run (one process group), has another token file."""
+        """This process is about to start a Ray of its own, whose processes are marked by
+        ``token_file``'s path in their environment (``_ray_processes`` says which): they are
+        killed when this process ends, if Ray's own shutdown has not, and the token file
+        removed. Another driver's Ray, started from the same script or test run (one process
+        group), is left alone."""
         import ray  # only a driver that starts Ray gets here
 
         self._send({"ray": {"marker": f"RAY_AUTH_TOKEN_PATH={token_file}",
-                            "after": procs.start_time(os.getpid()),
+                            "group": os.getpgid(0), "after": procs.start_time(os.getpid()),
                             "package": str(Path(ray.__file__).parent)},
                     "files": [token_file]})
         self.watching_ray = True
@@ -129,30 +130,53 @@ def _is_ray(pid: int, package: bytes) -> bool:
     return name in (b"raylet", b"gcs_server") or argv.startswith(b"ray::") or package in argv
 
 
-def _ray_processes(after: int, package: bytes, marker: bytes) -> list[int]:
-    """Ray's processes started at or after ``after`` (clock ticks) by this driver's Ray: those
-    that carry its token file's path in their environment (GCS, raylet, agents and workers
-    alike; not the processes of the same group, which may be another driver's Ray)."""
-    found = []
+TOKEN_PATH = b"RAY_AUTH_TOKEN_PATH="
+
+
+def _ray_processes(group: int, after: int, package: bytes, marker: bytes) -> list[int]:
+    """Ray's processes started at or after ``after`` (clock ticks) by this driver's Ray:
+
+    - those that carry its token file's path in their environment (GCS, raylet, workers), and
+      their descendants (the raylet's agents: /proc shows their environment overwritten once
+      they rename themselves);
+    - in the driver's process group, those whose parent is no Ray process and whose
+      environment names no other token file: the agents once their raylet is gone (it dies
+      with the driver; they do not).
+
+    Not the rest of the group: another driver's Ray can be there (two drivers started from one
+    script, or one test run), its GCS and raylet with their own token file, its agents under
+    their raylet."""
+    seen: dict[int, tuple[int, int, bool, bool]] = {}  # pid: parent, group, marked, another's
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
             pid = int(stat.parent.name)
-            ours = marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if fields[0] == "Z" or int(fields[19]) < after or pid == os.getpid():
+                continue
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except (OSError, ValueError, IndexError):
             continue
-        if (ours and int(fields[19]) >= after and pid != os.getpid() and fields[0] != "Z"
-                and _is_ray(pid, package)):
-            found.append(pid)
-    return found
+        marked = marker in environ
+        another = not marked and any(entry.startswith(TOKEN_PATH) for entry in environ)
+        seen[pid] = (int(fields[1]), int(fields[2]), marked, another)
+    ray = {pid for pid in seen if _is_ray(pid, package)}
+    ours = {pid for pid, (parent, in_group, marked, another) in seen.items()
+            if marked or (in_group == group and parent not in ray and not another)}
+    grown = True
+    while grown:  # down the tree: children of ours are ours
+        children = {pid for pid, (parent, *_) in seen.items() if parent in ours} - ours
+        ours |= children
+        grown = bool(children)
+    return sorted(ours & ray)
 
 
-def _kill_ray(after: int, package: str, marker: str, settle_s: float = 5.0) -> None:
+def _kill_ray(group: int, after: int, package: str, marker: str,
+              settle_s: float = 5.0) -> None:
     """Kill them, and again while some still appear (a raylet may be forking a worker as it
     dies), for ``settle_s`` at most."""
     deadline = time.monotonic() + settle_s
     while True:
-        pids = _ray_processes(after, package.encode(), marker.encode())
+        pids = _ray_processes(group, after, package.encode(), marker.encode())
         for pid in pids:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
@@ -180,7 +204,7 @@ def main() -> None:
     # Ray first: a pool's actor outlives its driver for a while and may still be deploying,
     # starting a service after a stop that came first.
     if ray.get("marker"):
-        _kill_ray(int(ray["after"]), str(ray["package"]), str(ray["marker"]))
+        _kill_ray(int(ray["group"]), int(ray["after"]), str(ray["package"]), str(ray["marker"]))
     if not done:
         _stop_services(services, nodes)
     for path in files:
