@@ -165,7 +165,7 @@ def twin(tmp_path: Path) -> Iterator[TwinFactory]:
 
 
 @pytest.fixture(scope="session")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def ray_cluster() -> Iterator[Cluster]:
     """One local Ray for the whole run, one for each worker under xdist (starting one costs
     seconds and ~450 MiB): a one-node cluster, to which a test may add nodes
     (test_load_generators.py adds a load machine)."""
@@ -178,7 +178,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     local_ray_environment()  # as the driver's own Ray: loopback only, a token required
     cluster = ray_start.started(Cluster, {"num_cpus": 2, "include_dashboard": False,
-                                 "temp_dir": f"{os.environ['RAY_TMPDIR']}/ray"})
+                                          "temp_dir": f"{os.environ['RAY_TMPDIR']}/ray"})
     ray.init(address=cluster.address, log_to_driver=False)
     yield cluster
     ray.shutdown()

@@ -160,8 +160,8 @@ def _ray_processes(group: int, after: int, package: bytes, marker: bytes) -> lis
         another = not marked and any(entry.startswith(TOKEN_PATH) for entry in environ)
         seen[pid] = (int(fields[1]), int(fields[2]), marked, another)
     ray = {pid for pid in seen if _is_ray(pid, package)}
-    ours = {pid for pid, (parent, in_group, marked, another) in seen.items()
-            if marked or (in_group == group and parent not in ray and not another)}
+    ours = {pid for pid, (parent, its_group, marked, another) in seen.items()
+            if marked or (its_group == group and parent not in ray and not another)}
     grown = True
     while grown:  # down the tree: children of ours are ours
         children = {pid for pid, (parent, *_) in seen.items() if parent in ours} - ours

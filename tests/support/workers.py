@@ -1,4 +1,4 @@
-"""The suite on two cores (`make test`: pytest-xdist, ``-n 2 --dist loadgroup``) without
+"""The suite on two workers (pytest-xdist, ``-n 2 --dist loadgroup``; `make test` runs one) without
 multiplying what the run shares: one SSH lab, one systemd lab host, one PostgreSQL, one demo, one
 of each campaign store the session fixtures make.
 
