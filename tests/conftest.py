@@ -191,7 +191,7 @@ RAY_JOIN = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_ENABLE_WINDOWS_OR_OSX_C
 
 @pytest.fixture
 def on_shared_ray(ray_cluster: Cluster) -> Iterator[dict[str, str]]:
-    """What a `bisect` process adds to its environment to run on the test run's one Ray
+    """What a `bisect` process adds to its environment to run on this worker's Ray
     (`--ray-address`'s variable and the token ``ray_cluster`` set here) instead of starting one
     of its own (~5 s on two cores): for the tests that run the console script for what it does
     with a campaign, not for how it starts Ray. A run that joined leaves the cluster's token

@@ -27,6 +27,6 @@ def test_the_groups_of_real_tests_go_first_and_a_group_stays_in_its_order() -> N
     one = [Item("test_one.py::test_a", real=False), Item("test_one.py::test_b", real=True)]
     named = {t.nodeid: "table" for t in table} | {t.nodeid: "shared:lab" for t in lab} | {
         t.nodeid: "one" for t in one}
-    ordered = heaviest_first([*table, lab[0], *one, lab[1], lab[2]], named)  # type: ignore[list-item]
+    ordered = heaviest_first([*table, lab[0], *one, lab[1], lab[2]], named)
     assert [named[t.nodeid] for t in ordered] == ["shared:lab"] * 3 + ["one"] * 2 + ["table"] * 40
     assert ordered[:3] == lab and ordered[3:5] == one and ordered[5:] == table
