@@ -180,3 +180,19 @@ def test_show_reads_without_the_statistics_and_verdict_computes_with_them(
     done, loaded = loaded_by(["verdict", "last", "--store", store], tmp_path)
     assert done.returncode in (0, 3), done.stderr[-2000:]  # inconclusive on one trial
     assert {"scipy", "numpy"} <= loaded
+
+
+@pytest.mark.real
+def test_the_reaper_starts_without_ssh_or_the_campaign_schema(tmp_path: Path) -> None:
+    """Every run starts a reaper; most runs end telling it ``done``, when it stops nothing:
+    it loads SSH and the campaign's schema only to stop what a killed driver left."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m",
+                           "orchestrator.executor.reaper"], input='{"done": true}\n',
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    loaded = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
+              if line.startswith("import time:") and "|" in line}
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "deploy.procs" in loaded  # the measure sees imports
+    heavy = sorted(name for name in loaded
+                   if within(name, ("paramiko", "pydantic", "deploy.transports", "experiments")))
+    assert not heavy, heavy
