@@ -22,7 +22,6 @@ from sqlalchemy.orm import Session
 from db.engine import make_engine
 from db.errors import NotFound, StoreError
 from db.integrity import StoreHealth, inspect_campaign, store_damage, unreadable
-from db.migrate import upgrade_engine
 from db.models import (
     Campaign,
     LogEvent,
@@ -49,6 +48,7 @@ from db.records import (
     VariantRecord,
     variant_key,
 )
+from db.revision import at_head
 from db.rows import campaign_record, finite, variant_record
 from db.sibling import sibling_url
 from db.trial_reads import TrialReads
@@ -117,7 +117,10 @@ class Store(TrialReads):
             raise NotFound(f"no store at {missing}")
         try:
             _owner_only(engine)
-            upgrade_engine(engine)
+            if not at_head(engine):
+                from db.migrate import upgrade_engine  # alembic: only where there is work
+
+                upgrade_engine(engine)
         except BaseException:
             engine.dispose()
             raise

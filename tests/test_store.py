@@ -27,10 +27,12 @@ from db import (
     Store,
     StoreError,
     TrialTiming,
+    migrate,
     variant_key,
 )
 from db.migrate import current_revision, downgrade, head_revision, upgrade
 from db.models import Base
+from db.revision import HEAD
 from experiments.campaign import Campaign
 from orchestrator.cli import app
 from orchestrator.stored import create_campaign, evidence, verdict_of
@@ -467,6 +469,29 @@ def test_unknown_schema_revision_is_a_store_error(tmp_path: Path) -> None:
     engine.dispose()
     with pytest.raises(StoreError, match="cannot upgrade"):
         Store.open(str(path))
+
+
+@pytest.mark.pure
+def test_the_revision_read_without_alembic_is_alembic_s_head() -> None:
+    """``db.revision.HEAD`` spares an up-to-date store alembic: it must name the newest
+    migration (a new one fails here until HEAD names it)."""
+    assert head_revision() == HEAD
+
+
+@pytest.mark.pure
+def test_a_store_at_head_opens_without_migrating_and_one_behind_is_migrated(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(tmp_path / "bisect.db")
+    Store.open(path).close()
+    downgrade(path, "0007")
+    calls: list[str] = []
+    real = migrate.upgrade_engine
+    monkeypatch.setattr(migrate, "upgrade_engine",
+                        lambda engine: calls.append("upgrade") or real(engine))
+    Store.open(path).close()  # one behind: alembic brings it to head
+    assert calls == ["upgrade"] and current_revision(path) == HEAD
+    Store.open(path).close()  # at head: one query, no migration
+    assert calls == ["upgrade"]
 
 
 # --- a finished campaign, filled through the Store API: the CLI and the report read it ----------
