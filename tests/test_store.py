@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import Engine, create_engine, inspect, text
 from typer.testing import CliRunner
 
 from db import (
@@ -486,8 +486,12 @@ def test_a_store_at_head_opens_without_migrating_and_one_behind_is_migrated(
     downgrade(path, "0007")
     calls: list[str] = []
     real = migrate.upgrade_engine
-    monkeypatch.setattr(migrate, "upgrade_engine",
-                        lambda engine: calls.append("upgrade") or real(engine))
+
+    def counted(engine: Engine) -> None:
+        calls.append("upgrade")
+        real(engine)
+
+    monkeypatch.setattr(migrate, "upgrade_engine", counted)
     Store.open(path).close()  # one behind: alembic brings it to head
     assert calls == ["upgrade"] and current_revision(path) == HEAD
     Store.open(path).close()  # at head: one query, no migration
