@@ -75,6 +75,30 @@ def test_unknown_flag_exits_2() -> None:
     assert result.returncode == 2 and "unrecognized arguments: --no-such-flag" in result.stderr
 
 
+# What only serving needs (launch.py imports it after parsing): ~0.7 s of CPU a start, which
+# --help (the preflight's check of every start command) and a bad flag must not pay.
+SERVING_ONLY = ("asyncio", "aiohttp", "pydantic", "yaml", "prometheus_client",
+                "experiments.twin.faults", "experiments.twin.engine", "experiments.twin.server")
+
+
+@pytest.mark.real
+def test_help_and_a_bad_flag_import_nothing_serving_needs() -> None:
+    script = (
+        "import contextlib, io, json, sys\n"
+        "from experiments.twin.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), "
+        "contextlib.redirect_stderr(io.StringIO()):\n"
+        "    codes = [main(['--help']), main(['--no-such-flag'])]\n"
+        f"loaded = sorted(m for m in sys.modules for name in {SERVING_ONLY!r}\n"
+        "                if m == name or m.startswith(name + '.'))\n"
+        "print(json.dumps({'codes': codes, 'loaded': loaded}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"codes": [0, 2], "loaded": []}
+
+
 @pytest.mark.pure
 @pytest.mark.parametrize(
     ("text", "field"),

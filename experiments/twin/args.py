@@ -18,11 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.twin.conditions import flag_key
-from experiments.twin.engine import ENGINES
-
+# This module imports nothing of the twin's: `--help` and a bad flag (the preflight checks every
+# start command with `--help`) parse without pydantic, aiohttp or the fault model.
 TOOL_CALL_PARSERS = ("deepseekv3", "deepseekv31", "deepseekv32", "deepseekv4")
 DISAGGREGATION_MODES = ("null", "prefill", "decode")
+ENGINES = ("planted", "gpu", "cpu-standin")  # engine.py's engines, the --engine choices
 FAULT_MODEL_ENV = "BISECT_TWIN_FAULT_MODEL"
 FORK_FLAGS_ENV = "BISECT_TWIN_FORK_FLAGS"
 _FORK_FLAG = re.compile(r"^(--[A-Za-z0-9][A-Za-z0-9_-]*)(?:=([A-Za-z][A-Za-z0-9_-]*))?$")
@@ -156,6 +156,12 @@ def _add_twin_flags(parser: argparse.ArgumentParser) -> None:
     add("--schema", action="store_true", help="print the fault model's JSON Schema and exit")
 
 
+def flag_key(name: str) -> str:
+    """A flag's name as fault conditions and server info name it: no dashes in front,
+    ``-`` for ``_`` (``--enable_hicache`` -> ``enable-hicache``)."""
+    return name.lstrip("-").replace("_", "-")
+
+
 @dataclass(frozen=True)
 class ForkFlag:
     """A flag of the fork the twin plays: a switch, or a flag taking one value."""
@@ -240,6 +246,14 @@ def server_args(ns: argparse.Namespace) -> dict[str, Any]:
 def server_args_repr(ns: argparse.Namespace) -> str:
     inner = ", ".join(f"{key}={value!r}" for key, value in server_args(ns).items())
     return f"ServerArgs({inner})"
+
+
+def apply_role(ns: argparse.Namespace) -> None:
+    """What SGLang's ServerArgs forces for a disaggregation role (and reports in server info)."""
+    if ns.disaggregation_mode == "prefill":
+        ns.disable_cuda_graph = True
+    elif ns.disaggregation_mode == "decode":
+        ns.disable_radix_cache = True
 
 
 def eager_decode(ns: argparse.Namespace) -> bool:

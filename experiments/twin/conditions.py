@@ -33,6 +33,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from experiments.twin.args import flag_key
+
 FlagValue = StrictBool | int | float | str | None
 ROLES = ("prefill", "decode")
 BOUNDS = ("gt", "ge", "lt", "le")
@@ -302,10 +304,6 @@ class InflightScale(BaseModel):
 
     def factor(self, inflight: int) -> float:
         return float(min(1.0, max(0, inflight) / self.reference) ** self.power)
-
-
-def flag_key(name: str) -> str:
-    return name.lstrip("-").replace("_", "-")
 
 
 def as_number(value: Any) -> float | None:

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from experiments.twin.args import ENGINES
 from experiments.twin.faults import Decision, Effect
 from experiments.twin.logs import index_k_bytes
 
-ENGINES = ("planted", "gpu", "cpu-standin")
 WAIT_ENV = "SGLANG_HICACHE_WAIT_LOAD"
 INDEXER_SOURCE = "python/sglang/srt/layers/attention/nsa/nsa_indexer.py"
 _WAIT_LINE = re.compile(rb"^[^#\n]*\.wait_event\(", re.MULTILINE)

@@ -34,16 +34,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from experiments.markup import MarkupFamily
+from experiments.twin.args import flag_key
 from experiments.twin.conditions import (
     Condition,
     FileCondition,
     FileFacts,
     InflightScale,
     RoleView,
-    flag_key,
 )
 from experiments.twin.variation import Variability
-from experiments.yaml_lines import YamlInputError, dotted, load_yaml, read_yaml_text
 
 
 class Effect(StrEnum):
@@ -233,6 +232,9 @@ class FaultModelError(Exception):
 def load(path: str | Path) -> FaultModel:
     """The fault model of a YAML file, read as bounded as a campaign file (experiments/
     yaml_lines); FaultModelError with one line naming the file, the line and the field."""
+    # PyYAML only for a file: a twin started without one never reads YAML.
+    from experiments.yaml_lines import YamlInputError, dotted, load_yaml, read_yaml_text
+
     try:
         loaded = load_yaml(read_yaml_text(path), str(path))
     except YamlInputError as exc:

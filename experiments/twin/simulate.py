@@ -15,8 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from experiments.outcomes import Outcome
-from experiments.twin.args import build_parser, flag_values, fork_flags
-from experiments.twin.cli import _apply_role
+from experiments.twin.args import apply_role, build_parser, flag_values, fork_flags
 from experiments.twin.conditions import FileFacts, RoleView
 from experiments.twin.faults import Effect, FaultModel, decide, per_request
 
@@ -36,7 +35,7 @@ def server_view(flags: Sequence[str], env: Mapping[str, str]) -> RoleView:
     flags ``env`` declares included)."""
     parser = build_parser(fork_flags(env))
     ns = parser.parse_args(["--port", "0", *flags])
-    _apply_role(ns)
+    apply_role(ns)
     return RoleView(flag_values(parser, ns), dict(env))
 
 
