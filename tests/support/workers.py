@@ -190,8 +190,12 @@ def scheduler(config: pytest.Config, log: Any) -> Any:
     """xdist's scheduling by scopes, a scope being a group. xdist's own ``loadgroup`` reads
     ``xdist_group`` marks into the node id, which pytest 9 no longer lets a plugin rewrite. The
     groups go out in the workers' order of collection (``publish``), not xdist's (most tests
-    first: a parser table's milliseconds before a lab's minutes)."""
+    first: a parser table's milliseconds before a lab's minutes). A worker that dies fails the
+    test it was running, and its replacement, once it has collected, takes the rest of its
+    groups: xdist 3.8's own scheduling by scopes would run that test again, and hand work to a
+    replacement still collecting (INTERNALERROR ``KeyError: <WorkerController gw2>``)."""
     from xdist.scheduler import LoadScopeScheduling
+    from xdist.workermanage import WorkerController
 
     config.option.loadscopereorder = False
 
@@ -202,6 +206,33 @@ def scheduler(config: pytest.Config, log: Any) -> Any:
             if self.named is None:  # every worker has collected (and published) by now
                 self.named = json.loads(Path(os.environ[GROUPS]).read_text())
             return self.named[nodeid]
+
+        def _reschedule(self, node: WorkerController) -> None:
+            if node not in self.registered_collections:
+                return  # xdist's replacement of a dead worker, still collecting: schedule() waits
+            super()._reschedule(node)
+            # A worker runs a test once it knows the next one, or that none comes. A replacement
+            # handed a group of one test left would wait there: a second group, or the stop.
+            if self._pending_of(self.assigned_work[node]) < 2:
+                super()._reschedule(node)
+
+        def remove_node(self, node: WorkerController) -> str | None:
+            """xdist's, but the test the node died on is not run again: it is reported as failed
+            (the worker crashed on it), and a rerun could take its replacement down too (a
+            test that kills its worker's Ray). A group of tests all done does not go back
+            either: it would go out as an empty list of tests, which a worker never answers."""
+            workload = self.assigned_work.pop(node)
+            left = [nodeid for unit in workload.values() for nodeid, done in unit.items()
+                    if not done]
+            if not left:
+                return None
+            crashed = left[0]  # a worker runs its groups, and their tests, in the order sent
+            workload[self._split_scope(crashed)][crashed] = True
+            self.workqueue.update((scope, unit) for scope, unit in workload.items()
+                                  if not all(unit.values()))
+            for other in self.assigned_work:
+                self._reschedule(other)
+            return crashed
 
     return GroupScheduling(config, log)
 
