@@ -124,13 +124,16 @@ def test_shared_fixtures_stay_on_one_worker_and_a_second_set_up_fails(tmp_path: 
 DIES = "import os, signal\ndef test_dies(): os.kill(os.getpid(), signal.SIGKILL)\n"
 AFTER = "def test_after(): pass\n"
 ONE = "def test_one(): pass\n"
+SHARED = "import pytest\n@pytest.fixture(autouse=True)\ndef on_shared(shared): pass\n"
 # Two groups of two tests, then two of one: each worker is handed a group of two first, then one
 # of one, and with that every test is out. In "both": the two groups of two each kill the
 # worker that runs them, and two replacements collect at once, the second only once the first
-# runs tests. In "one": the replacement gets the dead worker's last test of its group and the
-# group of one that it held, while the other worker, every test handed out, is stopping.
+# runs tests; a's tests share the session fixture "shared", which a replacement sets up again
+# (``only_once`` lets it, the worker that set it up being dead). In "one": the replacement gets
+# the dead worker's last test of its group and the group of one that it held, while the other
+# worker, every test handed out, is stopping.
 CRASHES = {
-    "both": {"test_a.py": DIES + AFTER, "test_b.py": DIES + AFTER, "test_c.py": ONE,
+    "both": {"test_a.py": SHARED + DIES + AFTER, "test_b.py": DIES + AFTER, "test_c.py": ONE,
              "test_d.py": ONE},
     "one": {"test_a.py": DIES + AFTER, "test_b.py": ONE + "def test_two(): pass\n",
             "test_c.py": ONE, "test_d.py": ONE},
@@ -143,7 +146,7 @@ def test_a_dead_worker_fails_its_test_and_the_run_goes_on(tmp_path: Path, crashe
     done, worker = run_suite(tmp_path, modules)
     output = done.stdout + done.stderr
     assert "INTERNALERROR" not in output, output[-3000:]
-    dead = [name for name, text in modules.items() if text.startswith(DIES)]
+    dead = [name for name, text in modules.items() if DIES in text]
     for name in dead:  # xdist's report of a crash, once: the test is not run again
         assert f"crashed while running '{name}::test_dies'" in output, output[-3000:]
         assert output.count(f"FAILED {name}::test_dies") == 1, output[-3000:]

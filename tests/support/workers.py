@@ -33,6 +33,8 @@ from typing import Any
 
 import pytest
 
+from deploy import procs
+
 PER_WORKER = frozenset({"ray_cluster"})
 ASKED = re.compile(r"""getfixturevalue\(\s*["'](\w+)["']\s*\)""")
 
@@ -238,15 +240,24 @@ def scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def only_once(factory: pytest.TempPathFactory, fixture: str) -> None:
-    """Fail if another worker of this run set ``fixture`` up already: its tests were not kept
-    on one worker (``groups`` missed one). Without xdist, nothing to check."""
+    """Fail if another worker of this run set ``fixture`` up already and lives: its tests were
+    not kept on one worker (``groups`` missed one). A worker that died left the rest of its
+    groups to its replacement, which sets the fixture up anew (what the dead one started, its
+    reaper stops). Without xdist, nothing to check."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is None:
         return
     # the run's base directory, above each worker's own (pytest-N/popen-gwK)
     mark = Path(factory.getbasetemp()).parent / f"set-up-once-{fixture}"
+    mine = mark.with_name(f"{mark.name}.{worker}")
+    mine.write_text(f"{os.getpid()} {procs.start_time(os.getpid())}")
     try:
-        mark.touch(exist_ok=False)
+        os.link(mine, mark)  # the mark appears with its holder in it, or not at all
     except FileExistsError:
-        pytest.fail(f"{fixture} is set up a second time, on {worker}: a test that needs it was "
-                    "not grouped with the others (tests/support/workers.py)")
+        pid, start = (int(field) for field in mark.read_text().split())
+        if procs.alive(pid) and procs.start_time(pid) == start:  # not a later one on its pid
+            pytest.fail(f"{fixture} is set up a second time, on {worker}: a test that needs it "
+                        "was not grouped with the others (tests/support/workers.py)")
+        os.replace(mine, mark)
+    finally:
+        mine.unlink(missing_ok=True)
