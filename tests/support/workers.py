@@ -33,6 +33,8 @@ from typing import Any
 
 import pytest
 
+from deploy import procs
+
 PER_WORKER = frozenset({"ray_cluster"})
 ASKED = re.compile(r"""getfixturevalue\(\s*["'](\w+)["']\s*\)""")
 
@@ -190,8 +192,12 @@ def scheduler(config: pytest.Config, log: Any) -> Any:
     """xdist's scheduling by scopes, a scope being a group. xdist's own ``loadgroup`` reads
     ``xdist_group`` marks into the node id, which pytest 9 no longer lets a plugin rewrite. The
     groups go out in the workers' order of collection (``publish``), not xdist's (most tests
-    first: a parser table's milliseconds before a lab's minutes)."""
+    first: a parser table's milliseconds before a lab's minutes). A worker that dies fails the
+    test it was running, and its replacement, once it has collected, takes the rest of its
+    groups: xdist 3.8's own scheduling by scopes would run that test again, and hand work to a
+    replacement still collecting (INTERNALERROR ``KeyError: <WorkerController gw2>``)."""
     from xdist.scheduler import LoadScopeScheduling
+    from xdist.workermanage import WorkerController
 
     config.option.loadscopereorder = False
 
@@ -203,19 +209,55 @@ def scheduler(config: pytest.Config, log: Any) -> Any:
                 self.named = json.loads(Path(os.environ[GROUPS]).read_text())
             return self.named[nodeid]
 
+        def _reschedule(self, node: WorkerController) -> None:
+            if node not in self.registered_collections:
+                return  # xdist's replacement of a dead worker, still collecting: schedule() waits
+            super()._reschedule(node)
+            # A worker runs a test once it knows the next one, or that none comes. A replacement
+            # handed a group of one test left would wait there: a second group, or the stop.
+            if self._pending_of(self.assigned_work[node]) < 2:
+                super()._reschedule(node)
+
+        def remove_node(self, node: WorkerController) -> str | None:
+            """xdist's, but the test the node died on is not run again: it is reported as failed
+            (the worker crashed on it), and a rerun could take its replacement down too (a
+            test that kills its worker's Ray). A group of tests all done does not go back
+            either: it would go out as an empty list of tests, which a worker never answers."""
+            workload = self.assigned_work.pop(node)
+            left = [nodeid for unit in workload.values() for nodeid, done in unit.items()
+                    if not done]
+            if not left:
+                return None
+            crashed = left[0]  # a worker runs its groups, and their tests, in the order sent
+            workload[self._split_scope(crashed)][crashed] = True
+            self.workqueue.update((scope, unit) for scope, unit in workload.items()
+                                  if not all(unit.values()))
+            for other in self.assigned_work:
+                self._reschedule(other)
+            return crashed
+
     return GroupScheduling(config, log)
 
 
 def only_once(factory: pytest.TempPathFactory, fixture: str) -> None:
-    """Fail if another worker of this run set ``fixture`` up already: its tests were not kept
-    on one worker (``groups`` missed one). Without xdist, nothing to check."""
+    """Fail if another worker of this run set ``fixture`` up already and lives: its tests were
+    not kept on one worker (``groups`` missed one). A worker that died left the rest of its
+    groups to its replacement, which sets the fixture up anew (what the dead one started, its
+    reaper stops). Without xdist, nothing to check."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is None:
         return
     # the run's base directory, above each worker's own (pytest-N/popen-gwK)
     mark = Path(factory.getbasetemp()).parent / f"set-up-once-{fixture}"
+    mine = mark.with_name(f"{mark.name}.{worker}")
+    mine.write_text(f"{os.getpid()} {procs.start_time(os.getpid())}")
     try:
-        mark.touch(exist_ok=False)
+        os.link(mine, mark)  # the mark appears with its holder in it, or not at all
     except FileExistsError:
-        pytest.fail(f"{fixture} is set up a second time, on {worker}: a test that needs it was "
-                    "not grouped with the others (tests/support/workers.py)")
+        pid, start = (int(field) for field in mark.read_text().split())
+        if procs.alive(pid) and procs.start_time(pid) == start:  # not a later one on its pid
+            pytest.fail(f"{fixture} is set up a second time, on {worker}: a test that needs it "
+                        "was not grouped with the others (tests/support/workers.py)")
+        os.replace(mine, mark)
+    finally:
+        mine.unlink(missing_ok=True)
