@@ -26,7 +26,7 @@ import re
 import shutil
 import sys
 import tempfile
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -165,12 +165,13 @@ def heaviest_first(items: list[pytest.Item], named: dict[str, str]) -> list[pyte
     """``items`` with the groups that weigh most first, each group's tests in their order: the
     scheduler hands groups out in this order, so the long ones do not start last and leave
     one worker running them alone."""
-    weight: Counter[str] = Counter()
+    weight: defaultdict[str, float] = defaultdict(float)
     for item in items:
         real = item.get_closest_marker("real") is not None
         weight[named[item.nodeid]] += REAL_WEIGHT if real else PURE_WEIGHT
-    # most_common sorts stably: groups of equal weight keep their order
-    rank = {group: n for n, (group, _) in enumerate(weight.most_common())}
+    # a stable sort (reversed too): groups of equal weight keep their order
+    ranked = sorted(weight, key=weight.__getitem__, reverse=True)
+    rank = {group: n for n, group in enumerate(ranked)}
     return sorted(items, key=lambda item: rank[named[item.nodeid]])
 
 
