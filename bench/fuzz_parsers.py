@@ -1,6 +1,6 @@
 """Fuzz every parser of server output with >= 10,000 hostile inputs each, and count.
 
-The targets and their properties are tests/support/parser_fuzz.py's (the tests run a few hundred
+The targets and their properties are tests/support/parser_fuzz.py's (the tests run a hundred
 of each): chat-completion JSON (strict decoding, then the classifier), SSE as the live reader
 reads it (cut anywhere: the answer must not depend on where), saved responses (``bisect
 classify``), Prometheus text, service log lines (wedge signs), ``--help`` output. Per target it

@@ -17,12 +17,16 @@ import random
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bench.noise import IID, REAL_WORLD, Fleet, TrialNoise, scaled, scaled_shares
 from experiments.outcomes import Outcome
-from orchestrator.core.evidence import CORRUPTING, Failing, TrialEvidence
+from orchestrator.core.evidence import CORRUPTING, Failing, TrialEvidence, variant_key
 from orchestrator.core.stats.compare import StopRule
 from orchestrator.core.verdict import CostModel
+
+if TYPE_CHECKING:
+    from experiments.twin.conditions import RoleView
 
 SESSIONS = 80
 ROUNDS = 4
@@ -142,19 +146,32 @@ class FaultModelPool(Pool):
         self.model = FaultModel.model_validate(FAULT_MODEL)
         self.factors = DEMO_FACTORS
         self.seed = seed
+        # each variant's server view, made once: it parses the twin's whole command line (a
+        # hundred options), which took half of a trial's time here
+        self.views: dict[str, RoleView] = {}
 
     def outcomes(self, levels: Levels, rate_scale: float = 1.0) -> list[Outcome]:
-        from experiments.twin.simulate import server_view, session_outcomes
+        from experiments.twin.simulate import session_outcomes
 
-        flags: list[str] = []
-        env: dict[str, str] = {}
-        for factor in self.factors:
-            level = factor["levels"][levels[factor["name"]]] or {}
-            flags += level.get("flags", [])
-            env.update(level.get("env", {}))
-        return session_outcomes(self.model, server_view(flags, env), sessions=SESSIONS,
+        return session_outcomes(self.model, self.view(levels), sessions=SESSIONS,
                                 seed=self.seed * 1_000_003 + self.trials, rounds=ROUNDS,
                                 rate_scale=rate_scale)
+
+    def view(self, levels: Levels) -> RoleView:
+        """The twin of the variant, as its fault rules see it: the flags and env the demo
+        campaign renders for its levels."""
+        from experiments.twin.simulate import server_view
+
+        key = variant_key(levels)
+        if key not in self.views:
+            flags: list[str] = []
+            env: dict[str, str] = {}
+            for factor in self.factors:
+                level = factor["levels"][levels[factor["name"]]] or {}
+                flags += level.get("flags", [])
+                env.update(level.get("env", {}))
+            self.views[key] = server_view(flags, env)
+        return self.views[key]
 
 
 def _two_level(n: int) -> tuple[dict[str, list[str]], Levels, Levels]:

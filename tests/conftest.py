@@ -59,6 +59,11 @@ def pytest_sessionfinish() -> None:
     stops.finishing()  # before pytest's own hook tears down the session's fixtures
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``-m pure`` leaves the modules marked real at their top unimported (tiers.only_real)."""
+    return True if tiers.only_real(collection_path, config.option.markexpr) else None
+
+
 @pytest.hookimpl(tryfirst=True)  # every test, before -m or -k deselects any
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test is marked pure or real, once (tests/support/tiers.py): else no test runs."""

@@ -128,14 +128,14 @@ def test_the_command_writes_its_table_and_json(tmp_path: Path,
 
 
 def test_the_claims_against_production_add_up(measure: Measure) -> None:
-    """Two seeds of TPE and random on a small budget: each run's claim is its verdict's, the
-    counts of the claims add up to the runs, per search and over all, and the truth of each
-    claim is the space's (noise-free). The budget is the command test's: its seed-1 searches
-    are measured once."""
+    """Two seeds of TPE and one of random on a small budget: each run's claim is its
+    verdict's, the counts of the claims add up to the runs, per search (of two runs and of
+    one) and over all, and the truth of each claim is the space's (noise-free). The budget is
+    the command test's: its seed-1 searches are measured once."""
     settings = Settings(trials=10)
-    runs = [search_run(search, seed, settings) for search in ("tpe", "random") for seed in (1, 2)]
-    assert [(r.search, r.seed) for r in runs] == [("tpe", 1), ("tpe", 2), ("random", 1),
-                                                  ("random", 2)]
+    runs = [search_run(search, seed, settings)
+            for search, seed in (("tpe", 1), ("tpe", 2), ("random", 1))]
+    assert [(r.search, r.seed) for r in runs] == [("tpe", 1), ("tpe", 2), ("random", 1)]
     for run in runs:
         campaign = knob_campaign(settings.strategy(run.search, run.seed))
         done = measure(campaign, run.seed)

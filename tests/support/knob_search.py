@@ -9,7 +9,10 @@ import time
 from bench.knob_space import KnobPools
 from orchestrator.executor.base import TrialReport
 
-SEARCH = {"trials": 40, "max_corruption": 0.05, "seed": 1}
+# 24 trials: on the pools of seeds 1 to 5 the search names the best safe configuration in 5 of
+# 5, and its interval holds the true best in 4 (seed 2, test_optimize_search's, among them; 40
+# trials: 5 of 5, twice as long); at 20 it names another in all 5
+SEARCH = {"trials": 24, "max_corruption": 0.05, "seed": 1}
 # What the tests of the search's parts run: the trade-off found or not, a shorter search
 SHORT = {**SEARCH, "trials": 14, "confirm_top": 2}
 

@@ -1,5 +1,5 @@
 """Property-based fuzzing of every parser of server output: strategies and the properties each
-parser must keep, shared by test_broken_replies.py (a few hundred inputs each) and
+parser must keep, shared by test_broken_replies.py (a hundred inputs each) and
 bench/fuzz_parsers.py (>= 10,000 each, counted for RELIABILITY.md).
 
 Each ``Target`` pairs a hypothesis strategy of hostile inputs (mutations of valid output, not
