@@ -241,8 +241,8 @@ def test_flips_undecided_at_their_budget_but_leaning_passing_go_to_confirmation(
     # over all of them), f3 still leans passing, and both go into the culprit alone
     failing = traced("abbb:5 bbab:4 abbb:3 bbab:5 abbb:6 bbab:2 abbb:4 abbb:5")
     replay = Adaptive(FACTORS, GOOD, BAD).replay([*SEED_19, *failing])
-    scan = {s.phase: s.answer for s in replay.trail if s.phase.startswith("flip")}
-    assert scan == {"flip f0": "fail", "flip f1": "pass", "flip f2": "fail",
+    answers = {s.phase: s.answer for s in replay.trail if s.phase.startswith("flip")}
+    assert answers == {"flip f0": "fail", "flip f1": "pass", "flip f2": "fail",
                     "flip f3": "unknown"}
     assert _keys(replay.needed) == [variant_key(with_("f1", "f3"))]  # the culprit alone
 

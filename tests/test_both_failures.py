@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
@@ -112,7 +111,7 @@ def test_the_renderers_read_each_failure_s_culprits_from_its_own_entry(
     body = verdict.to_json()
     rows = culprit_rows(verdict.failures(), body["target"], verdict.trials, FACTORS)
     assert [(r.failure, r.levels) for r in rows] == [("wedging", {"f2": "b"})]
-    said = headline(verdict, rows, SimpleNamespace(strategy=SimpleNamespace(alpha=0.01)))
+    said = headline(verdict, rows, alpha=0.01)
     assert said.status == "not_reproduced"
     assert said.sentence.startswith("Corruption was not reproduced: known-bad: ")
     assert "; wedging follows f2=b: " in said.sentence

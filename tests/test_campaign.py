@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from experiments.campaign import Campaign, CampaignError
 from experiments.campaign_load import load_campaign
+from experiments.strategy_config import FactorialConfig
 from orchestrator.cli import app
 
 pytestmark = pytest.mark.pure
@@ -116,6 +117,7 @@ def test_a_realistic_campaign_loads(tmp_path: Path) -> None:
     assert campaign.factor("verbose").level("yes").flags == ["--log-level", "debug"]
     assert campaign.known_good == {"index_k": "fp8", "hicache": "on", "verbose": "no"}
     assert campaign.known_bad == {"index_k": "bf16", "hicache": "on", "verbose": "no"}
+    assert isinstance(campaign.strategy, FactorialConfig)
     assert campaign.workload.sessions == 60 and campaign.strategy.repeats == 3
     assert campaign.cost.gpus == 16
 

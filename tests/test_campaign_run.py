@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from db.store import Store
 from experiments.campaign import Campaign
+from experiments.secrets import shown_argv
 from orchestrator.cli import app
 from orchestrator.core.verdict import Status
 from orchestrator.demo import twin_pool
@@ -104,7 +105,7 @@ def test_services_are_stopped_when_the_campaign_ends(
     for log in workdir.glob("*.log"):
         assert "fired up and ready to roll" in log.read_text()
     for pool in campaign.pools:
-        command = " ".join(pool.services[0].start)
+        command = " ".join(shown_argv(pool.services[0].start))  # it holds no secret
         running = [p for p in os.listdir("/proc")
                    if p.isdigit() and _cmdline(p).startswith(command)]
         assert running == []

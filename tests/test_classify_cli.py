@@ -196,7 +196,7 @@ def test_a_response_is_judged_against_its_own_request(runner: CliRunner, tmp_pat
         {"role": "tool", "tool_call_id": "c0", "content": "not found. canary=NEW2"}]}))
     response = tmp_path / "response.json"
     arguments = json.dumps({"order_id": "A-17 NEW2"})
-    ours = {"id": "call_1", "type": "function",
+    ours: dict[str, Any] = {"id": "call_1", "type": "function",
             "function": {"name": "lookup_order", "arguments": arguments}}
     response.write_text(json.dumps(completion(None, [ours])))
     code, report, _ = invoke(runner, str(response), "--request", str(request), "--json")

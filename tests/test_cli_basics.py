@@ -59,6 +59,7 @@ def test_each_command_is_found_in_the_module_the_map_names() -> None:
     # `bisect CMD` imports only COMMANDS[CMD]'s module: a command missing from the map, or
     # mapped to another module, would be "No such command" for its user.
     root = typer.main.get_command(app)
+    assert isinstance(root, typer.core.TyperGroup)  # a group of commands, not one command
     registered = {group.name: group.typer_instance.registered_commands[0].callback
                   for group in app.registered_groups if group.typer_instance}
     for name in root.list_commands(typer.Context(root)):

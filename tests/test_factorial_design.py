@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from experiments.campaign import Campaign, CampaignError
 from experiments.campaign_checks import FRACTIONAL_MAX_FACTORS
 from experiments.campaign_load import load_campaign
+from experiments.strategy_config import FactorialConfig
 from orchestrator.cli import app
 from orchestrator.core.evidence import TrialEvidence, variant_key
 from orchestrator.core.strategies.design import MAX_FACTORS, Design, DesignError, fraction
@@ -336,6 +337,7 @@ def test_a_fractional_campaign_loads_and_builds_its_strategy(tmp_path: Path) -> 
         file.write("known_bad: {index_k: on, hicache: on, topk_v2: off, cuda_graph: off, "
                    "overlap: off}\n")
     campaign = load_campaign(path)
+    assert isinstance(campaign.strategy, FactorialConfig)
     assert campaign.strategy.design == "fractional" and campaign.strategy.resolution == 5
     strategy = strategy_for(campaign)
     assert isinstance(strategy, Factorial) and strategy.design is not None

@@ -288,6 +288,8 @@ def test_non_200_is_an_error_with_a_preview_of_the_body() -> None:
 
 
 def test_a_hanging_server_is_a_timeout_and_its_connection_is_closed() -> None:
+    server: Scripted  # go() starts it
+
     async def script(ex: Exchange) -> bool:
         if ex.connection == 1:
             ex.writer.write(chunked(sse(delta("partial"))[0], kind="text/event-stream",
@@ -309,7 +311,6 @@ def test_a_hanging_server_is_a_timeout_and_its_connection_is_closed() -> None:
                 await asyncio.sleep(0.01)
             return got
 
-    server: Any = None
     (streamed, streamed_metrics), (plain, _) = asyncio.run(go())
     assert isinstance(streamed, TurnVerdict) and streamed.outcome is Outcome.TIMEOUT
     assert streamed.evidence == ("no complete response within 0.3 s after 1 events; content so "
@@ -355,6 +356,7 @@ def test_a_reset_mid_stream_is_an_error_with_what_came() -> None:
 
 def test_cancelling_a_stream_closes_its_connection_and_pools_nothing() -> None:
     first_event = asyncio.Event()
+    server: Scripted  # go() starts it
 
     async def script(ex: Exchange) -> bool:
         ex.writer.write(chunked(sse(delta("a"))[0], kind="text/event-stream", end=False))
@@ -381,7 +383,6 @@ def test_cancelling_a_stream_closes_its_connection_and_pools_nothing() -> None:
                 await asyncio.sleep(0.01)
             return http
 
-    server: Any = None
     http = asyncio.run(go())
     assert server.client_closed == 1
     assert not any(http._idle.values()) and not http._open

@@ -107,7 +107,7 @@ def trials(data: dict[str, Any], *orders: TrialOrder,
     campaign = Campaign.model_validate(data)
     pool = campaign.pools[0].name
     actors = PoolActors(campaign.model_dump(mode="json"), [pool])
-    reports = []
+    reports: list[TrialReport] = []
     try:
         for order in orders:
             actors.submit(pool, order)

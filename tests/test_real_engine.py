@@ -16,6 +16,7 @@ from experiments.agent import TOOLS
 from experiments.campaign import CampaignError, Service
 from experiments.campaign_load import load_campaign
 from experiments.collect import log_events
+from experiments.optimize_config import OptimizeConfig
 from experiments.outcomes import WEDGE_LOG_KINDS
 from experiments.real_engine.campaign import campaign
 from experiments.real_engine.make_model import CHAT_TEMPLATE
@@ -24,6 +25,7 @@ from experiments.real_engine.probe import well_formed
 from experiments.real_engine.sweeps import CONFIG, parser_sweep, throughput_sweep
 from experiments.real_engine.teach import conversation, reply_text
 from experiments.sweep import load_sweep
+from experiments.workload.spec import WorkloadSpec
 
 pytestmark = pytest.mark.pure
 SCRIPTED = "experiments.real_engine.scripted:AgentReply"
@@ -180,7 +182,9 @@ def test_the_throughput_sweep_reads_the_engines_flags_from_its_source_tree(
     # the replies scripted, so the sessions are clean: what a flag costs and breaks is watched
     assert SCRIPTED in start
     assert sweep.thresholds.corruption is not None and sweep.thresholds.throughput is not None
-    assert sweep.workload.max_concurrency is not None and sweep.workload.max_concurrency > 1
+    workload = sweep.workload
+    assert isinstance(workload, WorkloadSpec)  # the stress workload, not a probe
+    assert workload.max_concurrency is not None and workload.max_concurrency > 1
 
 
 @pytest.mark.parametrize("kind", ["search", "grid"])
@@ -193,6 +197,7 @@ def test_the_optimize_files_load_scripted_over_the_same_space(tmp_path: Path, ki
     assert "--logits-processors" in start  # the sessions can come back clean
     assert {f.name: sorted(f.levels) for f in loaded.factors} == {
         "max_num_seqs": ["1", "256", "4"], "eager": ["off", "on"]}
+    assert isinstance(loaded.strategy, OptimizeConfig)
     assert loaded.strategy.sampler == ("grid" if kind == "grid" else "tpe")
 
 

@@ -67,6 +67,7 @@ def test_only_the_drivers_own_ray_is_found_and_killed(
         rays: tuple[Ray, Ray, subprocess.Popen[bytes]]) -> None:
     mine, theirs, orphan = rays
     group, after = os.getpgid(0), procs.start_time(os.getpid())
+    assert after is not None  # this process runs
     assert {os.getpgid(pid) for pid in (mine.agent, theirs.agent, orphan.pid)} == {group}
     found = _ray_processes(group, after, PACKAGE.encode(), mine.marker.encode())
     # its raylet, the agent under it, and an agent left by a Ray that died in this group

@@ -79,7 +79,8 @@ def test_a_five_point_rise_is_different_most_of_the_time() -> None:
 
 def test_a_clean_variant_with_enough_sessions_is_same() -> None:
     clean = compare_counts("corruption", (0, 320), (0, 320), min_effect=0.02, alpha=0.01)
-    assert clean.answer == Difference.SAME and clean.p_same <= 0.01
+    assert clean.answer == Difference.SAME
+    assert clean.p_same is not None and clean.p_same <= 0.01
     too_few = compare_counts("corruption", (0, 240), (0, 240), min_effect=0.02, alpha=0.01)
     assert too_few.answer == Difference.UNKNOWN  # 240 sessions cannot rule out 2 points at 1%
     # at a 1% background, 4 x 80 a side rule out 5 points nearly always (exactly: 99.3%)
@@ -159,9 +160,10 @@ def test_more_failures_in_current_never_make_it_look_better(
     b = compare_counts("corruption", (more, n_cur), (k_base, n_base),
                        min_effect=min_effect, alpha=alpha)
     assert RANK[a.answer] <= RANK[b.answer]
+    assert a.p_same is not None and b.p_same is not None
     assert b.p_worse <= a.p_worse + 1e-12 and b.p_same >= a.p_same * (1 - 1e-6)
     for c in (a, b):
-        assert c.interval[0] <= c.change <= c.interval[1]
+        assert c.interval[0] <= c.change <= c.interval[1] and c.p_same is not None
         assert not (c.answer == Difference.DIFFERENT and c.p_same <= alpha)
 
 
@@ -172,6 +174,7 @@ def test_a_comparison_says_what_it_saw() -> None:
     assert c.current == pytest.approx(0.05) and c.baseline == pytest.approx(1 / 240)
     assert c.change == pytest.approx(0.05 - 1 / 240)
     assert c.interval == newcombe_difference(12, 240, 1, 240, confidence=0.98)
+    assert c.p_same is not None
     assert c.p_worse <= 0.01 < c.p_same and (c.min_effect, c.alpha) == (0.02, 0.01)
     # significant but small is not DIFFERENT (Perfherder): 1.9 points where 2 are asked
     small = compare_counts("corruption", (20, 800), (5, 800), min_effect=0.02, alpha=0.01)
@@ -194,9 +197,10 @@ def test_no_judged_session_on_a_side_is_unknown() -> None:
 def test_bad_counts_are_refused_naming_the_metric(
         current: tuple[int, int], baseline: tuple[int, int], kwargs: dict[str, float],
         says: str) -> None:
-    args = {"min_effect": 0.02, "alpha": 0.01, **kwargs}
+    limits = {"min_effect": 0.02, "alpha": 0.01, **kwargs}
     with pytest.raises(ValueError, match=f"^wedging: {says}"):
-        compare_counts("wedging", current, baseline, **args)
+        compare_counts("wedging", current, baseline, min_effect=limits["min_effect"],
+                       alpha=limits["alpha"])
 
 
 def test_newcombe_keeps_its_95_percent_by_default() -> None:
@@ -276,7 +280,7 @@ def test_identical_trials_are_credited_the_noise_floor_not_certainty() -> None:
     # a 10% drop is still plain
     drop = compare_values("throughput", [720.0] * 3, [800.0] * 3, min_relative=0.05,
                           alpha=0.01, worse="lower")
-    assert drop.answer == Difference.DIFFERENT
+    assert drop.answer == Difference.DIFFERENT and drop.p_same is not None
     assert all(math.isfinite(x) for x in (*drop.interval, drop.p_same, drop.p_worse))
 
 
@@ -346,6 +350,7 @@ def test_same_at_a_share_of_alpha_is_decided_at_that_share() -> None:
                                       alpha=alpha)
             at_share = compare_counts("corruption", (k, n), (3, 320), min_effect=0.03,
                                       alpha=alpha, alpha_same=share)
+            assert at_alpha.p_same is not None and at_share.p_same is not None
             assert at_alpha.p_same == at_share.p_same and at_share.level_same == share
             assert (at_share.answer is Difference.SAME) == (at_share.p_same <= share)
             between += share < at_alpha.p_same <= alpha and at_alpha.answer is Difference.SAME
@@ -358,7 +363,8 @@ def test_same_at_a_share_of_alpha_is_decided_at_that_share() -> None:
                                   worse="lower")
         at_share = compare_values("throughput", now, base, min_relative=0.08, alpha=alpha,
                                   worse="lower", alpha_same=share)
-        assert at_share.p_same is not None and at_alpha.level_same == alpha
+        assert at_share.p_same is not None and at_alpha.p_same is not None
+        assert at_alpha.level_same == alpha
         assert (at_share.answer is Difference.SAME) == (at_share.p_same < share)
         between += share < at_alpha.p_same < alpha and at_alpha.answer is Difference.SAME
     assert between >= 2

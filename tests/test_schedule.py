@@ -211,8 +211,9 @@ def test_run_and_rm_of_an_unknown_schedule_and_half_the_run_options_are_refused(
 
 # -- the calendar, as systemd counts it --
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0,
+        second: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 @pytest.mark.real

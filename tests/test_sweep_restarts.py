@@ -119,6 +119,7 @@ def test_a_confirmation_judges_at_its_looks_each_at_a_share_of_alpha() -> None:
     [confirming] = judged.confirmation
     # p 0.003: an alert at alpha itself, short of the look's share of it
     assert confirming.alpha_worse == pytest.approx(0.0025)
+    assert confirming.alpha_worse is not None
     assert confirming.alpha_worse < confirming.p_worse <= confirming.alpha
     assert confirming.answer is Difference.UNKNOWN
     # to the look at 6: pairs 8 and 9 of the run, each the reverse of the last
@@ -146,4 +147,5 @@ def test_same_settles_a_variant_at_the_looks_only() -> None:
     # each of the three looks tests SAME at a third of alpha: together they err at most alpha
     [corruption] = [c for c in settled.comparisons if c.metric == "corruption"]
     assert corruption.alpha_same == pytest.approx(strategy.plan.alpha / 3)
-    assert corruption.p_same is not None and corruption.p_same <= corruption.alpha_same
+    assert corruption.alpha_same is not None and corruption.p_same is not None
+    assert corruption.p_same <= corruption.alpha_same

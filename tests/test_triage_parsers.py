@@ -11,7 +11,7 @@ import importlib
 import inspect
 import json
 import timeit
-from functools import cache
+from functools import cache, partial
 
 import pytest
 
@@ -52,7 +52,7 @@ def sglang_required() -> None:
 @cache
 def _detector(parser: str) -> type:
     module, name = triage_sglang.parser_table()[parser]
-    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), name)
 
 
 @cache
@@ -222,6 +222,6 @@ def test_one_triage_costs_little() -> None:
     parser unknown) still costs well under a millisecond or so per leak."""
     text = "<｜DSML｜function_calls>" + inv()
     for server in (None, "deepseekv32", "deepseekv4"):
-        runs = timeit.repeat(lambda s=server: triage_leak(text, parser=s), number=50, repeat=5)
+        runs = timeit.repeat(partial(triage_leak, text, parser=server), number=50, repeat=5)
         per_call = sorted(runs)[len(runs) // 2] / 50
         assert per_call < 0.02, (server, per_call)  # generous: a shared 2-core CI machine

@@ -12,6 +12,7 @@ import asyncio
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,10 @@ HICACHE = ("--enable-hierarchical-cache",)
 
 
 def config(bf16: bool = True, wait: bool = False, pool_slots: int = 4,
-           **knobs: str) -> EngineSettings:
+           knobs: Mapping[str, str] | None = None) -> EngineSettings:
     env = {"BF16_INDEX_K": "1" if bf16 else "0", engine.WAIT_ENV: "1" if wait else "0"}
-    return settings("cpu-standin", env, None, {engine.POOL_SLOTS_ENV: str(pool_slots), **knobs})
+    return settings("cpu-standin", env, None,
+                    {engine.POOL_SLOTS_ENV: str(pool_slots), **(knobs or {})})
 
 
 def read(session: str, round_: int, hicache: bool = True) -> IndexKRead:
@@ -60,7 +62,7 @@ EVICTING = ([read("a", 1)], [read("b", 1)], [read("a", 2)])
 def test_bytes_per_token_and_the_slot_follow_bf16_index_k() -> None:
     assert config(bf16=False).bytes_per_token == 132  # 128 B key + 4 B scale
     assert config(bf16=True).bytes_per_token == 256
-    assert config(bf16=True, **{engine.SLOT_TOKENS_ENV: "1024"}).slot_bytes == 1024 * 256
+    assert config(bf16=True, knobs={engine.SLOT_TOKENS_ENV: "1024"}).slot_bytes == 1024 * 256
 
 
 @pytest.mark.pure

@@ -12,6 +12,7 @@ from experiments.outcomes import CORRUPTION, INFRA
 from orchestrator.core.evidence import (
     CORRUPTING,
     WEDGING,
+    Failing,
     TrialEvidence,
     failing_for,
     target_of,
@@ -20,7 +21,7 @@ from orchestrator.core.evidence import (
 from orchestrator.core.stats.exact import fisher_greater, trials_greater
 from orchestrator.core.stats.proportions import newcombe_difference, wilson
 from orchestrator.core.strategies.factorial import Factorial, decide, gray_order
-from orchestrator.core.verdict import CostModel, Status, judged_trials
+from orchestrator.core.verdict import CostModel, Status, Verdict, judged_trials
 
 pytestmark = pytest.mark.pure
 
@@ -53,8 +54,10 @@ def simulate(rate: Rate, *, factors: Mapping[str, list[str]] = FACTORS, repeats:
     return trials
 
 
-def judge(trials: list[TrialEvidence], factors: Mapping[str, list[str]] = FACTORS, **kw: object):
-    return decide(trials, factors, alpha=0.01, clean_rate=0.02, cost=COST, **kw)  # type: ignore[arg-type]
+def judge(trials: list[TrialEvidence], factors: Mapping[str, list[str]] = FACTORS, *,
+          known_bad: Mapping[str, str] | None = None, failing: Failing = CORRUPTING) -> Verdict:
+    return decide(trials, factors, alpha=0.01, clean_rate=0.02, cost=COST, known_bad=known_bad,
+                  failing=failing)
 
 
 def test_wilson_and_fisher_match_published_values() -> None:

@@ -40,6 +40,7 @@ def test_new_spec_fields_validate() -> None:
                                          "arrival": "poisson", "request_rate": 2.5,
                                          "slo": {"ttft_ms": 500}})
     assert heavy.context is not None and heavy.context.end_tokens == 80000
+    bad: dict[str, Any]  # what a campaign file may hold
     for bad in ({"arrival": "poisson"}, {"request_rate": 3}, {"arrival": "ramp"},
                 {"max_concurrency": 0}, {"context": {"start_tokens": 9, "end_tokens": 1}},
                 {"context": {"end_tokens": 10}, "filler_tokens": 5}, {"slo": {}},

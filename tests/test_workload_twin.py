@@ -11,6 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from experiments.outcomes import Outcome
+from experiments.workload.arrival import Arrival
 from experiments.workload.spec import WorkloadSpec
 from experiments.workload.stress import StressResult, arrival_offsets, run_stress
 from orchestrator.cli import app
@@ -87,7 +88,7 @@ def test_cli_stress_with_every_option(twin: TwinFactory, tmp_path: Path) -> None
     assert summary["median_tpot_ms"] > 0
     # 60 requests a second: sessions of 3 requests start at 20 a second on a seeded schedule,
     # and none before its start, so no more than that (a loaded machine only spreads them)
-    spec = WorkloadSpec(sessions=6, rounds=3, seed=2, arrival="poisson", request_rate=60)
+    spec = WorkloadSpec(sessions=6, rounds=3, seed=2, arrival=Arrival.POISSON, request_rate=60)
     offsets = arrival_offsets(spec, seed=2)
     assert summary["request_rate"] == 60 and summary["duration"] >= offsets[-1] > 0.1
     assert summary["request_throughput"] <= 18 / offsets[-1] < 2 * 60

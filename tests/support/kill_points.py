@@ -179,7 +179,7 @@ def wait_until(condition: Callable[[], bool], driver: subprocess.Popen[bytes] | 
     return False
 
 
-def kill(driver: subprocess.Popen[bytes]) -> None:
+def kill(driver: subprocess.Popen[Any]) -> None:
     """SIGKILL to the driver alone, as the OOM killer would; then reap its zombie."""
     if driver.poll() is None:
         os.kill(driver.pid, signal.SIGKILL)

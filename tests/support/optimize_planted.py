@@ -16,8 +16,9 @@ from orchestrator.core.strategies.optimize import Optimize
 ELSE = {**PRODUCTION, "max_running": "96"}  # another configuration of the knob space
 CONFIGS = {"production": PRODUCTION, "else": ELSE,
            **{f"m{n}": {**PRODUCTION, "max_running": str(n)} for n in (64, 80)}}
+BUDGET = 10  # trials: the search's budget where a test gives none
 # what ``concluded`` sets: 2 trials confirm an answer, and the final phase runs 2 pairs
-PLANTED = {"max_corruption": 0.05, "max_wedging": 0.05, "confirm_trials": 2, "trials": 10}
+PLANTED = {"max_corruption": 0.05, "max_wedging": 0.05, "confirm_trials": 2, "trials": BUDGET}
 
 
 def trial(name: str, figure: float, seq: int, sessions: int = 100,
@@ -46,7 +47,7 @@ def planted(values: Mapping[str, Sequence[float]], final: Sequence[tuple[str, fl
     return done
 
 
-def strategy(budget: int = PLANTED["trials"], pools: int = 1, search: Any = None) -> Optimize:
+def strategy(budget: int = BUDGET, pools: int = 1, search: Any = None) -> Optimize:
     campaign = knob_campaign({**PLANTED, "trials": budget})
     plan = campaign.strategy
     assert isinstance(plan, OptimizeConfig)
@@ -61,7 +62,7 @@ def concluded(values: Mapping[str, Sequence[float]],
     ``final``: the final phase's trials, the search's budget spent just before them; None: the
     run never reached it (a budget of 10 trials)."""
     done = planted(values, final or (), corrupt=corrupt)
-    budget = PLANTED["trials"] if final is None else len(done) - len(final)
+    budget = BUDGET if final is None else len(done) - len(final)
     conclusion = strategy(budget).conclude(done, [])
     said = conclusion.finding_json("optimize")
     assert said is not None

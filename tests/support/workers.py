@@ -29,7 +29,7 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pytest
 
@@ -161,7 +161,19 @@ def unconfigure(config: pytest.Config) -> None:
 REAL_WEIGHT, PURE_WEIGHT = 1.0, 0.02
 
 
-def heaviest_first(items: list[pytest.Item], named: dict[str, str]) -> list[pytest.Item]:
+class Marked(Protocol):
+    """What ``heaviest_first`` reads of a test: a ``pytest.Item``, or a test's stand-in."""
+
+    @property
+    def nodeid(self) -> str: ...
+
+    def get_closest_marker(self, name: str) -> object | None: ...
+
+
+MarkedItem = TypeVar("MarkedItem", bound=Marked)
+
+
+def heaviest_first(items: list[MarkedItem], named: dict[str, str]) -> list[MarkedItem]:
     """``items`` with the groups that weigh most first, each group's tests in their order: the
     scheduler hands groups out in this order, so the long ones do not start last and leave
     one worker running them alone."""

@@ -74,7 +74,7 @@ def build_report(store: Store, campaign_id: str) -> Report:
     search = search_section(verdict.finding_json("optimize"), campaign)
     return Report(
         campaign=facts,
-        headline=headline(verdict, culprits, campaign) if search is None
+        headline=headline(verdict, culprits, campaign.strategy.alpha) if search is None
         else search_headline(search, verdict.status.value, verdict.reason),
         culprits=culprits,
         cost=Cost(**{k: cost[k] for k in (
@@ -160,11 +160,11 @@ def _clause(row: CulpritRow, commits: bool) -> str:
             f"({row.failed_without} of {row.sessions_without}) (p = {p_text(row.p_value)})")
 
 
-def headline(verdict: Verdict, culprits: Sequence[CulpritRow], campaign: Campaign) -> Headline:
+def headline(verdict: Verdict, culprits: Sequence[CulpritRow], alpha: float) -> Headline:
+    """``alpha``: the campaign's threshold, which the sentence names where nothing passed it."""
     status, reason, target = verdict.status.value, verdict.reason, target_of(verdict.failing)
     found = verdict.finding_json("commits")  # a commit search's change point
     commits = found is not None
-    alpha = campaign.strategy.alpha
     own = [c for c in culprits if c.failure == target]
     other = [c for c in culprits if c.failure != target]
     failing = target.capitalize()
