@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -33,10 +34,10 @@ RAYLET = ("import os, subprocess, sys, time; env = dict(os.environ); "
 class Ray:
     """A driver's stand-in Ray: a raylet with its token file's path, an agent under it."""
 
-    def __init__(self, token: Path) -> None:
+    def __init__(self, token: Path, group: int) -> None:
         self.marker = f"RAY_AUTH_TOKEN_PATH={token}"
         self.raylet = subprocess.Popen([sys.executable, "-c", RAYLET, PACKAGE],
-                                       stdout=subprocess.PIPE, text=True,
+                                       stdout=subprocess.PIPE, text=True, process_group=group,
                                        env={**os.environ, "RAY_AUTH_TOKEN_PATH": str(token)})
         assert self.raylet.stdout is not None
         self.agent = int(self.raylet.stdout.readline())
@@ -48,26 +49,41 @@ class Ray:
         self.raylet.wait()
 
 
+@dataclass
+class Group:
+    """The stand-ins' own process group (a sleeping leader's), as a driver's group: the test
+    worker's own holds what earlier tests left, real Ray agents among them, which the rules
+    rightly find too."""
+
+    leader: subprocess.Popen[bytes]
+
+    @property
+    def id(self) -> int:
+        return self.leader.pid
+
+
 @pytest.fixture
-def rays(tmp_path: Path) -> Iterator[tuple[Ray, Ray, subprocess.Popen[bytes]]]:
-    """Two drivers' Rays in this test's process group, and an agent of a third whose raylet
-    is gone (no token file's path in its environment, its parent no Ray process)."""
-    mine, theirs = Ray(tmp_path / "token-mine"), Ray(tmp_path / "token-theirs")
-    orphan = subprocess.Popen([sys.executable, "-c", SLEEP, PACKAGE],
+def rays(tmp_path: Path) -> Iterator[tuple[Group, Ray, Ray, subprocess.Popen[bytes]]]:
+    """Two drivers' Rays in one process group, and an agent of a third whose raylet is gone
+    (no token file's path in its environment, its parent no Ray process)."""
+    group = Group(subprocess.Popen([sys.executable, "-c", SLEEP], process_group=0))
+    mine, theirs = Ray(tmp_path / "token-mine", group.id), Ray(tmp_path / "token-theirs", group.id)
+    orphan = subprocess.Popen([sys.executable, "-c", SLEEP, PACKAGE], process_group=group.id,
                               env={k: v for k, v in os.environ.items()
                                    if k != "RAY_AUTH_TOKEN_PATH"})
-    yield mine, theirs, orphan
-    orphan.kill()
-    orphan.wait()
+    yield group, mine, theirs, orphan
+    for process in (orphan, group.leader):
+        process.kill()
+        process.wait()
     mine.stop()
     theirs.stop()
 
 
 def test_only_the_drivers_own_ray_is_found_and_killed(
-        rays: tuple[Ray, Ray, subprocess.Popen[bytes]]) -> None:
-    mine, theirs, orphan = rays
-    group, after = os.getpgid(0), procs.start_time(os.getpid())
-    assert after is not None  # this process runs
+        rays: tuple[Group, Ray, Ray, subprocess.Popen[bytes]]) -> None:
+    leader, mine, theirs, orphan = rays
+    group, after = leader.id, procs.start_time(leader.id)
+    assert after is not None  # the leader runs
     assert {os.getpgid(pid) for pid in (mine.agent, theirs.agent, orphan.pid)} == {group}
     found = _ray_processes(group, after, PACKAGE.encode(), mine.marker.encode())
     # its raylet, the agent under it, and an agent left by a Ray that died in this group
