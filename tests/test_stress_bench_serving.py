@@ -138,16 +138,19 @@ def same_figures(ours: dict[str, Any], theirs: dict[str, Any], sessions: int,
     # request, its CPU) by more on a loaded machine: at load 12 its median TTFT came out 10.5%
     # above bisect's (224 ms against 203), at load 19-24 its mean E2E 652 ms against 428. So
     # the waits are compared one way: bisect's no longer than bench_serving's beyond 12% (the
-    # medians) or 15% (the means); the gaps between pieces, which neither client's start
-    # delays, both ways. A difference of definition is far larger: the empty first chunk as
-    # TTFT (0 ms, below the server's hold), its wait as one ITL (200 ms, not 50).
+    # medians) or 15% (the means); TPOT too, (E2E - TTFT) / pieces, which a client that reads
+    # its last pieces late stretches (at load 10-12 its median 59 ms against bisect's 52, the
+    # server pacing 50), but never below the server's pace; the gaps between pieces both
+    # ways. A difference of definition is far larger: the empty first chunk as TTFT (0 ms,
+    # below the server's hold), its wait as one ITL (200 ms, not 50).
     for stat, within in (("median", 0.12), ("mean", 0.15)):
-        for name in ("ttft", "e2e_latency"):
+        for name in ("ttft", "e2e_latency", "tpot"):
             key = f"{stat}_{name}_ms"
             assert ours[key] <= theirs[key] * (1 + within) + 3.0, key
-        for name in ("itl", "tpot"):
-            key = f"{stat}_{name}_ms"
-            assert ours[key] == pytest.approx(theirs[key], rel=within, abs=3.0), key
+        key = f"{stat}_tpot_ms"
+        assert ours[key] >= ITL_S * 1000 * 0.9, key
+        key = f"{stat}_itl_ms"
+        assert ours[key] == pytest.approx(theirs[key], rel=within, abs=3.0), key
     # The server holds every first piece TTFT_S: no client can see it sooner (how much later
     # depends on the machine's load, which a test does not assert on)
     assert min(ours["median_ttft_ms"], theirs["median_ttft_ms"]) >= TTFT_S * 1000
