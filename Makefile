@@ -63,12 +63,15 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# Every test, both tiers (pyproject.toml: markers pure and real). The project's bytecode first
-# (1 s): a run starts about 900 Python processes (twins, the CLI, Ray's workers), and where
-# PYTHONDONTWRITEBYTECODE is set each would compile what it imports anew (0.1 s or more each).
+# Every test, both tiers (pyproject.toml: markers pure and real), on two workers: a test run
+# waits on servers and timeouts as much as it computes, and one worker left a 2-core machine
+# half idle (tests/support/workers.py keeps what shares a fixture on one worker; BENCHMARKS.md
+# "Where a run's CPU goes"). The project's bytecode first (1 s): a run starts about 900 Python
+# processes (twins, the CLI, Ray's workers), and where PYTHONDONTWRITEBYTECODE is set each
+# would compile what it imports anew (0.1 s or more each).
 test: lint system-packages $(SGLANG_STAMP)
 	$(BIN)/python -m compileall -q orchestrator deploy experiments db bench tests
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadgroup
 
 # The pure tier alone: plain values in and out, no process started, no socket opened
 # (tests/support/tiers.py); no system package needed.
