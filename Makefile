@@ -66,9 +66,12 @@ lint: $(STAMP)
 # Every test, both tiers (pyproject.toml: markers pure and real), on two workers: a test run
 # waits on servers and timeouts as much as it computes, and one worker left a 2-core machine
 # half idle (tests/support/workers.py keeps what shares a fixture on one worker; BENCHMARKS.md
-# "Where a run's CPU goes"). The project's bytecode first (1 s): a run starts about 900 Python
-# processes (twins, the CLI, Ray's workers), and where PYTHONDONTWRITEBYTECODE is set each
-# would compile what it imports anew (0.1 s or more each).
+# "Where a run's CPU goes"). Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (as
+# on these machines): a run starts about 900 Python processes (twins, the CLI, Ray's workers),
+# each of which compiled what it imported anew (0.1 s or more), and pytest rewrote every test
+# module's asserts on every run (collection 24 s, 11 s with bytecode kept). The project's own
+# compiled first (1 s), so that the first processes do not all compile it at once.
+test test-pure: export PYTHONDONTWRITEBYTECODE :=
 test: lint system-packages $(SGLANG_STAMP)
 	$(BIN)/python -m compileall -q orchestrator deploy experiments db bench tests
 	$(BIN)/pytest -n 2 --dist loadgroup

@@ -1,6 +1,6 @@
-"""The suite on two workers (pytest-xdist, ``-n 2 --dist loadgroup``, as `make test` runs it) without
-multiplying what the run shares: one SSH lab, one systemd lab host, one PostgreSQL, one demo, one
-of each campaign store the session fixtures make.
+"""The suite on two workers (pytest-xdist, ``-n 2 --dist loadgroup``, as `make test` runs
+it) without multiplying what the run shares: one SSH lab, one systemd lab host, one
+PostgreSQL, one demo, one of each campaign store the session fixtures make.
 
 xdist runs session fixtures once per worker. So the tests that share one (a session-scoped
 fixture of this suite) are kept on one worker, but for the fixtures of ``PER_WORKER``: each
