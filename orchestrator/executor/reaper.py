@@ -103,7 +103,7 @@ class Reaper:
 
 
 def _stop_services(services: list[dict[str, Any]], nodes: dict[str, dict[str, Any]]) -> None:
-    # Imported here: the reaper starts with every run (its start is the driver's cost, 0.4 s of
+    # Imported here: the reaper starts with every run (its start is the driver's cost, 0.5 s of
     # CPU with these), and most runs end with ``done``, stopping nothing.
     from deploy.services.factory import manager_for
     from deploy.transports.factory import transport_for
