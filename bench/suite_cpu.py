@@ -38,7 +38,7 @@ def kind(comm: str, cmdline: str) -> str:
     console script by its command, Ray's processes by their part."""
     if "experiments.twin" in cmdline or "experiments/twin" in cmdline:
         option = re.search(r"experiments.twin(\.router)? (--[\w-]+)", cmdline)
-        return "twin " + ("".join(g or "" for g in option.groups()) if option else "?")
+        return "twin " + (" ".join(g for g in option.groups() if g) if option else "?")
     if "/bin/bisect" in cmdline:
         words = cmdline.split("/bin/bisect", 1)[1].split()
         return "bisect " + (words[0] if words else "")
