@@ -16,7 +16,6 @@ after it).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -27,6 +26,8 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from deploy import procs
 
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 RAY_PARTS = ("default_worker", "setup_worker", "log_monitor", "dashboard/agent",
@@ -66,39 +67,35 @@ class Poller:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    @staticmethod
-    def _stat(pid: int) -> tuple[str, int, float, int]:
-        """Name, start time, CPU seconds and parent of a process."""
-        text = Path(f"/proc/{pid}/stat").read_text()
-        fields = text.rsplit(")", 1)[1].split()
-        comm = text.split("(", 1)[1].rsplit(")", 1)[0]
-        return comm, int(fields[19]), (int(fields[11]) + int(fields[12])) * TICK_S, int(fields[1])
-
     def _starts(self) -> set[tuple[int, int]]:
         found = set()
         for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-            with contextlib.suppress(OSError, IndexError):  # gone meanwhile
-                found.add((pid, self._stat(pid)[1]))
+            start = procs.start_time(pid)
+            if start is not None:  # else gone meanwhile
+                found.add((pid, start))
         return found
 
     def _read(self) -> None:
         for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-            try:
-                comm, start, cpu, parent = self._stat(pid)
-                key = (pid, start)
-                if key in self.before:
-                    continue
-                if key not in self.seen:
+            fields = procs.stat_fields(pid)
+            if fields is None:  # gone meanwhile
+                continue
+            key = (pid, int(fields[19]))
+            if key in self.before:
+                continue
+            if key not in self.seen:
+                try:
+                    comm = Path(f"/proc/{pid}/comm").read_text().strip()
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-                    self.seen[key] = {"pid": pid, "parent": parent, "comm": comm,
-                                      "cmdline": cmd.decode(errors="replace")}
-                self.seen[key]["cpu_s"] = cpu
-            except (OSError, IndexError):  # gone meanwhile
-                pass
+                except OSError:  # gone meanwhile
+                    continue
+                self.seen[key] = {"pid": pid, "start": key[1], "parent": int(fields[1]),
+                                  "comm": comm, "cmdline": cmd.decode(errors="replace")}
+            self.seen[key]["cpu_s"] = (int(fields[11]) + int(fields[12])) * TICK_S
 
-    def of_run(self, root: int) -> list[dict[str, Any]]:
-        """The processes descended from ``root`` as first seen (a daemon that had left its
-        parent by then is missed: ``others`` holds it, with the rest of the machine's)."""
+    def of_run(self, root: int) -> set[tuple[int, int]]:
+        """The keys of the processes descended from ``root`` as first seen (a daemon that had
+        left its parent by then is not: it is listed as not traced to the run)."""
         parents = {p["pid"]: p["parent"] for p in self.seen.values()}
 
         def descends(pid: int) -> bool:
@@ -110,7 +107,7 @@ class Poller:
                 pid = parents[pid]
             return False
 
-        return [p for p in self.seen.values() if descends(p["pid"])]
+        return {key for key, process in self.seen.items() if descends(process["pid"])}
 
     def _run(self) -> None:
         while not self._stop.wait(0.2):
@@ -144,12 +141,12 @@ def main() -> None:
         code = pytest.wait()
     wall = time.monotonic() - began
     busy1, all1 = busy_ticks()
-    ours = {(p["pid"], p["comm"]) for p in poller.of_run(pytest.pid)}
+    ours = poller.of_run(pytest.pid)
     per_kind: Counter[str] = Counter()
     count: Counter[str] = Counter()
-    for process in poller.seen.values():
+    for key, process in poller.seen.items():
         name = kind(process["comm"], process["cmdline"])
-        if (process["pid"], process["comm"]) not in ours:
+        if key not in ours:
             name = f"(not traced to the run) {name}"
         per_kind[name] += process["cpu_s"]
         count[name] += 1

@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (state first); None if gone."""
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first, then the parent;
+    proc(5) numbers them from 3 where this list starts at 0); None if gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -33,7 +34,7 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         pass  # someone else's, but there
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     if fields is None:
         return not Path("/proc/self/stat").exists()  # no /proc: kill -0 is all we know
     return fields[0] not in ("Z", "X")
@@ -41,7 +42,7 @@ def alive(pid: int) -> bool:
 
 def start_time(pid: int) -> int | None:
     """When the process started, in clock ticks since boot (None if gone)."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return int(fields[19]) if fields is not None and len(fields) > 19 else None
 
 
