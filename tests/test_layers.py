@@ -102,20 +102,27 @@ def test_the_executor_s_modules_import_no_cycle() -> None:
 @pytest.mark.real
 def test_reading_a_campaign_loads_neither_ray_nor_ssh() -> None:
     """In a fresh interpreter: the core, the read path, the reports and the CLI itself (every
-    command registered) leave Ray and paramiko unloaded; the driver then loads both (the check
-    can see them)."""
+    command registered) leave Ray and paramiko unloaded; the driver then loads Ray, and paramiko
+    comes with the first SSH transport only (a local campaign's pool actors never pay for it; the
+    check can see both)."""
     probe = (
         "import sys, pkgutil, importlib, orchestrator.core\n"
         "for m in pkgutil.walk_packages(orchestrator.core.__path__, 'orchestrator.core.'):\n"
         "    importlib.import_module(m.name)\n"
         "import orchestrator.stored, orchestrator.reports.campaign.html, orchestrator.cli\n"
         "print(sorted(m for m in ('ray', 'paramiko') if m in sys.modules))\n"
-        "import orchestrator.executor.driver\n"
+        "import orchestrator.executor.driver, orchestrator.executor.ray_pool\n"
+        "print(sorted(m for m in ('ray', 'paramiko') if m in sys.modules))\n"
+        "from types import SimpleNamespace\n"
+        "from deploy.transports.factory import transport_for\n"
+        "transport_for(SimpleNamespace(name='n', transport='ssh', host='10.0.0.1', port=22,\n"
+        "    user='root', identity_file=None, ssh_config=None, known_hosts=None,\n"
+        "    host_key_policy='strict', connect_timeout_s=1.0))\n"
         "print(sorted(m for m in ('ray', 'paramiko') if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
                           text=True, timeout=120, check=True)
-    assert done.stdout.split("\n")[:2] == ["[]", "['paramiko', 'ray']"], done.stdout
+    assert done.stdout.split("\n")[:3] == ["[]", "['ray']", "['paramiko', 'ray']"], done.stdout
 
 
 HEAVY = ("scipy", "numpy", "ray", "paramiko")

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from deploy.transports.base import Transport
 from deploy.transports.local import LocalTransport
-from deploy.transports.ssh import SSHTransport
-from deploy.transports.ssh_config import HostKeyPolicy, SSHTarget
+
+if TYPE_CHECKING:
+    from deploy.transports.ssh_config import HostKeyPolicy, SSHTarget
 
 
 class NodeSpec(Protocol):
@@ -38,6 +39,8 @@ class NodeSpec(Protocol):
 
 
 def ssh_target(node: NodeSpec) -> SSHTarget:
+    from deploy.transports.ssh_config import SSHTarget
+
     if not node.host:
         raise ValueError(f"node {node.name}: transport ssh needs a host")
     files = node.identity_file
@@ -54,6 +57,10 @@ def transport_for(node: NodeSpec) -> Transport:
     if node.transport == "local":
         return LocalTransport(node.name)
     if node.transport == "ssh":
+        # paramiko (with invoke) is a fifth of a second to import: paid only by SSH campaigns,
+        # not by every pool actor and CLI process of a local one
+        from deploy.transports.ssh import SSHTransport
+
         return SSHTransport(ssh_target(node))
     raise ValueError(f"node {node.name}: unknown transport {node.transport!r}")
 
