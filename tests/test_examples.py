@@ -8,12 +8,14 @@ end to end in their own tests).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import py_compile
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -116,10 +118,16 @@ def run_header_command(name: str, tmp_path: Path,
     venv = Path(sys.executable).parent
     env = {**environment, "PATH": f"{venv}{os.pathsep}{environment['PATH']}",
            "BISECT_TRIAGE": "builtin"}
-    # a guard against a hang, not a timing: the probe example's 13 trials took 56 s on this
-    # 2-core machine at load 5, over 120 s with benchmarks beside it
-    done = subprocess.run([str(venv / "bisect"), *command[1:], "--json"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=360, check=False)
+    # The example's twin listens on a fixed port: a second test run on this machine (the suite
+    # beside a copy of itself) would restart it under this one's campaign, whose verdict then
+    # mixes two campaigns' variants ("no factor or interaction explains it"). One at a time.
+    lock = Path(tempfile.gettempdir()) / f"bisect-test-example-{name}.lock"
+    with open(os.open(lock, os.O_RDWR | os.O_CREAT, 0o600), "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        # a guard against a hang, not a timing: the probe example's 13 trials took 56 s on
+        # this 2-core machine at load 5, over 120 s with benchmarks beside it
+        done = subprocess.run([str(venv / "bisect"), *command[1:], "--json"], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=360, check=False)
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stdout.strip(), f"exit {done.returncode}, no JSON: {done.stderr[-3000:]}"
     return done.returncode, json.loads(done.stdout)
