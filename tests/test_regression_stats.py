@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.optimize import minimize_scalar
 from scipy.stats import binom, ttest_ind
 from scipy.stats import t as student_t
 
-from orchestrator.core.stats.bounded_search import bounded_search, minimize_together
 from orchestrator.core.stats.noninferiority import (
     TIE,
     _null_probability,
@@ -209,42 +206,6 @@ def test_the_null_probability_of_large_samples_leaves_out_no_mass_that_counts(
                                      np.minimum(rates + margin, 1.0)[:, None])).sum(axis=1)
         np.testing.assert_allclose(_null_probability(prefix, n_cur, n_base, margin, rates),
                                    null, rtol=1e-10, atol=1e-18, err_msg=str((k_cur, k_base)))
-
-
-def _recorded(function: Callable[[float], float],
-              seen: list[float]) -> Callable[[float], float]:
-    def record(x: float) -> float:
-        seen.append(x)
-        return function(x)
-    return record
-
-
-@pytest.mark.parametrize("function", [
-    lambda x: (x - 0.3) ** 2,
-    lambda x: -math.sin(5.0 * x) * math.exp(-x),  # several minima
-    lambda x: abs(x - 0.71),  # a kink: golden steps
-    lambda x: math.floor(8.0 * x) / 8.0,  # flat steps: ties
-])
-def test_the_searches_side_by_side_are_scipys_bounded_search(
-        function: Callable[[float], float]) -> None:
-    """The exact test's refinement (bounded_search.py) asks for SciPy's points in SciPy's order
-    and finds its minimum, a search alone or three at once."""
-    brackets = [(0.0, 1.0), (0.2, 0.25), (-3.0, 2.0)]
-    scipys = []
-    for low, high in brackets:
-        seen: list[float] = []
-        result = minimize_scalar(_recorded(function, seen), bounds=(low, high),
-                                 method="bounded", options={"xatol": 1e-5})
-        search = bounded_search(low, high, 1e-5)
-        asked = [next(search)]
-        with pytest.raises(StopIteration) as done:
-            while True:
-                asked.append(search.send(function(asked[-1])))
-        assert asked == seen and done.value.value == (result.x, result.fun)
-        scipys.append((result.x, result.fun))
-    together = minimize_together(lambda xs: np.array([function(x) for x in xs.tolist()]),
-                                 brackets, 1e-5)
-    assert together == scipys
 
 
 @settings(max_examples=40, deadline=None, database=None)

@@ -21,9 +21,8 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.optimize import minimize_scalar
 from scipy.special import gammaln
-
-from orchestrator.core.stats.bounded_search import minimize_together
 
 # A p-value counts the observed table itself: a statistic this close to it is a tie.
 TIE = 1e-9
@@ -197,13 +196,11 @@ def noninferiority_p(k_cur: int, n_cur: int, k_base: int, n_base: int, margin: f
     best = float(null.max())
     step = top / (points - 1)
 
-    def least(at: NDArray[np.float64]) -> NDArray[np.float64]:
-        rates = np.array([math.sin(a) ** 2 for a in at.tolist()])
-        return -_null_probability(prefix, n_cur, n_base, margin, rates)
-
-    # the three searches side by side, one evaluation a step for all (bounded_search.py)
-    brackets = [(max(0.0, float(angles[i]) - step), min(top, float(angles[i]) + step))
-                for i in np.argsort(null)[-3:]]
-    for _, least_found in minimize_together(least, brackets, xatol=step * 1e-3):
-        best = max(best, -least_found)
+    for i in np.argsort(null)[-3:]:
+        found = minimize_scalar(
+            lambda a: -float(_null_probability(prefix, n_cur, n_base, margin,
+                                               np.array([math.sin(a) ** 2]))[0]),
+            bounds=(max(0.0, angles[i] - step), min(top, angles[i] + step)),
+            method="bounded", options={"xatol": step * 1e-3})
+        best = max(best, -float(found.fun))
     return min(1.0, best)
