@@ -2,10 +2,11 @@
 
 ``fast_comparisons``: the same answers, sooner. The strategy compares every prefix of a
 variant's trials again at each proposal, and the exact test of SAME on session counts builds a
-table per pair of sample sizes (cached 32 at a time, where a benchmark meets hundreds). The
-comparisons and the trials' tail of SAME are pure functions of their arguments, so they are
-memoised here and the table cache is unbounded: no answer changes (tests/test_bench_sweeps.py
-replays runs both ways).
+table per pair of sample sizes where the current side looks worse by the margin or more (it
+searches without one elsewhere, issue 27), cached 32 at a time where a benchmark meets
+hundreds. The comparisons and the trials' tail of SAME are pure functions of their arguments,
+so they are memoised here and the table cache is unbounded: no answer changes
+(tests/test_bench_sweeps.py replays runs both ways).
 """
 
 from __future__ import annotations

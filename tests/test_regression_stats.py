@@ -18,7 +18,13 @@ from hypothesis import strategies as st
 from scipy.stats import binom, ttest_ind
 from scipy.stats import t as student_t
 
-from orchestrator.core.stats.noninferiority import noninferiority_p, score_statistic
+from orchestrator.core.stats.noninferiority import (
+    TIE,
+    _null_probability,
+    _prefix,
+    noninferiority_p,
+    score_statistic,
+)
 from orchestrator.core.stats.proportions import newcombe_difference
 from orchestrator.core.stats.regression import (
     NOISE_FLOOR,
@@ -144,6 +150,62 @@ def test_the_exact_p_is_the_largest_null_probability(
     plain = float(null.max())
     found = noninferiority_p(k_cur, n_cur, k_base, n_base, margin)
     assert plain * (1 - 1e-9) <= found <= plain * (1 + 1e-4)
+
+
+@pytest.mark.parametrize(("n_cur", "n_base", "margin"), [
+    (1, 1, 0.05), (3, 20, 0.005), (20, 3, 0.2), (12, 12, 0.05), (6, 16, 0.5),
+])
+def test_every_table_s_region_and_null_probability_are_those_counted_one_table_at_a_time(
+        n_cur: int, n_base: int, margin: float) -> None:
+    """Against the plainest computation, at every table of small samples: the region is the
+    tables whose statistic (running maximum over the current count) is at most the observed
+    one's, counted table by table (not searched for); its null probability sums the two
+    binomials' probabilities over those tables (no tail left out) at 201 rates; the p-value
+    is their largest (to the refinement's own error, 1e-11 here)."""
+    stat = np.maximum.accumulate(score_statistic(
+        np.arange(n_cur + 1.0)[:, None], n_cur, np.arange(n_base + 1.0)[None, :], n_base,
+        margin), axis=0)
+    rates = np.linspace(0.0, 1.0 - margin, 201)
+    every_table = (binom.pmf(np.arange(n_cur + 1)[None, :, None], n_cur,
+                             np.minimum(rates + margin, 1.0)[:, None, None])
+                   * binom.pmf(np.arange(n_base + 1)[None, None, :], n_base,
+                               rates[:, None, None]))
+    for k_cur in range(n_cur + 1):
+        for k_base in range(n_base + 1):
+            region = stat <= stat[k_cur, k_base] + TIE
+            null = (every_table * region).sum(axis=(1, 2))
+            prefix = _prefix(k_cur, n_cur, k_base, n_base, margin)
+            assert prefix.tolist() == region.sum(axis=0).tolist(), (k_cur, k_base)
+            computed = _null_probability(prefix, n_cur, n_base, margin, rates)
+            np.testing.assert_allclose(computed, null, rtol=1e-12, atol=1e-18,
+                                       err_msg=str((k_cur, k_base)))
+            found = noninferiority_p(k_cur, n_cur, k_base, n_base, margin)
+            assert float(null.max()) * (1 - 1e-9) <= found <= 1.0, (k_cur, k_base)
+
+
+@pytest.mark.parametrize(("n_cur", "n_base", "margin"), [
+    (400, 300, 0.02), (150, 900, 0.1), (700, 700, 0.005),
+])
+def test_the_null_probability_of_large_samples_leaves_out_no_mass_that_counts(
+        n_cur: int, n_base: int, margin: float) -> None:
+    """Where the binomials' tails are left out (samples of hundreds): the region counted from
+    the whole table, its null probability from SciPy's binomials over every count, at 201 rates
+    and tables at 0, at the mean, in the tails and past the margin."""
+    stat = np.maximum.accumulate(score_statistic(
+        np.arange(n_cur + 1.0)[:, None], n_cur, np.arange(n_base + 1.0)[None, :], n_base,
+        margin), axis=0)
+    rates = np.linspace(0.0, 1.0 - margin, 201)
+    base_pmf = binom.pmf(np.arange(n_base + 1)[None, :], n_base, rates[:, None])
+    for rate_cur, rate_base in ((0.0, 0.0), (0.01, 0.01), (0.05, 0.01), (0.01, 0.05),
+                                (0.3, 0.3 - margin / 2), (0.5, 0.5 - 2 * margin), (1.0, 0.9)):
+        k_cur, k_base = round(rate_cur * n_cur), round(rate_base * n_base)
+        count = np.count_nonzero(stat <= stat[k_cur, k_base] + TIE, axis=0)
+        prefix = _prefix(k_cur, n_cur, k_base, n_base, margin)
+        assert prefix.tolist() == count.tolist(), (k_cur, k_base)
+        null = (base_pmf * binom.cdf(count[None, :] - 1, n_cur,
+                                     np.minimum(rates + margin, 1.0)[:, None])).sum(axis=1)
+        np.testing.assert_allclose(_null_probability(prefix, n_cur, n_base, margin, rates),
+                                   null, rtol=1e-10, atol=1e-18, err_msg=str((k_cur, k_base)))
 
 
 @settings(max_examples=40, deadline=None, database=None)
