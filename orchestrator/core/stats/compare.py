@@ -43,7 +43,8 @@ class Judgement:
 def judge(variant: Counts, good: Counts, bad: Counts, alpha: float,
           pass_alpha: float | None = None, curtailed: Counts | None = None,
           seen: Counts | None = None, weaker_share: float = WEAKER_SHARE,
-          at_most: Callable[[float], float] | None = None) -> Judgement:
+          at_most: Callable[[float], float] | None = None,
+          smallest: float | None = None) -> Judgement:
     """``pass_alpha`` (default ``alpha``) is the stricter level a PASS may need: a PASS names a
     level as necessary to the failure, so a scan of many variants shares one error budget.
 
@@ -59,6 +60,9 @@ def judge(variant: Counts, good: Counts, bad: Counts, alpha: float,
     ``at_most``: how likely the variant's few failures are at a given true rate, trial by
     trial (sessions clustered by trial: stats/clustered.py); default: its judged sessions as
     independent ones, exact binomial.
+    ``smallest``: the most the weaker failure may exceed known-good's rate by (None: no
+    bound). A PASS that says a variant is quiet, no failure left in it, must rule out the
+    smallest failure the campaign targets, however high known-bad measured.
 
     Counts are sessions as independent ones: clustered by trial, a caller gives each side's
     at its design effect (stats/clustered.py)."""
@@ -67,7 +71,8 @@ def judge(variant: Counts, good: Counts, bad: Counts, alpha: float,
     # the weaker failure's rate: known-good's own (the background every variant fails at) and
     # half of what known-bad's culprits add to it
     clean = good[0] / good[1] if good[1] else 0.0
-    weaker = clean + weaker_share * max(0.0, bad[0] / bad[1] - clean) if bad[1] else 0.0
+    excess = weaker_share * max(0.0, bad[0] / bad[1] - clean) if bad[1] else 0.0
+    weaker = clean + (excess if smallest is None else min(excess, smallest)) if bad[1] else 0.0
     judged = variant if seen is None else seen
     p_pass = fisher_greater(*bad, *judged)
     if weaker_share:

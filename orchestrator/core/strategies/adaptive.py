@@ -28,7 +28,9 @@ exactly where it was, and the verdict and `bisect log` are recomputed from the s
    each of its neighbours must pass, or the set is made smaller or completed.
 5. More culprits (Go's bisect): break the culprit in known-bad — by a level another culprit
    may not share, if it has one — and if that still fails, another culprit is there, and
-   steps 2-5 run again from it.
+   steps 2-5 run again from it. That it does not is a claim that known-bad is quiet without
+   the culprit: it must rule out the campaign's smallest failure, its clean rate, trial by
+   trial, not only half of known-bad's rate (sequential.Tests.test's ``quiet``).
 6. Under background noise, each of several culprits must still make known-bad fail with the
    others broken; one that does not (it was named on a lucky FAIL) is dropped, and a culprit
    left alone is confirmed again as the only one.
@@ -201,7 +203,7 @@ class Adaptive(Replaying[Replay]):
                 spare = [f for f in spare if f in culprit]
                 culprits.append(culprit)
                 broken = self._break(bad, culprit, spare)
-                if run.test(broken, "more culprits?") is not Answer.FAIL:
+                if run.test(broken, "more culprits?", quiet=True) is not Answer.FAIL:
                     break
                 bad = broken
             kept = self._each_alone(run, culprits)
@@ -244,7 +246,8 @@ class Adaptive(Replaying[Replay]):
         """The culprits that hold no other one (a set holding another is not minimal) and,
         under background noise, still make known-bad fail with every other one broken. Each
         was found in known-bad with those before it broken; a culprit named on a clean
-        variant's lucky FAIL explains nothing of known-bad once the real ones are gone.
+        variant's lucky FAIL explains nothing of known-bad once the real ones are gone (a
+        claim that known-bad is quiet there, judged as "more culprits?" is).
         (Without noise a FAIL is no luck, and the test would only cost trials.)"""
         minimal = [c for i, c in enumerate(culprits) if c not in culprits[:i]
                    and not any(o.items() < c.items() for o in culprits)]
@@ -257,7 +260,8 @@ class Adaptive(Replaying[Replay]):
                 if other is not culprit:
                     alone = self._break(alone, other, [f for f in other if f not in culprit])
             whole = all(alone[f] == level for f, level in culprit.items())
-            if not whole or run.test(alone, "confirm: alone in known-bad") is Answer.FAIL \
+            if not whole or run.test(alone, "confirm: alone in known-bad",
+                                     quiet=True) is Answer.FAIL \
                     or run.skipped(alone):  # no answer: nothing against it
                 kept.append(culprit)
         return kept or minimal

@@ -31,10 +31,13 @@ def budget(max_trials: int, *tests: tuple[float | None, float]) -> int:
 # budget's doublings (`beyond`), at its level shared over those looks (`at_look`): the level it
 # had within the budget is spent as before, and running on adds at most that level once more,
 # only to tests that leaned (stopping for futility adds none). A test within the search runs
-# on up to `EXTENDED` times the budget (12 trials, one look at its level); the two that the
+# on up to `EXTENDED` times the budget (12 trials, one look at its level); those that the
 # verdict rests on most, up to `LONG_CAP` times (looks at 12 and 24 trials, each at half the
-# level): the reproduction, and a neighbour's FAIL that would drop a level confirmation found
-# needed. At a 1% background, a 6% interaction and restarts that halve or double a rate,
+# level): the reproduction, a neighbour's FAIL that would drop a level confirmation found
+# needed, and a test whose answer short of a FAIL is taken as the variant being quiet (no other
+# culprit left, a set that does not fail alone: sequential.Tests.test's ``quiet``). Past the
+# budget a trial stops early only at its next look's level (sequential.Tests.past_budget).
+# At a 1% background, a 6% interaction and restarts that halve or double a rate,
 # known-bad shows against known-good in 75% of cases at 6 trials a side, 96% at 12, 100% at 24
 # (BENCHMARKS.md), so the reproduction runs on while its p is within `REPRODUCE_LEANS`.
 LONG_CAP = 4

@@ -20,6 +20,7 @@ from orchestrator.core.strategies.looks import (
     LONG_CAP,
     REPRODUCE_LEANS,
     at_look,
+    beyond,
     leans,
     runs_to,
 )
@@ -53,8 +54,11 @@ def reproduce(strategy: Adaptive, run: Tests) -> None:
         run.need(*[s.good] * (s.reproduce_trials - good.trials))
     most = s.max_trials_per_variant
     sides = max(bad.trials, good.trials)
-    # past the budget, judged only with both sides at a look (12, 24), at a spent alpha
-    even = sides <= most or bad.trials == good.trials
+    # past the budget, judged only with both sides at a look (12, 24), at a spent alpha, or
+    # both past the last one (other tests ran them on: known-good beside a variant they ran to
+    # 24), as `at_look` judges a variant past its last look
+    last = beyond(most, LONG_CAP)[-1]
+    even = sides <= most or bad.trials == good.trials or min(bad.trials, good.trials) >= last
     level = at_look(s.alpha, sides, most, LONG_CAP) if even else None
     answer, p = reproduced(bad.pair, good.pair, NEVER_STOP if level is None else level)
     run.trail.append(Step("reproduce", s.bad, answer.value, bad.failures, bad.judged,

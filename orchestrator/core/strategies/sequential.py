@@ -29,7 +29,14 @@ from orchestrator.core.stats.compare import (
 )
 from orchestrator.core.stats.exact import fisher_greater
 from orchestrator.core.strategies.base import Status
-from orchestrator.core.strategies.looks import LEANS_AT, at_look, runs_to
+from orchestrator.core.strategies.looks import (
+    EXTENDED,
+    LEANS_AT,
+    LONG_CAP,
+    at_look,
+    beyond,
+    runs_to,
+)
 from orchestrator.core.trail import at_words, p_words, variant_words
 
 if TYPE_CHECKING:
@@ -205,7 +212,7 @@ class Tests:
     def test(self, levels: dict[str, str], phase: str, *, look: bool = False,
              provisional: bool = False, narrowing: bool = False,
              against: Mapping[str, str] | None = None, stop_at: float | None = None,
-             pass_at: float | None = None) -> Answer:
+             pass_at: float | None = None, quiet: bool = False) -> Answer:
         """FAIL or PASS; once the variant's trial budget is spent, PASS on the evidence at hand
         when it is clearly better than known-bad and not worse than known-good, else UNKNOWN.
         A variant that cannot be judged (unresolvable: `git bisect skip`) is UNKNOWN at once,
@@ -227,7 +234,16 @@ class Tests:
         its neighbour fails as it does (the level was not needed) or not at all.
 
         ``stop_at``: the p of failing its trials may stop at (the FAIL level unless told);
-        ``pass_at``: a stricter level its PASS needs than the search's."""
+        ``pass_at``: a stricter level its PASS needs than the search's.
+
+        ``quiet``: the caller takes anything but a FAIL as the variant being quiet, with no
+        failure the campaign targets left in it (no other culprit in known-bad with one
+        broken; a set that does not fail alone). Its PASS rules out at most known-good's rate
+        plus the campaign's clean rate, trial by trial: half of known-bad's rate, measured on
+        restarts that may have landed high, can stand above a second culprit (two clean trials
+        rule out 8% where known-bad read 16%, not the 5% another culprit failed at). The test
+        is what the verdict rests on, so while it leans either way at its budget it runs on
+        to `LONG_CAP` times it, judged at its looks only, as the reproduction does."""
         s = self.strategy
         cell = self.counts(levels)
         fail_alpha = max(NARROWING, self.fail_level()) if narrowing else self.fail_level()
@@ -257,14 +273,17 @@ class Tests:
             return seen
         pass_alpha = s.pass_alpha(good) if pass_at is None else min(pass_at, s.pass_alpha(good))
         most = s.max_trials_per_variant
+        cap = LONG_CAP if quiet else EXTENDED
         # past the budget, a test that runs on answers only at its looks, at a spent level
-        fail_look, pass_look = (at_look(a, cell.trials, most) for a in (fail_alpha, pass_alpha))
+        fail_look, pass_look = (at_look(a, cell.trials, most, cap)
+                                for a in (fail_alpha, pass_alpha))
         fail_alpha = NEVER_STOP if fail_look is None else fail_look
         pass_alpha = NEVER_STOP if pass_look is None else pass_look
         j = judge(cell.pair, good.pair, bad.pair, fail_alpha, pass_alpha,
                   cell.curtailed if cell.unfinished else None,
                   cell.seen if cell.unfinished else None,
-                  WEAKER_SHARE if against is None else 0.0, at_most=cell.at_most)
+                  WEAKER_SHARE if against is None else 0.0, at_most=cell.at_most,
+                  smallest=s.clean_rate if quiet else None)
         answer, said = j.answer, j.answer.value
         if answer is Answer.UNKNOWN and provisional and cell.full_trials == 1 and judge(
                 cell.pair, good.pair, bad.pair, fail_alpha, LOOKS_PASSING, None, None,
@@ -273,12 +292,16 @@ class Tests:
         if answer is Answer.FAIL and j.p_fail > self.fail_level():
             said = "fail (narrowing)"
         if answer is Answer.UNKNOWN:
-            to = runs_to(most, cell.trials, (j.p_fail, fail_look), (j.p_pass, pass_look))
+            to = runs_to(most, cell.trials, (j.p_fail, fail_look), (j.p_pass, pass_look),
+                         cap=cap)
             # past the budget the variant alone runs on: its looks count its own trials
             more = ([levels] if cell.trials < to else []) if cell.trials > most else \
-                self._next_for(levels, cell, good, bad, j, against or s.bad, pass_alpha, to)
+                self._next_for(levels, cell, good, bad, j, against or s.bad, pass_alpha, to,
+                               quiet=quiet)
             if more:
-                self.need(*more, stop_at=stops)
+                self.need(*more, stop_at={**stops, **self.past_budget(
+                    levels, cell.trials, self.fail_level() if stop_at is None else stop_at,
+                    cap)})
             if j.p_pass <= pass_alpha and j.p_fail > fail_alpha:
                 # Budget spent on a variant that is clearly better than known-bad and not worse
                 # than known-good: under background noise the suspicion margin can stay unmet
@@ -288,6 +311,22 @@ class Tests:
                                j.p_fail, j.p_pass, cell.unfinished, fail_look,
                                LOOKS_PASSING if said == "looks passing" else pass_look))
         return answer
+
+    def past_budget(self, levels: Mapping[str, str], trials: int, level: float, cap: int,
+                    ) -> dict[str, float]:
+        """Where the variant's next trial is past its budget: the p of failing it may stop at.
+        A trial ends early once the FAIL it gives is certain, and past the budget a FAIL is
+        given at a look only, at the look's level (`looks.at_look`): a trial stopped at
+        ``level`` where the look needs half of it would count its first failing session in
+        80, and the look would need more such trials, each adding little (so the two-culprit
+        scenario's seed 122 spent the campaign's 120 trials on a culprit alone at 5%)."""
+        most = self.strategy.max_trials_per_variant
+        if trials < most:
+            return {}
+        looks = beyond(most, cap)
+        look = next((n for n in looks if n > trials), trials + 1)
+        at = at_look(level, look, most, cap)
+        return {variant_key(levels): NEVER_STOP if at is None else at}
 
     def skipped(self, levels: Mapping[str, str]) -> bool:
         """Whether ``levels`` cannot be judged (the strategy met it unresolvable)."""
@@ -321,19 +360,21 @@ class Tests:
 
     def _next_for(self, levels: dict[str, str], cell: VariantCounts, good: VariantCounts,
                   bad: VariantCounts, j: Judgement, against: Mapping[str, str],
-                  pass_alpha: float, budget: int) -> list[dict[str, str]]:
+                  pass_alpha: float, budget: int, *, quiet: bool = False,
+                  ) -> list[dict[str, str]]:
         """What would settle an UNKNOWN best: a reference with fewer trials than the variant is
         the weak side of a comparison the variant already wins (a variant clearly better than
         known-bad is held back only by known-good's small sample, and the other way round), so
         it gets the trial; otherwise the variant does, up to its budget. A variant that leans
         failing against a known-good of fewer trials is held back by that sample too (15 of
         480 where 5% fail, against 0 of 160, is p = 0.013). ``budget``: the variant's trials,
-        at most (extended where the test leans)."""
+        at most (extended where the test leans). ``quiet``: the PASS rules out the campaign's
+        smallest failure, whatever known-bad's rate: only the variant's own trials settle it."""
         s = self.strategy
         most = min(cell.trials, budget)
         if (j.p_pass <= pass_alpha or j.p_fail <= SUSPICION) and good.trials < most:
             return [dict(s.good)]
-        if j.p_fail > j.alpha and bad.full_trials < most:
+        if not quiet and j.p_fail > j.alpha and bad.full_trials < most:
             if variant_key(against) != variant_key(s.bad):
                 self.need(dict(against), stop_at={variant_key(against): NEVER_STOP})
             return [dict(against)]
