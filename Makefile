@@ -12,6 +12,12 @@ SGLANG_STAMP := $(VENV)/.sglang
 # the install instead of quietly pulling the CUDA build and its GB of nvidia-* packages.
 TORCH_VERSION := 2.13.0+cpu
 SGLANG_VERSION := 0.5.23
+# uv installs the packages: on a fresh clone it took 1 min 19 s where pip took 5 min (BENCHMARKS.md
+# "Set-up on a fresh clone"). It downloads in parallel and writes no bytecode; `make demo` and
+# `make test` write what their processes import, once. pip stays in the venv: the packaging tests
+# build the wheel with it, and it alone finds the CPU torch (below).
+UV_VERSION := 0.13.8
+UV := $(BIN)/uv pip install --python $(BIN)/python
 
 .PHONY: demo test test-pure lint system-packages clean real-engine real-engine-venv \
 	real-engine-sweeps real-engine-optimize
@@ -27,12 +33,12 @@ system-packages:
 
 RUNTIME_STAMP := $(VENV)/.runtime
 
-# What `bisect demo` needs: the package and its runtime dependencies, pip's progress shown.
+# What `bisect demo` needs: the package and its runtime dependencies, uv's progress shown.
 $(RUNTIME_STAMP): pyproject.toml
-	@echo "setting up $(VENV): bisect and its runtime dependencies (a few minutes, once)"
+	@echo "setting up $(VENV): bisect and its runtime dependencies (a minute or two, once)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install -e .
+	$(BIN)/pip install --quiet uv==$(UV_VERSION)
+	$(UV) -e .
 	touch $(RUNTIME_STAMP)
 
 # The development tools, for `make lint` and `make test`; and the older Optuna generation beside
@@ -40,18 +46,23 @@ $(RUNTIME_STAMP): pyproject.toml
 # for the test that runs the search on both.
 OPTUNA4 := $(VENV)/optuna4
 $(STAMP): $(RUNTIME_STAMP) pyproject.toml
-	$(BIN)/pip install --quiet -e ".[dev]"
-	$(BIN)/pip install --quiet --no-deps --upgrade --target $(OPTUNA4) optuna==4.9.0
+	$(UV) --quiet -e ".[dev]"
+	$(UV) --quiet --no-deps --target $(OPTUNA4) optuna==4.9.0
 	touch $(STAMP)
 
-# CPU torch first (a plain `torch` requirement would pull the CUDA build), the light modules
+# CPU torch (a plain `torch` requirement would pull the CUDA build) with the light modules
 # SGLang's detectors import (pyproject's `sglang` extra), then sglang without its GPU
 # dependencies, last: a later pip run in this venv warns that sglang's own requirements are
-# unmet, which is expected (only the detectors are used).
+# unmet, which is expected (only the detectors are used). pip picks torch's file, as this
+# machine's pip configuration says (a local wheel here, which uv does not look for), and uv
+# installs it with the rest.
+TORCH_WHEEL := $(VENV)/torch-wheel
 $(SGLANG_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/pip install --quiet torch==$(TORCH_VERSION)
-	$(BIN)/pip install --quiet -e ".[dev,sglang,bench]"
-	$(BIN)/pip install --quiet --no-deps sglang==$(SGLANG_VERSION)
+	rm -rf $(TORCH_WHEEL)
+	$(BIN)/pip download --quiet --no-deps --dest $(TORCH_WHEEL) torch==$(TORCH_VERSION)
+	$(UV) --quiet $(TORCH_WHEEL)/torch-*.whl -e ".[dev,sglang,bench]"
+	rm -rf $(TORCH_WHEEL)
+	$(UV) --quiet --no-deps sglang==$(SGLANG_VERSION)
 	$(BIN)/python -c "from experiments.workload.triage import sglang_status as s; \
 		assert s() is None, f'sglang detectors do not import: {s()}'"
 	touch $(SGLANG_STAMP)
@@ -70,9 +81,13 @@ lint: $(STAMP)
 # on these machines): a run starts about 900 Python processes (twins, the CLI, Ray's workers),
 # each of which compiled what it imported anew (0.1 s or more), and pytest rewrote every test
 # module's asserts on every run (collection 24 s, 11 s with bytecode kept). The project's own
-# compiled first (1 s), so that the first processes do not all compile it at once.
+# compiled first (1 s), so that the first processes do not all compile it at once. The set-up
+# runs on both cores: mypy (about 40 s of one core, cold) while uv downloads and unpacks torch,
+# SGLang and the rest (the network and the disk, little CPU), and apt-get where a Debian package
+# is missing; each command's output kept whole (-Oline).
 test test-pure: export PYTHONDONTWRITEBYTECODE :=
-test: lint system-packages $(SGLANG_STAMP)
+test:
+	$(MAKE) --no-print-directory -j2 -Oline lint system-packages $(SGLANG_STAMP)
 	$(BIN)/python -m compileall -q orchestrator deploy experiments db bench tests
 	$(BIN)/pytest -n 2 --dist loadgroup
 
