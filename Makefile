@@ -12,10 +12,11 @@ SGLANG_STAMP := $(VENV)/.sglang
 # the install instead of quietly pulling the CUDA build and its GB of nvidia-* packages.
 TORCH_VERSION := 2.13.0+cpu
 SGLANG_VERSION := 0.5.23
-# uv installs the packages: on a fresh clone it took 1 min 19 s where pip took 5 min (BENCHMARKS.md
-# "Set-up on a fresh clone"). It downloads in parallel and writes no bytecode; `make demo` and
-# `make test` write what their processes import, once. pip stays in the venv: the packaging tests
-# build the wheel with it, and it alone finds the CPU torch (below).
+# uv installs the packages, pip's several minutes in about one (BENCHMARKS.md "Set-up on a fresh
+# clone"): it downloads in parallel, and compiles no bytecode, where pip compiled all 25,000
+# modules of the venv (about 90 s of CPU) of which the tests import a quarter. `demo`, `test` and
+# `test-pure` write the bytecode of what they import instead (below). pip stays in the venv: the
+# packaging tests build the wheel with it, and it alone finds the CPU torch ($(SGLANG_STAMP)).
 UV_VERSION := 0.13.8
 UV := $(BIN)/uv pip install --python $(BIN)/python
 
@@ -38,6 +39,7 @@ $(RUNTIME_STAMP): pyproject.toml
 	@echo "setting up $(VENV): bisect and its runtime dependencies (a minute or two, once)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet uv==$(UV_VERSION)
+	$(UV) --quiet --upgrade pip
 	$(UV) -e .
 	touch $(RUNTIME_STAMP)
 
@@ -67,6 +69,10 @@ $(SGLANG_STAMP): $(STAMP) pyproject.toml
 		assert s() is None, f'sglang detectors do not import: {s()}'"
 	touch $(SGLANG_STAMP)
 
+# Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (as on these machines): uv wrote
+# none, and every Python process the demo starts (twins, Ray's workers) would otherwise compile
+# what it imports anew.
+demo: export PYTHONDONTWRITEBYTECODE :=
 demo: $(RUNTIME_STAMP)
 	$(BIN)/bisect demo
 
@@ -74,17 +80,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# Every test, both tiers (pyproject.toml: markers pure and real), on two workers: a test run
-# waits on servers and timeouts as much as it computes, and one worker left a 2-core machine
-# half idle (tests/support/workers.py keeps what shares a fixture on one worker; BENCHMARKS.md
-# "Where a run's CPU goes"). Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (as
-# on these machines): a run starts about 900 Python processes (twins, the CLI, Ray's workers),
-# each of which compiled what it imported anew (0.1 s or more), and pytest rewrote every test
-# module's asserts on every run (collection 24 s, 11 s with bytecode kept). The project's own
-# compiled first (1 s), so that the first processes do not all compile it at once. The set-up
+# Every test, both tiers (pyproject.toml: markers pure and real), on two workers: a test run waits
+# on servers and timeouts as much as it computes, and one worker left a 2-core machine half idle
+# (tests/support/workers.py keeps what shares a fixture on one worker; BENCHMARKS.md "Where a run's
+# CPU goes"). Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (as on these machines;
+# uv writes none for the venv's packages): a run starts about 900 Python processes (twins, the CLI,
+# Ray's workers), each of which compiled what it imported anew (0.1 s or more), and pytest rewrote
+# every test module's asserts on every run (collection 24 s, 11 s with bytecode kept). The project's
+# own compiled first (1 s), so that the first processes do not all compile it at once. The set-up
 # runs on both cores: mypy (about 40 s of one core, cold) while uv downloads and unpacks torch,
-# SGLang and the rest (the network and the disk, little CPU), and apt-get where a Debian package
-# is missing; each command's output kept whole (-Oline).
+# SGLang and the rest (the network and the disk, little CPU), and apt-get where a Debian package is
+# missing; each command's output kept whole (-Oline).
 test test-pure: export PYTHONDONTWRITEBYTECODE :=
 test:
 	$(MAKE) --no-print-directory -j2 -Oline lint system-packages $(SGLANG_STAMP)
