@@ -32,36 +32,46 @@ system-packages:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    openssh-server iproute2 postgresql chromium)
 
-RUNTIME_STAMP := $(VENV)/.runtime
-
-# What `bisect demo` needs: the package and its runtime dependencies, uv's progress shown.
-$(RUNTIME_STAMP): pyproject.toml
-	@echo "setting up $(VENV): bisect and its runtime dependencies (a minute or two, once)"
+# The venv with pip, uv and nothing else; the stamp names uv's version, so a new one is installed.
+UV_STAMP := $(VENV)/.uv-$(UV_VERSION)
+$(UV_STAMP):
+	@echo "setting up $(VENV) (a minute or two, once)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet uv==$(UV_VERSION)
 	$(UV) --quiet --upgrade pip
+	touch $(UV_STAMP)
+
+RUNTIME_STAMP := $(VENV)/.runtime
+
+# What `bisect demo` needs: the package and its runtime dependencies, uv's progress shown.
+$(RUNTIME_STAMP): $(UV_STAMP) pyproject.toml
 	$(UV) -e .
 	touch $(RUNTIME_STAMP)
 
-# The development tools, for `make lint` and `make test`; and the older Optuna generation beside
-# the venv's (4.9: samplers take constraints_func, which 5.0 deprecates for trial.set_constraint),
-# for the test that runs the search on both.
+# The development tools, for `make lint` and `make test`, with the runtime dependencies in the
+# same install (one resolution, one download); and the older Optuna generation beside the venv's
+# (4.9: samplers take constraints_func, which 5.0 deprecates for trial.set_constraint), for the
+# test that runs the search on both.
 OPTUNA4 := $(VENV)/optuna4
-$(STAMP): $(RUNTIME_STAMP) pyproject.toml
+$(STAMP): $(UV_STAMP) pyproject.toml
 	$(UV) --quiet -e ".[dev]"
 	$(UV) --quiet --no-deps --target $(OPTUNA4) optuna==4.9.0
 	touch $(STAMP)
 
-# CPU torch (a plain `torch` requirement would pull the CUDA build) with the light modules
-# SGLang's detectors import (pyproject's `sglang` extra), then sglang without its GPU
-# dependencies, last: a later pip run in this venv warns that sglang's own requirements are
-# unmet, which is expected (only the detectors are used). pip picks torch's file, as this
-# machine's pip configuration says (a local wheel here, which uv does not look for), and uv
-# installs it with the rest.
+# CPU torch: a plain `torch` requirement would pull the CUDA build. pip picks its file, as this
+# machine's pip configuration says (a local wheel here, which uv does not look for), while the
+# development tools install. Gone once installed: the stamp below is what says so (.SECONDARY).
 TORCH_WHEEL := $(VENV)/torch-wheel
-$(SGLANG_STAMP): $(STAMP) pyproject.toml
-	rm -rf $(TORCH_WHEEL)
-	$(BIN)/pip download --quiet --no-deps --dest $(TORCH_WHEEL) torch==$(TORCH_VERSION)
+.SECONDARY: $(TORCH_WHEEL)
+$(TORCH_WHEEL): $(UV_STAMP)
+	rm -rf $@ $@.part
+	$(BIN)/pip download --quiet --no-deps --dest $@.part torch==$(TORCH_VERSION)
+	mv $@.part $@
+
+# The torch file with the light modules SGLang's detectors import (pyproject's `sglang` extra),
+# then sglang without its GPU dependencies, last: a later pip run in this venv warns that
+# sglang's own requirements are unmet, which is expected (only the detectors are used).
+$(SGLANG_STAMP): $(STAMP) $(TORCH_WHEEL) pyproject.toml
 	$(UV) --quiet $(TORCH_WHEEL)/torch-*.whl -e ".[dev,sglang,bench]"
 	rm -rf $(TORCH_WHEEL)
 	$(UV) --quiet --no-deps sglang==$(SGLANG_VERSION)
@@ -87,13 +97,15 @@ lint: $(STAMP)
 # uv writes none for the venv's packages): a run starts about 900 Python processes (twins, the CLI,
 # Ray's workers), each of which compiled what it imported anew (0.1 s or more), and pytest rewrote
 # every test module's asserts on every run (collection 24 s, 11 s with bytecode kept). The project's
-# own compiled first (1 s), so that the first processes do not all compile it at once. The set-up
-# runs on both cores: mypy (about 40 s of one core, cold) while uv downloads and unpacks torch,
-# SGLang and the rest (the network and the disk, little CPU), and apt-get where a Debian package is
-# missing; each command's output kept whole (-Oline).
+# own compiled first (1 s), so that the first processes do not all compile it at once.
+#
+# The set-up runs what does not wait on each other at once (-j3; each command's output kept
+# whole, -Oline): mypy (about 40 s of one core, cold) while uv downloads and unpacks torch, SGLang
+# and the rest (the network and the disk, little CPU); pip finding torch's file while the
+# development tools install; apt-get, where a Debian package is missing, beside all of it.
 test test-pure: export PYTHONDONTWRITEBYTECODE :=
 test:
-	$(MAKE) --no-print-directory -j2 -Oline lint system-packages $(SGLANG_STAMP)
+	$(MAKE) --no-print-directory -j3 -Oline lint system-packages $(SGLANG_STAMP)
 	$(BIN)/python -m compileall -q orchestrator deploy experiments db bench tests
 	$(BIN)/pytest -n 2 --dist loadgroup
 
