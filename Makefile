@@ -12,11 +12,12 @@ SGLANG_STAMP := $(VENV)/.sglang
 # the install instead of quietly pulling the CUDA build and its GB of nvidia-* packages.
 TORCH_VERSION := 2.13.0+cpu
 SGLANG_VERSION := 0.5.23
-# uv installs the packages, pip's several minutes in about one (BENCHMARKS.md "Set-up on a fresh
-# clone"): it downloads in parallel, and compiles no bytecode, where pip compiled all 25,000
-# modules of the venv (about 90 s of CPU) of which the tests import a quarter. `demo`, `test` and
-# `test-pure` write the bytecode of what they import instead (below). pip stays in the venv: the
-# packaging tests build the wheel with it, and it alone finds the CPU torch ($(SGLANG_STAMP)).
+# uv installs the packages (BENCHMARKS.md "Set-up on a fresh clone": `make test`'s set-up took
+# 77-92 s where pip's took 213-466 s, at load 3-5). It downloads in parallel and compiles no
+# bytecode, where pip compiled all 25,000 modules of the venv (about 90 s of CPU), of which about
+# a quarter is ever imported here: `demo`, `test` and `test-pure` write the bytecode of what they
+# import instead (below). pip stays in the venv: the packaging tests build the wheel with it, and
+# it alone finds the CPU torch ($(TORCH_WHEEL)).
 UV_VERSION := 0.13.8
 UV := $(BIN)/uv pip install --python $(BIN)/python
 
