@@ -12,6 +12,14 @@ SGLANG_STAMP := $(VENV)/.sglang
 # the install instead of quietly pulling the CUDA build and its GB of nvidia-* packages.
 TORCH_VERSION := 2.13.0+cpu
 SGLANG_VERSION := 0.5.23
+# uv installs the packages (BENCHMARKS.md "Set-up on a fresh clone": `make test`'s set-up took
+# 77-92 s where pip's took 213-466 s, at load 3-5). It downloads in parallel and compiles no
+# bytecode, where pip compiled all 25,000 modules of the venv (about 90 s of CPU), of which about
+# a quarter is ever imported here: `demo`, `test` and `test-pure` write the bytecode of what they
+# import instead (below). pip stays in the venv: the packaging tests build the wheel with it, and
+# it alone finds the CPU torch ($(TORCH_WHEEL)).
+UV_VERSION := 0.13.8
+UV := $(BIN)/uv pip install --python $(BIN)/python
 
 .PHONY: demo test test-pure lint system-packages clean real-engine real-engine-venv \
 	real-engine-sweeps real-engine-optimize
@@ -25,37 +33,57 @@ system-packages:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    openssh-server iproute2 postgresql chromium)
 
+# The venv with pip, uv and nothing else; the stamp names uv's version, so a new one is installed.
+UV_STAMP := $(VENV)/.uv-$(UV_VERSION)
+$(UV_STAMP):
+	@echo "setting up $(VENV) (a minute or two, once)"
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet uv==$(UV_VERSION)
+	$(UV) --quiet --upgrade pip
+	touch $(UV_STAMP)
+
 RUNTIME_STAMP := $(VENV)/.runtime
 
-# What `bisect demo` needs: the package and its runtime dependencies, pip's progress shown.
-$(RUNTIME_STAMP): pyproject.toml
-	@echo "setting up $(VENV): bisect and its runtime dependencies (a few minutes, once)"
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install -e .
+# What `bisect demo` needs: the package and its runtime dependencies, uv's progress shown.
+$(RUNTIME_STAMP): $(UV_STAMP) pyproject.toml
+	$(UV) -e .
 	touch $(RUNTIME_STAMP)
 
-# The development tools, for `make lint` and `make test`; and the older Optuna generation beside
-# the venv's (4.9: samplers take constraints_func, which 5.0 deprecates for trial.set_constraint),
-# for the test that runs the search on both.
+# The development tools, for `make lint` and `make test`, with the runtime dependencies in the
+# same install (one resolution, one download); and the older Optuna generation beside the venv's
+# (4.9: samplers take constraints_func, which 5.0 deprecates for trial.set_constraint), for the
+# test that runs the search on both.
 OPTUNA4 := $(VENV)/optuna4
-$(STAMP): $(RUNTIME_STAMP) pyproject.toml
-	$(BIN)/pip install --quiet -e ".[dev]"
-	$(BIN)/pip install --quiet --no-deps --upgrade --target $(OPTUNA4) optuna==4.9.0
+$(STAMP): $(UV_STAMP) pyproject.toml
+	$(UV) --quiet -e ".[dev]"
+	$(UV) --quiet --no-deps --target $(OPTUNA4) optuna==4.9.0
 	touch $(STAMP)
 
-# CPU torch first (a plain `torch` requirement would pull the CUDA build), the light modules
-# SGLang's detectors import (pyproject's `sglang` extra), then sglang without its GPU
-# dependencies, last: a later pip run in this venv warns that sglang's own requirements are
-# unmet, which is expected (only the detectors are used).
-$(SGLANG_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/pip install --quiet torch==$(TORCH_VERSION)
-	$(BIN)/pip install --quiet -e ".[dev,sglang,bench]"
-	$(BIN)/pip install --quiet --no-deps sglang==$(SGLANG_VERSION)
+# CPU torch: a plain `torch` requirement would pull the CUDA build. pip picks its file, as this
+# machine's pip configuration says (a local wheel here, which uv does not look for), while the
+# development tools install. Gone once installed: the stamp below is what says so (.SECONDARY).
+TORCH_WHEEL := $(VENV)/torch-wheel
+.SECONDARY: $(TORCH_WHEEL)
+$(TORCH_WHEEL): $(UV_STAMP)
+	rm -rf $@ $@.part
+	$(BIN)/pip download --quiet --no-deps --dest $@.part torch==$(TORCH_VERSION)
+	mv $@.part $@
+
+# The torch file with the light modules SGLang's detectors import (pyproject's `sglang` extra),
+# then sglang without its GPU dependencies, last: a later pip run in this venv warns that
+# sglang's own requirements are unmet, which is expected (only the detectors are used).
+$(SGLANG_STAMP): $(STAMP) $(TORCH_WHEEL) pyproject.toml
+	$(UV) --quiet $(TORCH_WHEEL)/torch-*.whl -e ".[dev,sglang,bench]"
+	rm -rf $(TORCH_WHEEL)
+	$(UV) --quiet --no-deps sglang==$(SGLANG_VERSION)
 	$(BIN)/python -c "from experiments.workload.triage import sglang_status as s; \
 		assert s() is None, f'sglang detectors do not import: {s()}'"
 	touch $(SGLANG_STAMP)
 
+# Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (as on these machines): uv wrote
+# none, and every Python process the demo starts (twins, Ray's workers) would otherwise compile
+# what it imports anew.
+demo: export PYTHONDONTWRITEBYTECODE :=
 demo: $(RUNTIME_STAMP)
 	$(BIN)/bisect demo
 
@@ -63,16 +91,22 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# Every test, both tiers (pyproject.toml: markers pure and real), on two workers: a test run
-# waits on servers and timeouts as much as it computes, and one worker left a 2-core machine
-# half idle (tests/support/workers.py keeps what shares a fixture on one worker; BENCHMARKS.md
-# "Where a run's CPU goes"). Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (as
-# on these machines): a run starts about 900 Python processes (twins, the CLI, Ray's workers),
-# each of which compiled what it imported anew (0.1 s or more), and pytest rewrote every test
-# module's asserts on every run (collection 24 s, 11 s with bytecode kept). The project's own
-# compiled first (1 s), so that the first processes do not all compile it at once.
+# Every test, both tiers (pyproject.toml: markers pure and real), on two workers: a test run waits
+# on servers and timeouts as much as it computes, and one worker left a 2-core machine half idle
+# (tests/support/workers.py keeps what shares a fixture on one worker; BENCHMARKS.md "Where a run's
+# CPU goes"). Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (as on these machines;
+# uv writes none for the venv's packages): a run starts about 900 Python processes (twins, the CLI,
+# Ray's workers), each of which compiled what it imported anew (0.1 s or more), and pytest rewrote
+# every test module's asserts on every run (collection 24 s, 11 s with bytecode kept). The project's
+# own compiled first (1 s), so that the first processes do not all compile it at once.
+#
+# The set-up runs what does not wait on each other at once (-j3; each command's output kept
+# whole, -Oline): mypy (about 40 s of one core, cold) while uv downloads and unpacks torch, SGLang
+# and the rest (the network and the disk, little CPU); pip finding torch's file while the
+# development tools install; apt-get, where a Debian package is missing, beside all of it.
 test test-pure: export PYTHONDONTWRITEBYTECODE :=
-test: lint system-packages $(SGLANG_STAMP)
+test:
+	$(MAKE) --no-print-directory -j3 -Oline lint system-packages $(SGLANG_STAMP)
 	$(BIN)/python -m compileall -q orchestrator deploy experiments db bench tests
 	$(BIN)/pytest -n 2 --dist loadgroup
 
