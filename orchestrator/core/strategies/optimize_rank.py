@@ -96,9 +96,16 @@ def estimate(metric: str, trials: Sequence[TrialEvidence], alpha: float) -> Esti
     mean = statistics.fmean(values)
     if len(values) < 2:
         return Estimate(metric, mean, None, None, values, pools)
-    half = float(t.ppf(1 - alpha / 2, len(values) - 1)) * statistics.stdev(values) / math.sqrt(
+    half = t_quantile(1 - alpha / 2, len(values) - 1) * statistics.stdev(values) / math.sqrt(
         len(values))
     return Estimate(metric, mean, mean - half, mean + half, values, pools)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def t_quantile(q: float, df: int) -> float:
+    """Student's t quantile, cached as the bounds are: a verdict (and each step of the loop)
+    estimates every configuration again for each prefix of the trials, from a few sizes."""
+    return float(t.ppf(q, df))
 
 
 @dataclass(frozen=True)
