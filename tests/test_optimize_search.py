@@ -221,8 +221,9 @@ def test_a_failed_deployment_is_a_failed_trial(memory: Path) -> None:
               if t.user_attrs.get(ENDED) == DEPLOY_FAILED]
     assert failed and all(t.params["chunk"] == 8192 for t in failed)
     assert all(row["levels"]["chunk"] != "8192" for row in verdict["optimize"]["ranked"])
-    # failed deployments count against the search's budget: it ends
-    assert verdict["cost"]["trials"] + len(failed) >= SHORT["trials"]
+    # failed deployments count against the search's budget: the search's trials and they
+    # spend it exactly (one pool: one trial at a time)
+    assert verdict["optimize"]["trials"]["search"] + len(failed) == SHORT["trials"]
 
 
 def done_trials(store: Path) -> int:
