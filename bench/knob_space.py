@@ -18,12 +18,15 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.noise import IID, Fleet, TrialNoise, scaled
 from db.records import SessionRow, TrialTiming
 from experiments.campaign import Campaign
 from orchestrator.executor.base import TrialOrder, TrialReport
+
+if TYPE_CHECKING:  # the strategy imports scipy: not for the space alone
+    from orchestrator.core.strategies.optimize import Search
 
 SESSIONS, ROUNDS = 60, 4
 BEST = {"max_running": "96", "chunk": "4096", "mem": "0.9", "hicache": "on"}
@@ -124,9 +127,11 @@ class KnobPools:
 
 
 def run_search(directory: str, strategy: dict[str, Any], seed: int = 1,
-               campaign_id: str = "knobs", pools: KnobPools | None = None) -> dict[str, Any]:
+               campaign_id: str = "knobs", pools: KnobPools | None = None,
+               search: Search | None = None) -> dict[str, Any]:
     """One `optimize` campaign on the space through the driver's loop, its store (and the study
-    next to it) in ``directory``; the verdict JSON, as `bisect verdict --json` gives it."""
+    next to it, unless ``search`` is given: a study of the caller's) in ``directory``; the
+    verdict JSON, as `bisect verdict --json` gives it."""
     from pathlib import Path
 
     from db.store import Store
@@ -138,7 +143,7 @@ def run_search(directory: str, strategy: dict[str, Any], seed: int = 1,
         if campaign_id not in {c.id for c in store.list_campaigns()}:
             store.create_campaign(campaign_id, campaign.name, campaign.model_dump(mode="json"),
                                   "bench")
-        drive(store, campaign_id, campaign, pools or KnobPools(seed))
+        drive(store, campaign_id, campaign, pools or KnobPools(seed), search=search)
         return verdict_of(store, campaign_id).to_json()
 
 

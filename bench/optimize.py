@@ -2,13 +2,14 @@
 of a space with a planted trade-off (bench/knob_space.py: the fastest configurations corrupt
 30% of sessions), against grid and random search of the same space, in one run (issue 17).
 
-Every search runs the real loop: ``drive`` over the simulated pools (``KnobPools``), a real
-SQLite store and the real Optuna study next to it, the strategy's defaults but where the
-command line says otherwise. Seed ``s`` is both the sampler's seed and the pools' noise seed,
-the same for every sampler. Trials carry the noise between trials (bench/noise.py) of
-``--trial-noise``: ``real`` by default (a restart halves or doubles the corruption rate at one
-sd, moves the speed, pools apart, a drift), ``iid`` as before issue 27. ``--speeds``: that many
-pools, each of that speed (no random pool offsets), the trials placed on them by the driver.
+Every search runs the real loop: ``drive`` over the simulated pools (``KnobPools``), a real SQLite
+store and the real Optuna study, in memory (it picks what the study next to the store picks, at a
+quarter of the CPU: ``bench.optimize_runs.measure``), the strategy's defaults but where the command
+line says otherwise. Seed ``s`` is both the sampler's seed and the pools' noise seed, the same for
+every sampler. Trials carry the noise between trials (bench/noise.py) of ``--trial-noise``: ``real``
+by default (a restart halves or doubles the corruption rate at one sd, moves the speed, pools apart,
+a drift), ``iid`` as before issue 27. ``--speeds``: that many pools, each of that speed (no random
+pool offsets), the trials placed on them by the driver.
 
 *Reach*: the first trial after which the answer (``Optimize.conclude`` on the stored trials up
 to it: the best safe configuration with ``confirm_trials`` trials) is *right*: truly safe

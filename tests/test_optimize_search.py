@@ -35,7 +35,7 @@ from db.store import Store
 from orchestrator.executor.base import TrialReport
 from orchestrator.search.study import DEPLOY_FAILED, ENDED, SEQ, study_name
 from orchestrator.stored import verdict_of
-from tests.support.knob_search import SEARCH, SHORT
+from tests.support.knob_search import SEARCH, SHORT, memory_search
 from tests.support.optimize_campaigns import (
     OptimizeCampaigns,
     optimize_campaigns_fixture,  # noqa: F401 - the stored searches
@@ -69,7 +69,7 @@ def searched() -> Iterator[tuple[Path, dict[str, Any]]]:
 
 @pytest.fixture
 def memory() -> Iterator[Path]:
-    """A directory in memory for a search's store and study (tests/support/scratch.py)."""
+    """A directory in memory for a search's store (tests/support/scratch.py)."""
     with in_memory() as directory:
         yield directory
 
@@ -147,14 +147,13 @@ def test_two_objectives_give_the_pareto_front(optimize_campaigns: OptimizeCampai
             better = (a["objectives"][0]["mean"] > b["objectives"][0]["mean"]
                       and a["objectives"][1]["mean"] < b["objectives"][1]["mean"])
             assert not better
-    study = study_of(optimize_campaigns.db_path.parent, optimize_campaigns.optimum)
-    assert len(study.directions) == 2
+    assert len(optimize_campaigns.studies[optimize_campaigns.optimum].directions) == 2
 
 
-def assert_every_trial_told(directory: Path, verdict: dict[str, Any], sampler: str) -> None:
+def assert_every_trial_told(study: optuna.Study, verdict: dict[str, Any], sampler: str) -> None:
     """Every stored trial was told to the study, as a trial of its own, and the verdict
     names the sampler."""
-    told = study_of(directory).get_trials(states=(TrialState.COMPLETE,))
+    told = study.get_trials(states=(TrialState.COMPLETE,))
     assert len(told) == verdict["cost"]["trials"]
     assert verdict["optimize"]["sampler"] == sampler
 
@@ -162,11 +161,12 @@ def assert_every_trial_told(directory: Path, verdict: dict[str, Any], sampler: s
 @pytest.mark.pure
 def test_the_gp_sampler(memory: Path) -> None:
     """(random: test_a_failed_deployment_is_a_failed_trial)"""
-    verdict = run_search(str(memory), {**SHORT, "trials": 9, "sampler": "gp",
-                                       "startup_trials": 6}, seed=3)
+    strategy = {**SHORT, "trials": 9, "sampler": "gp", "startup_trials": 6}
+    search = memory_search(strategy)
+    verdict = run_search(str(memory), strategy, seed=3, search=search)
     assert_never_unsafe(verdict)
     assert verdict["cost"]["trials"] >= 9
-    assert_every_trial_told(memory, verdict, "gp")
+    assert_every_trial_told(search.study, verdict, "gp")
 
 
 @pytest.mark.real
@@ -212,16 +212,18 @@ class FailingDeploys(KnobPools):
 @pytest.mark.pure
 def test_a_failed_deployment_is_a_failed_trial(memory: Path) -> None:
     """With the random sampler: also what the search with it must do."""
-    verdict = run_search(str(memory), {**SHORT, "sampler": "random"}, seed=4,
-                         pools=FailingDeploys(4))
+    strategy = {**SHORT, "sampler": "random"}
+    search = memory_search(strategy)
+    verdict = run_search(str(memory), strategy, seed=4, pools=FailingDeploys(4), search=search)
     assert_never_unsafe(verdict)
-    assert_every_trial_told(memory, verdict, "random")
-    failed = [t for t in study_of(memory).get_trials(states=(TrialState.FAIL,))
+    assert_every_trial_told(search.study, verdict, "random")
+    failed = [t for t in search.study.get_trials(states=(TrialState.FAIL,))
               if t.user_attrs.get(ENDED) == DEPLOY_FAILED]
     assert failed and all(t.params["chunk"] == 8192 for t in failed)
     assert all(row["levels"]["chunk"] != "8192" for row in verdict["optimize"]["ranked"])
-    # failed deployments count against the search's budget: it ends
-    assert verdict["cost"]["trials"] + len(failed) >= SHORT["trials"]
+    # failed deployments count against the search's budget: the search's trials and they
+    # spend it exactly (one pool: one trial at a time)
+    assert verdict["optimize"]["trials"]["search"] + len(failed) == SHORT["trials"]
 
 
 def done_trials(store: Path) -> int:

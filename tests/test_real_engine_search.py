@@ -1,5 +1,5 @@
 """The real engine's optimize files (experiments/real_engine/optimize.py) on the driver's real
-loop (the strategy, the Optuna study, a SQLite store), the engine replaced by pools whose
+loop (the strategy, the Optuna study in memory, a SQLite store), the engine replaced by pools whose
 throughputs are run 2's grid on vLLM (BENCHMARKS.md "A real engine"): what the search's budget
 lets it measure, and how many trials the grid gives each configuration. The engine itself runs
 in `make real-engine-optimize`."""
@@ -20,6 +20,7 @@ from experiments.campaign_load import load_campaign
 from experiments.real_engine.optimize import CONFIRM, SPACE, optimize
 from orchestrator.executor.base import TrialReport
 from orchestrator.executor.driver import drive
+from orchestrator.search.study import OptunaSearch
 from orchestrator.stored import verdict_of
 from tests.support.scratch import in_memory
 
@@ -67,7 +68,9 @@ def run(directory: Path, kind: str, seed: int, noise: float = 0.15,
     campaign = load_campaign(path)
     with Store.open(str(directory / f"{kind}.db")) as store:
         store.create_campaign(kind, campaign.name, campaign.model_dump(mode="json"), "test")
-        drive(store, kind, campaign, EnginePools(seed, noise))
+        # the study in memory: where it is kept is test_optimize_search's (a quarter the CPU)
+        drive(store, kind, campaign, EnginePools(seed, noise),
+              search=OptunaSearch(campaign, kind, None))
         verdict = verdict_of(store, kind).to_json()
     section = verdict["optimize"]
     counts = Counter({f"{row['levels']['max_num_seqs']}/{row['levels']['eager']}":

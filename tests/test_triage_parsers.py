@@ -3,15 +3,21 @@ text of tests/corpus_markup.py is labelled here by running SGLang's own detector
 ``detect_and_parse``, as the server parses a non-streamed reply), and the triage must agree for
 every text and every parser, on both paths (sglang's detectors and the built-in parser).
 
+The detectors are SGLang's classes from SGLang's own source, imported as triage imports them
+(sglang_narrow.py: without sglang's ``__init__``, torch or openai). That the whole package, as
+a server imports it, has the same classes and parses every text alike is
+test_triage_ordinary_import.py's (real: a child process, for the seconds torch takes).
+
 sglang is not optional here: `make test` installs the extra, and a missing one fails."""
 
 from __future__ import annotations
 
-import importlib
-import inspect
+import importlib.util
 import json
+import runpy
 import timeit
 from functools import cache, partial
+from pathlib import Path
 
 import pytest
 
@@ -32,7 +38,8 @@ from experiments.workload.triage import (
 )
 from experiments.workload.triage_builtin import PARSERS as BUILTIN_PARSERS
 from experiments.workload.triage_builtin import count_openings
-from tests.corpus_markup import B31, CORPUS, E31, TRUNCATED, WHOLE, blk, c3, c31, inv
+from tests.corpus_markup import B31, E31, TRUNCATED, WHOLE, blk, c3, c31, inv
+from tests.support.sglang_ordinary import calls_of, tool_texts
 
 pytestmark = pytest.mark.pure
 
@@ -50,19 +57,12 @@ def sglang_required() -> None:
 
 
 @cache
-def _detector(parser: str) -> type:
-    module, name = triage_sglang.parser_table()[parser]
-    return getattr(importlib.import_module(module), name)
-
-
-@cache
 def sglang_calls(parser: str, text: str) -> tuple[str, ...]:
     """What SGLang's detector for ``parser`` returns as calls (JSON, hashable for the cache)."""
-    from sglang.srt.entrypoints.openai.protocol import Tool
-
-    result = _detector(parser)().detect_and_parse(text, [Tool.model_validate(t) for t in TOOLS])
-    return tuple(json.dumps({"name": c.name, "arguments": json.loads(c.parameters or "{}")})
-                 for c in result.calls)
+    loaded = triage_sglang.load()
+    assert loaded.detectors is not None and loaded.tool is not None, loaded.error
+    return tuple(json.dumps(call) for call in calls_of(loaded.detectors[parser], loaded.tool,
+                                                        text))
 
 
 def sglang_parses(parser: str, text: str) -> bool:
@@ -84,7 +84,7 @@ def expected(text: str, server: str | None) -> tuple[str, set[str]]:
     return ("parser_mismatch" if parsed else "malformed"), parsed
 
 
-TOOL_TEXTS = {n: t for n, t in CORPUS.items() if markup_family(t) not in (None, "think")}
+TOOL_TEXTS = tool_texts()
 SERVERS = [None, *DEEPSEEK, "hermes"]
 
 
@@ -114,28 +114,19 @@ def test_the_corpus_covers_every_shape_and_both_verdicts() -> None:
     assert {n.rsplit("_cut", 1)[0] for n in TRUNCATED} == set(WHOLE)
 
 
-def test_the_oracle_is_sglangs_ordinary_import() -> None:
-    """The triage's detectors come from a narrow import (sglang_narrow.py) that leaves no
-    module behind: the oracle above imports the whole package as a server does, and the
-    classes are the same source loaded twice."""
-    import sglang
-
-    narrow = triage_sglang.load().detectors
-    assert narrow is not None and getattr(sglang, "__file__", None)  # no stand-in left
-    for parser in parsers():
-        ours, oracle = narrow[parser], _detector(parser)
-        assert (ours.__module__, ours.__qualname__) == (oracle.__module__, oracle.__qualname__)
-        assert inspect.getsourcefile(ours) == inspect.getsourcefile(oracle)
-
-
 # ---- sglang's table, read from its source ----------------------------------------------------
 
 
 def test_the_parser_table_is_sglangs() -> None:
-    from sglang.srt.function_call.parser_names import TOOL_CALL_PARSER_NAMES
-
+    # SGLang's list of names, read from its file: a module of its own without imports, whose
+    # package's __init__ (an ordinary import runs it) would pull torch and transformers
+    spec = importlib.util.find_spec("sglang")  # found, not imported
+    assert spec is not None and spec.submodule_search_locations
+    root = Path(next(iter(spec.submodule_search_locations)))
+    names = runpy.run_path(str(root / "srt/function_call/parser_names.py"))[
+        "TOOL_CALL_PARSER_NAMES"]
     table = triage_sglang.parser_table()
-    assert sorted(table) == sorted(TOOL_CALL_PARSER_NAMES)  # sglang checks this list vs its enum
+    assert sorted(table) == sorted(names)  # sglang checks this list vs its enum
     assert table["deepseekv4"] == ("sglang.srt.function_call.deepseekv4_detector",
                                    "DeepSeekV4Detector")
     assert table["deepseekv3"][1] == "DeepSeekV3Detector"

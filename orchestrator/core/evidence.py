@@ -8,6 +8,7 @@ against it, its counts never rewritten.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -96,7 +97,7 @@ class TrialEvidence:
     @property
     def failures(self) -> int:
         """Sessions whose outcome is in ``failing``."""
-        return sum(n for outcome, n in self.counts.items() if outcome in self.failing)
+        return self._failures(self.failing)
 
     @property
     def infra(self) -> int:
@@ -107,8 +108,7 @@ class TrialEvidence:
     def judged(self) -> int:
         """Sessions that reached a verdict of their own. An error or a timeout says nothing of
         corruption: not judged, unless it is what fails (for wedging every session is judged)."""
-        return self.sessions - sum(self.counts.get(outcome.value, 0) for outcome in INFRA
-                                   if outcome not in self.failing)
+        return self._judged(self.failing)
 
     @property
     def unfinished(self) -> int:
@@ -123,27 +123,40 @@ class TrialEvidence:
         """The same trial judged against another failing set (its counts unchanged)."""
         return dataclasses.replace(self, failing=failing)
 
+    def counted(self, failing: Failing) -> tuple[int, int]:
+        """(failures, judged) of ``judged_as(failing)``, without making it (a ranking counts
+        every trial of every configuration so, at each step)."""
+        return self._failures(failing), self._judged(failing)
+
+    def _failures(self, failing: Failing) -> int:
+        return sum(n for outcome, n in self.counts.items() if outcome in failing)
+
+    def _judged(self, failing: Failing) -> int:
+        return self.sessions - sum(self.counts.get(outcome.value, 0) for outcome in INFRA
+                                   if outcome not in failing)
+
 
 @dataclass(frozen=True)
 class Cell:
-    """All trials of one variant, pooled."""
+    """All trials of one variant, pooled. Its sums are computed once (a value, never changed):
+    attribution pools each cell again for every condition it tries, over a hundred a step."""
 
     levels: Levels
     trials: tuple[TrialEvidence, ...] = field(default_factory=tuple)
 
-    @property
+    @functools.cached_property
     def sessions(self) -> int:
         return sum(t.sessions for t in self.trials)
 
-    @property
+    @functools.cached_property
     def failures(self) -> int:
         return sum(t.failures for t in self.trials)
 
-    @property
+    @functools.cached_property
     def judged(self) -> int:
         return sum(t.judged for t in self.trials)
 
-    @property
+    @functools.cached_property
     def infra(self) -> int:
         return sum(t.infra for t in self.trials)
 

@@ -23,7 +23,7 @@ from experiments.secrets import SecretMissing, SecretValues, redact, redact_any
 from experiments.workload.http_client import bearer, header_lines
 from orchestrator.core.evidence import failing_for, variant_key
 from orchestrator.core.strategies.base import Strategy
-from orchestrator.core.strategies.optimize import Searching
+from orchestrator.core.strategies.optimize import Search, Searching
 from orchestrator.core.strategies.registry import strategy_for
 from orchestrator.core.verdict import Verdict
 from orchestrator.executor.base import Executor, PoolCrashed, TrialOrder, TrialReport
@@ -188,18 +188,22 @@ def stop_leftovers(campaign: Campaign, transports: Transports) -> None:
 
 
 def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
-          progress: Progress = lambda _: None) -> None:
+          progress: Progress = lambda _: None, search: Search | None = None) -> None:
     """Propose, dispatch, store, until the strategy is done; then the executor stops the pools'
     services. The loop knows pools only through ``actors`` (Ray's, or the benchmark's simulated
-    ones) and nodes not at all: ``run_campaign`` prepares them first."""
+    ones) and nodes not at all: ``run_campaign`` prepares them first. ``search``: where a
+    searching strategy's proposals come from, when the caller holds its own study (the
+    benchmarks', in memory); by default the campaign's study next to the store."""
     base = strategy_for(campaign)
-    if isinstance(base, Searching):  # its proposals come from a study next to the store
+    if isinstance(base, Searching) and search is not None:
+        base = base.with_search(search)
+    elif isinstance(base, Searching):  # its proposals come from a study next to the store
         from orchestrator.search.study import StudyError, open_search, study_url  # Optuna
 
         try:
-            search = open_search(campaign, campaign_id, store)
-            base = base.with_search(search)
-            progress(f"study {search.study.study_name} in {study_url(store)} "
+            opened = open_search(campaign, campaign_id, store)
+            base = base.with_search(opened)
+            progress(f"study {opened.study.study_name} in {study_url(store)} "
                      "(optuna-dashboard opens it)")
         except StudyError as exc:
             store.set_campaign_status(campaign_id, "failed")

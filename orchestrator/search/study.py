@@ -114,6 +114,15 @@ class OptunaSearch:
             raise StudyError(f"cannot open the study: {str(exc).splitlines()[0]}") from None
         self.study.set_user_attr("campaign", campaign_id)
         self.asked: dict[int, Trial] = {}  # by number: the trials this process asked
+        # What the study held when opened, kept up to date here after: this process is its one
+        # writer (the driver's), and a reread of its trials from the database costs 7 queries
+        # a running trial, twice a proposal (a third of a search's queries).
+        trials = self.study.get_trials(deepcopy=False)
+        self.told_seqs: set[int] = {t.user_attrs[SEQ] for t in trials if SEQ in t.user_attrs}
+        self.deploy_failed: int = sum(1 for t in trials if t.state == TrialState.FAIL
+                                 and t.user_attrs.get(ENDED) == DEPLOY_FAILED)
+        # asked by a driver that was killed: ended at the first sync
+        self.orphans: list[int] = [t.number for t in trials if t.state == TrialState.RUNNING]
 
     # -- the Search protocol --------------------------------------------------------------
 
@@ -128,8 +137,7 @@ class OptunaSearch:
         return chosen
 
     def failed(self) -> int:
-        return sum(1 for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-                   if t.user_attrs.get(ENDED) == DEPLOY_FAILED)
+        return self.deploy_failed
 
     def close(self, told: Sequence[Told]) -> None:
         self._sync(told, ())
@@ -146,12 +154,8 @@ class OptunaSearch:
         """Tell the study every finished trial it has not heard of, and end the trials that
         will never finish: asked here and no longer running (their deployment failed), or
         asked by a driver that was killed (the store discarded its unfinished trials)."""
-        trials = self.study.get_trials(deepcopy=False)
-        known = {t.user_attrs[SEQ] for t in trials if SEQ in t.user_attrs}
-        orphans = [t.number for t in trials
-                   if t.state == TrialState.RUNNING and t.number not in self.asked]
         for measured in told:
-            if measured.seq in known:
+            if measured.seq in self.told_seqs:
                 continue
             key = variant_key(measured.levels)
             match = next((n for n, t in self.asked.items()
@@ -160,6 +164,7 @@ class OptunaSearch:
                 self._tell(self.asked.pop(match), measured)
             else:  # measured before this process asked anything: from the store
                 self.study.add_trial(self._frozen(measured))
+            self.told_seqs.add(measured.seq)
         waiting = Counter(variant_key(levels) for levels in pending)
         for number, trial in list(self.asked.items()):
             key = variant_key(levels_of(self.factors, trial.params))
@@ -168,9 +173,11 @@ class OptunaSearch:
                 continue
             trial.set_user_attr(ENDED, DEPLOY_FAILED)  # the driver failed it
             self.study.tell(trial, state=TrialState.FAIL)
+            self.deploy_failed += 1
             del self.asked[number]
-        for number in orphans:
+        for number in self.orphans:
             self.study.tell(number, state=TrialState.FAIL)
+        self.orphans = []
 
     def _tell(self, trial: Trial, measured: Told) -> None:
         trial.set_user_attr(SEQ, measured.seq)

@@ -1,6 +1,6 @@
 """Stored `optimize` campaigns for the report tests: the real search loop (driver, Optuna
-study, confirmation) on bench/knob_space.py's simulated pools, whose fastest configurations
-are corrupt (HiCache on above 96 running requests).
+study in memory, confirmation) on bench/knob_space.py's simulated pools, whose fastest
+configurations are corrupt (HiCache on above 96 running requests).
 
 - ``optimum``: two objectives (output throughput, p99 TTFT), a corruption limit of 5%: a
   confirmed Pareto front, a fast configuration rejected, many unproven.
@@ -14,16 +14,18 @@ once per test session (``_RUN``), however many modules take them (seconds each).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+import optuna
 import pytest
 
 from bench.knob_space import KnobPools, knob_campaign
 from db.store import Store
 from orchestrator.executor.driver import drive
+from orchestrator.search.study import OptunaSearch
 from tests.support.scratch import in_memory
 
 TWO_OBJECTIVES = ["output_throughput", "ttft_p99_ms"]
@@ -34,6 +36,9 @@ class OptimizeCampaigns:
     db_path: Path
     optimum: str  # campaign ids
     undecided: str
+    # their Optuna studies, in memory: the reports read the store alone, and the study's
+    # SQLite file is test_optimize_search's (its stored search)
+    studies: Mapping[str, optuna.Study]
 
     @property
     def store_arg(self) -> str:
@@ -54,6 +59,7 @@ def optimize_campaigns_fixture() -> Iterator[OptimizeCampaigns]:
 
 def _run(directory: Path) -> OptimizeCampaigns:
     db_path = directory / "bisect.db"
+    studies: dict[str, optuna.Study] = {}
     with Store.open(str(db_path)) as store:
         for campaign_id, strategy in (
                 ("opt-optimum", {"trials": 20, "max_corruption": 0.05,
@@ -62,5 +68,7 @@ def _run(directory: Path) -> OptimizeCampaigns:
             campaign = knob_campaign(strategy)
             store.create_campaign(campaign_id, campaign.name, campaign.model_dump(mode="json"),
                                   "bench")
-            drive(store, campaign_id, campaign, KnobPools(1))
-    return OptimizeCampaigns(db_path, "opt-optimum", "opt-undecided")
+            search = OptunaSearch(campaign, campaign_id, None)
+            drive(store, campaign_id, campaign, KnobPools(1), search=search)
+            studies[campaign_id] = search.study
+    return OptimizeCampaigns(db_path, "opt-optimum", "opt-undecided", studies)

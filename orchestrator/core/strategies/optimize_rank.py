@@ -96,9 +96,16 @@ def estimate(metric: str, trials: Sequence[TrialEvidence], alpha: float) -> Esti
     mean = statistics.fmean(values)
     if len(values) < 2:
         return Estimate(metric, mean, None, None, values, pools)
-    half = float(t.ppf(1 - alpha / 2, len(values) - 1)) * statistics.stdev(values) / math.sqrt(
+    half = t_quantile(1 - alpha / 2, len(values) - 1) * statistics.stdev(values) / math.sqrt(
         len(values))
     return Estimate(metric, mean, mean - half, mean + half, values, pools)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def t_quantile(q: float, df: int) -> float:
+    """Student's t quantile, cached as the bounds are: a verdict (and each step of the loop)
+    estimates every configuration again for each prefix of the trials, from a few sizes."""
+    return float(t.ppf(q, df))
 
 
 @dataclass(frozen=True)
@@ -162,8 +169,8 @@ class Candidate:
             reasons.append("an objective was not measured")
         return reasons
 
-    @property
-    def safe(self) -> bool:
+    @functools.cached_property
+    def safe(self) -> bool:  # computed once: the ranking and each phase ask it of every one
         return not self.why_unsafe()
 
     @property
@@ -178,6 +185,10 @@ class Candidate:
     def score(self) -> tuple[float, ...]:
         """The objectives as larger-is-better numbers (what the ranking sorts by), each pool's
         offset taken out where pools have one."""
+        return self._score
+
+    @functools.cached_property
+    def _score(self) -> tuple[float, ...]:  # once: a Pareto front compares every pair
         means = self.adjusted or tuple(e.mean for e in self.objectives)
         return tuple(-math.inf if mean is None else
                      (mean if direction(e.metric) == "maximize" else -mean)
@@ -211,8 +222,8 @@ def candidate(levels: Levels, trials: Sequence[TrialEvidence], plan: OptimizeCon
               offsets: Mapping[str, Offsets] | None = None) -> Candidate:
     """``offsets``: each objective's pool offsets (``pool_offsets`` of the run's trials)."""
     def bound(failing: frozenset[str], limit: float) -> Bound:
-        judged = [trial.judged_as(failing) for trial in trials]
-        failed, n = sum(j.failures for j in judged), sum(j.judged for j in judged)
+        counted = [trial.counted(failing) for trial in trials]
+        failed, n = sum(k for k, _ in counted), sum(j for _, j in counted)
         return Bound(failed, n, upper_bound(failed, n, plan.alpha),
                      lower_bound(failed, n, plan.alpha), limit)
 
