@@ -52,7 +52,14 @@ _s() {
   "$@" 2>&1; _r=$?; printf '\n%s end %s\n' "$B" "$_r"
 }
 """
-_SCRIPT = SECTIONS_SH + r"""
+# Every process's "PID PPID" (comm, in parentheses, may hold anything but ends at the last ")"):
+# where a launcher's server is, when it spawned one instead of exec'ing it.
+TREE_SH = r"""
+_tree() {
+  cat /proc/[0-9]*/stat 2>/dev/null | sed -n 's/^\([0-9]*\) (.*) [A-Za-z] \([0-9]*\) .*/\1 \2/p'
+}
+"""
+_SCRIPT = SECTIONS_SH + TREE_SH + r"""
 B=$1; p=$2; n=$3; shift 3
 _hex() { od -An -v -tx1 "$1"; }
 _sha() { sha256sum < "$1"; }
@@ -63,11 +70,6 @@ _s environ _hex "/proc/$p/environ"
 _s btime sed -n 's/^btime //p' /proc/stat
 _s clk getconf CLK_TCK
 _s now date +%s.%N
-# Every process's "PID PPID" (comm, in parentheses, may hold anything but ends at the last ")"):
-# where a launcher's server is, when it spawned one instead of exec'ing it.
-_tree() {
-  cat /proc/[0-9]*/stat 2>/dev/null | sed -n 's/^\([0-9]*\) (.*) [A-Za-z] \([0-9]*\) .*/\1 \2/p'
-}
 _s tree _tree
 i=0
 while [ "$i" -lt "$n" ]; do
@@ -164,7 +166,7 @@ def _argv_problem(actual: list[bytes], expected: list[bytes], own: int,
             f"{who} runs {running}")
 
 
-def _argv(section: Section | None) -> list[bytes] | None:
+def argv_of(section: Section | None) -> list[bytes] | None:
     if section is None or section.rc != 0:
         return None
     return _unhex(section.text).split(b"\0")[:-1]  # cmdline ends with a NUL
@@ -180,7 +182,7 @@ def _find_server(transport: Transport, sec: dict[str, Section], pid: int, want: 
                  ) -> tuple[int, dict[str, Section], dict[str, Any] | None, str | None]:
     """The process to prove (the started one, or the server a launcher spawned under it), its
     sections, what says it carries the variant, and else why none does."""
-    main = _argv(sec.get("cmdline"))
+    main = argv_of(sec.get("cmdline"))
     if main is None or not _alive(sec.get("stat")):
         return pid, sec, None, None  # gone or unreadable: the process checks say so
     processes = [Process(pid, 0, 0, tuple(main))]
@@ -191,8 +193,9 @@ def _find_server(transport: Transport, sec: dict[str, Section], pid: int, want: 
         result = transport.run(["sh", "-c", _ARGVS, "sh", boundary, *(str(k) for k, _, _ in kids)],
                                timeout_s=timeout_s)
         argvs = parse_sections(result.stdout, boundary)
-        processes += [Process(k, parent, depth, None if (a := _argv(argvs.get(f"argv{k}"))) is None
-                              else tuple(a)) for k, parent, depth in kids]
+        processes += [Process(k, parent, depth,
+                              None if (a := argv_of(argvs.get(f"argv{k}"))) is None else tuple(a))
+                      for k, parent, depth in kids]
     found = server(processes, want, own)
     if found is None:
         described = resembling(processes, want) or processes[0]
@@ -225,7 +228,7 @@ def _process_checks(sec: dict[str, Section], pid: int, expected: ServiceConfig,
     if cmdline is None or cmdline.rc != 0:
         problems.append(f"cannot read the command line of process {pid}: {_why(cmdline)}")
     else:
-        checks["argv"] = [a.decode(errors="replace") for a in _argv(cmdline) or ()]
+        checks["argv"] = [a.decode(errors="replace") for a in argv_of(cmdline) or ()]
         if argv_problem:
             problems.append(argv_problem)
     if environ is None or environ.rc != 0:

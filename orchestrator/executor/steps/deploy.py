@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from deploy.health import HealthTimeout, wait_healthy
+from deploy.listeners import check_port
 from deploy.proof import node_clock, prove_loaded
 from deploy.render import LevelSettings, render_service
 from deploy.services.base import ServiceConfig, Started
@@ -171,6 +172,8 @@ class Prove(ServiceStep):
         started = started_by(self.restart)
         touching = [s for s in self.apply.settings if s.touches(service.name)]
         files, git = parts.sources.expected_code(service.node)  # the code it must be running
+        # healthy, but is it this start that answers? (another process on its port: setup)
+        port = check_port(parts.transports[service.node], started.pid, config.argv, service.name)
         proof = prove_loaded(
             parts.transports[service.node], started.pid, config,
             deployed_at_epoch=self.restart.deployed_at,
@@ -184,7 +187,7 @@ class Prove(ServiceStep):
                                + "; ".join(proof.problems),
                                {"checks": proof.checks, "problems": proof.problems})
         self.proven = config
-        return {"checks": proof.checks}
+        return {"checks": {**proof.checks, "listener": port}}
 
     def settle(self, running: Running) -> None:
         if self.proven is not None:  # kept while the variant leaves it unchanged
