@@ -69,7 +69,14 @@ m=$(umask); umask 077
 rm -f -- "$pf"; (set -C; : > "$pf") || exit 1
 chmod 600 -- "$lf" "$pf"; offset=$(wc -c < "$lf"); umask "$m"
 @TOKEN_ENV@=$tok setsid "$@" >> "$lf" 2>&1 < /dev/null &
-p=$!; _stat "$p"; st=$_start
+p=$!; _stat "$p"; st=$_start n=0
+# Until `setsid` is exec'd, /proc/$p/environ is this shell's, without the token, and `ours`
+# says no: a health check's first "is it alive?" then read a start as an exit on a loaded
+# machine. So wait for the exec, or the process's end (a zombie's environ is empty; the
+# commands run here may reap it, hence its start time read first).
+while ! _token_in "$p"; do
+  _stat "$p" && [ "$_state" != Z ] && [ $n -lt 5000 ] || break; n=$((n+1))
+done
 printf '%s %s %s\n' "$p" "$st" "$tok" > "$pf"; echo "$offset $p"
 """.replace("@TOKEN_ENV@", SERVICE_TOKEN_ENV)
 
