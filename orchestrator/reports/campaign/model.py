@@ -203,6 +203,10 @@ class TrialProvenance(TypedDict):
     started_at: str | None
     wall_s: float | None
     load: list[LoadPlacement]  # empty: the pool's own actor ran the sessions
+    # every attempt is listed: a failed one ("failed", its class) was retried or skipped, and
+    # is not among the trials the verdict and the cost count
+    status: str | None  # None: a report written before attempts were told apart
+    failure: str | None
 
 
 @dataclass(frozen=True)
@@ -320,7 +324,8 @@ def _report(data: dict[str, Any]) -> Report:
         trials=[TrialProvenance(
             id=t["id"], variant=t["variant"], pool=t["pool"], started_at=t["started_at"],
             wall_s=t["wall_s"], load=[LoadPlacement(node=g["node"], address=g["address"],
-                                                    sessions=g["sessions"]) for g in t["load"]])
+                                                    sessions=g["sessions"]) for g in t["load"]],
+            status=t.get("status"), failure=t.get("failure"))
             for t in prov["trials"]])
     return Report(
         campaign=CampaignFacts(**data["campaign"]), headline=Headline(**data["headline"]),

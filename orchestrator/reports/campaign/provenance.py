@@ -130,6 +130,7 @@ def provenance(store: Store, record: CampaignRecord, campaign: Campaign,
             id=t.id, variant=variant_key(t.levels), pool=t.pool, started_at=_iso(t.started_at),
             wall_s=t.wall_s,
             load=[LoadPlacement(node=g.node_id, address=g.address, sessions=g.sessions)
-                  for g in generators.get(t.id, [])])
+                  for g in generators.get(t.id, [])],
+            status=t.status, failure=t.failure)
             for t in trials],
     )
