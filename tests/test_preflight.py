@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -95,6 +96,16 @@ def test_every_problem_of_every_node_in_one_call(lab: Lab, tmp_path: Path) -> No
     assert not result.ok
 
 
+def _exec_done(pid: int, cmdline: bytes, timeout_s: float = 30.0) -> None:
+    """Wait until the started pid runs its program: it is `setsid` (then `env`) until their
+    execs, which a loaded machine may delay past the snapshot (seen beside a second test run).
+    A service the snapshot meets in use has been running far longer."""
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}/cmdline").read_bytes() != cmdline:
+        assert time.monotonic() < deadline, Path(f"/proc/{pid}/cmdline").read_bytes()
+        time.sleep(0.02)
+
+
 @pytest.mark.real
 def test_snapshot_records_running_services_and_the_files_to_touch(tmp_path: Path) -> None:
     transport = LocalTransport("gpu-a")
@@ -106,6 +117,7 @@ def test_snapshot_records_running_services_and_the_files_to_touch(tmp_path: Path
     pwned = tmp_path / "PWNED"
     hostile = f"{tmp_path}/'; touch {pwned}; '$(touch {pwned})"
     running = manager.start(ServiceConfig.of("decode", ["sleep", "60"], {}))
+    _exec_done(running.pid, b"sleep\x0060\x00")
     try:
         result = preflight([NodeCheck(
             "gpu-a", transport,
