@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from experiments.twin.pool import free_port as free_port  # the tests' one free port
-from tests.support import network, ray_start, stops, tiers, workers
+from tests.support import cli_tree, network, ray_start, stops, tiers, workers
 from tests.support.reaper import reaper, start_time
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 network.install()  # from here on, a connect that would leave the machine is refused
 stops.install()  # SIGTERM and SIGINT end the run with every fixture torn down
+cli_tree.install()  # CliRunner.invoke builds bisect's click tree once, not every call
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -28,6 +28,7 @@ import pytest
 from experiments.twin.pool import free_port
 from tests.support import workers
 from tests.support.reaper import reaper, start_time
+from tests.support.scratch import in_memory
 
 SUPERUSER = "bisect"
 # Short and in /tmp: a unix socket path must stay under 108 bytes, and pytest's own temp dirs
@@ -210,14 +211,20 @@ def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
 
 @pytest.fixture(params=[pytest.param("sqlite", marks=pytest.mark.pure),
                         pytest.param("postgresql", marks=pytest.mark.real)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh store, once on each backend: a SQLite file, then a new database on the run's
     real PostgreSQL server (as SQLAlchemy URLs: what ``--store`` and ``Store.open`` take).
 
     The backend is the test's tier (tests/support/tiers.py): the SQLite one is pure, the
     PostgreSQL one real, so a module of such tests marks its other tests one by one. A test that
     is real on both backends says so with ``@pytest.mark.parametrize("store_url", BOTH_REAL,
-    indirect=True)``."""
+    indirect=True)``.
+
+    The SQLite file is in memory (tests/support/scratch.py): creating a store commits each
+    migration and syncs it, ~50 ms of waiting on the disk a store; durability is not what these
+    tests check (test_store.py's tests of the file itself take a file in ``tmp_path``)."""
     if request.param == "postgresql":
-        return str(request.getfixturevalue("postgres_url"))
-    return f"sqlite:///{tmp_path / 'bisect.db'}"
+        yield str(request.getfixturevalue("postgres_url"))
+        return
+    with in_memory() as directory:
+        yield f"sqlite:///{directory / 'bisect.db'}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.stats import binom
+from scipy.stats import betabinom, binom
 
 from orchestrator.core.stats.clustered import INDEPENDENT, Dispersion, dispersion
 
@@ -55,3 +55,16 @@ def test_a_clean_run_is_likelier_at_a_failing_rate_when_trials_spread() -> None:
     independent = INDEPENDENT.at_most(1, sizes, 0.05)
     assert abs(independent - binom.cdf(1, 240, 0.05)) < 1e-12
     assert Dispersion(1.0, 10).at_most(1, sizes, 0.05) > 10 * independent
+
+
+def test_trials_of_different_sizes_each_count_at_their_own_size() -> None:
+    """The tail over trials of 80, 40, 80 and 12 sessions is the sum's, each trial's count a
+    beta-binomial of its own size (convolved in full here, not cut at k)."""
+    rate, spread, sizes = 0.04, Dispersion(0.3, 4), [80, 40, 80, 12]
+    scale = 1.0 / spread.correlation(rate) - 1.0
+    total = np.ones(1)
+    for n in sizes:
+        total = np.convolve(total, betabinom.pmf(np.arange(n + 1), n, rate * scale,
+                                                 (1.0 - rate) * scale))
+    for k in (0, 3, 9):
+        assert spread.at_most(k, sizes, rate) == pytest.approx(total[:k + 1].sum(), rel=1e-12)

@@ -71,6 +71,20 @@ def test_wilson_and_fisher_match_published_values() -> None:
     assert fisher_greater(0, 0, 3, 10) == 1.0
 
 
+def test_wilson_is_scipy_s_interval_to_the_bit() -> None:
+    """wilson computes SciPy's formula itself (binomtest's p-value, which it skips, was 99% of
+    the call): the same floats, at the ends (0 and n) and between, at several confidences."""
+    from scipy.stats import binomtest
+
+    for n, confidence in itertools.product((1, 2, 7, 80, 320), (0.95, 0.99, 0.5)):
+        for k in sorted({0, 1, n // 3, n - 1, n}):
+            ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+            assert wilson(k, n, confidence) == (float(ci.low), float(ci.high)), (k, n)
+    for k, n in ((4, 3), (-1, 3)):
+        with pytest.raises(ValueError, match="not a count"):
+            wilson(k, n)
+
+
 def test_trial_level_check_needs_the_trials_to_differ() -> None:
     assert trials_greater([0.1, 0.2, 0.15, 0.12], [0.0] * 12) < 0.001
     assert trials_greater([0.0, 0.0], [0.0, 0.0]) == 1.0

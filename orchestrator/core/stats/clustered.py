@@ -84,10 +84,11 @@ class Dispersion:
         if rho <= 0.0 or rate >= 1.0:
             return float(binom.cdf(k, sum(sizes), rate))
         scale = 1.0 / rho - 1.0
+        pmfs = {n: betabinom.pmf(np.arange(min(n, k) + 1), n, rate * scale, (1.0 - rate) * scale)
+                for n in set(sizes)}  # once a size: trials mostly share theirs
         total = np.ones(1)
         for n in sizes:
-            pmf = betabinom.pmf(np.arange(min(n, k) + 1), n, rate * scale, (1.0 - rate) * scale)
-            total = np.convolve(total, pmf)[:k + 1]
+            total = np.convolve(total, pmfs[n])[:k + 1]
         return float(min(1.0, total.sum()))
 
     def with_prior(self, prior: Dispersion) -> Dispersion:
