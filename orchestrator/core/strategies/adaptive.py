@@ -272,12 +272,13 @@ class Adaptive(Replaying[Replay]):
                     ) -> tuple[dict[str, str], list[str], bool]:
         """One culprit behind ``bad``'s failure, those of its factors whose flip alone does
         not cure ``bad`` (another culprit shares the rest: breaking one of them keeps it), and
-        whether several culprits made ``bad`` fail (no single flip cured it)."""
+        whether several culprits made ``bad`` fail (no single flip cured it, or the culprit
+        needed such levels to complete it: another culprit holds them too)."""
         # One conjunction behind the failure (the common case): exactly its levels are the ones
         # whose single flip makes the failing variant pass. One test per factor, no ddmin.
         necessary, completion = self._necessary(run, bad, list(self.factors))
         if necessary:
-            return necessary, completion, False
+            return necessary, completion, bool(completion)
         # Every single flip still fails: several culprits are active at once. Delta debugging
         # isolates one minimal failing set; its shared background is then scanned the same way.
         delta = [f for f in self.factors if bad[f] != self.good[f]]
@@ -308,7 +309,10 @@ class Adaptive(Replaying[Replay]):
         them passes either, the found levels are needed but not enough: the failure also needs
         one of several other levels (f2 AND (f3 OR f6)). Delta debugging over the other
         differing factors then finds a minimal set that completes them on known-good's
-        background, and the culprit is both."""
+        background, and the culprit is both. "Not sufficient" is a claim of quiet (known-good
+        with the found levels does not fail): it rules out the clean rate, not half of
+        known-bad's (the two-culprit scenario's seed 55: UNKNOWN at 13 trials, taken as not
+        sufficient, the set completed with an innocent level)."""
         differ = [f for f in factors if self.good[f] != failing[f]]
         # A single failing session says "failing" only against a clean known-good; and it is
         # known-good's reproduction that decides, so later trials of it do not switch looks off
@@ -318,7 +322,7 @@ class Adaptive(Replaying[Replay]):
         completion: list[str] = []
         if let_go and found:
             sufficient = {**self.good, **found}
-            if run.test(sufficient, "sufficient?") is not Answer.FAIL:
+            if run.test(sufficient, "sufficient?", quiet=True) is not Answer.FAIL:
                 more = self._scan(run, failing, let_go, look=False)[0]
                 if not more:
                     rest = [f for f in differ if f not in found]

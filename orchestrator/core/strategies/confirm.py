@@ -19,12 +19,15 @@ above known-good's, and a set that leans failing runs on to 24 trials before it 
 an innocent level, ended the two-culprit scenario's seeds 158 and 182 inconclusive.
 
 A neighbour's PASS is judged against known-bad, as the search's are, unless several culprits
-are in play (the culprit came out of delta debugging, or another was found before it) and the
-culprit alone may fail at less than half known-bad's rate: known-bad then fails at their rates
-together, and a neighbour must pass against the culprit alone. Otherwise, with several
-culprits, a neighbour's PASS against known-bad, which keeps its level in the named set, needs
-the drop's level: a variant that holds one culprit fails at about half known-bad's rate and
-passes a test at alpha by luck.
+are in play (the culprit came out of delta debugging, was completed by levels whose flips alone
+did not cure known-bad, or another was found before it) and the culprit alone may fail at less
+than half known-bad's rate: known-bad then fails at their rates together, and a neighbour must
+pass against the culprit alone. With several culprits in play a neighbour's PASS, which keeps
+its level in the named set, is a claim of quiet: a neighbour that holds another culprit fails
+at that one's rate, anything above the clean rate, and two clean trials against half of
+known-bad's rate kept an innocent level (the two-culprit scenario's seed 182 named {f0, f1,
+f3}). With one culprit, all a neighbour can hold is that culprit, failing as known-bad does, and
+ruling out half of its rate is enough.
 
 Under background noise (known-good fails, or a variant judged to pass did) a clean variant can
 fail against a known-good measured low by luck, and a set named on such a FAIL would not explain
@@ -152,10 +155,12 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
     drop = DROP_SHARE * strategy.alpha
     for factor in found:
         neighbour = strategy._flip(candidate, factor)
-        # against known-bad, whose half rate a variant holding one of several culprits fails
-        # at, a PASS needs the drop's level; the culprit alone as reference is that one's rate
+        # A PASS keeps the level. With one culprit, what a neighbour can still hold is that
+        # culprit, failing as known-bad does, and ruling out half its rate is enough; with
+        # several in play it may hold another one, failing at anything above the clean rate
+        # (against known-bad or the culprit alone), and its PASS is a claim of quiet
         answer = run.test(neighbour, f"confirm: without {factor}", against=against,
-                          stop_at=drop, pass_at=drop if several and against is None else None)
+                          stop_at=drop, quiet=several)
         if answer is Answer.PASS or run.skipped(neighbour):  # needed (or no answer against)
             continue
         step = run.trail[-1]
