@@ -199,7 +199,8 @@ class Adaptive(Replaying[Replay]):
                 if not found:
                     break
                 searched_several = searched_several or several
-                culprit = confirm(self, run, found, bad, several=several or bool(culprits))
+                culprit = confirm(self, run, found, bad, several=several or bool(culprits),
+                                  completed=self._completed(spare, several))
                 spare = [f for f in spare if f in culprit]
                 culprits.append(culprit)
                 broken = self._break(bad, culprit, spare)
@@ -272,13 +273,12 @@ class Adaptive(Replaying[Replay]):
                     ) -> tuple[dict[str, str], list[str], bool]:
         """One culprit behind ``bad``'s failure, those of its factors whose flip alone does
         not cure ``bad`` (another culprit shares the rest: breaking one of them keeps it), and
-        whether several culprits made ``bad`` fail (no single flip cured it, or the culprit
-        needed such levels to complete it: another culprit holds them too)."""
+        whether several culprits made ``bad`` fail (no single flip cured it)."""
         # One conjunction behind the failure (the common case): exactly its levels are the ones
         # whose single flip makes the failing variant pass. One test per factor, no ddmin.
         necessary, completion = self._necessary(run, bad, list(self.factors))
         if necessary:
-            return necessary, completion, bool(completion)
+            return necessary, completion, False
         # Every single flip still fails: several culprits are active at once. Delta debugging
         # isolates one minimal failing set; its shared background is then scanned the same way.
         delta = [f for f in self.factors if bad[f] != self.good[f]]
@@ -292,6 +292,12 @@ class Adaptive(Replaying[Replay]):
         culprit = {**{f: failing[f] for f in minimal},
                    **self._necessary(run, failing, background)[0]}
         return {f: culprit[f] for f in self.factors if f in culprit}, [], True
+
+    def _completed(self, spare: Sequence[str], several: bool) -> bool:
+        """Whether the culprit `_culprit_in` found was completed by delta debugging: levels
+        whose flips alone did not cure known-bad, which another culprit holds too (what a
+        neighbour keeping its level must then rule out: `confirm`'s ``completed``)."""
+        return bool(spare) and not several
 
     def _necessary(
         self, run: Tests, failing: dict[str, str], factors: Sequence[str]
