@@ -157,7 +157,7 @@ def test_a_quiet_test_held_back_by_its_references_few_trials_measures_the_refere
 # Seed 182's path, once the sufficiency test was strict: the scan found f3 alone needed, known-good
 # with f3 did not fail, every other flip of known-bad still failed, and delta debugging completed
 # f3 with f0 and f1: {f0, f1, f3}, a set whose completing levels no single flip cured (f0 is a
-# culprit of its own, f3 half of another). Several culprits are in play there, and its neighbours
+# culprit of its own, f3 half of another). Another culprit holds them, and the set's neighbours
 # claim quiet: without f0 (f1 AND f3) it must rule out 2%, not half of known-bad's 16%.
 SEED_182_COMPLETED = traced("""
     bbbbb:13 bbbbb:13 bbbbb:13 aaaaa:0 aaaaa:0 aaaaa:0 aaaaa:0 aaaaa:0 aaaaa:0
