@@ -21,10 +21,14 @@ an innocent level, ended the two-culprit scenario's seeds 158 and 182 inconclusi
 A neighbour's PASS is judged against known-bad, as the search's are, unless several culprits
 are in play (the culprit came out of delta debugging, or another was found before it) and the
 culprit alone may fail at less than half known-bad's rate: known-bad then fails at their rates
-together, and a neighbour must pass against the culprit alone. Otherwise, with several
-culprits, a neighbour's PASS against known-bad, which keeps its level in the named set, needs
-the drop's level: a variant that holds one culprit fails at about half known-bad's rate and
-passes a test at alpha by luck.
+together, and a neighbour must pass against the culprit alone. With several culprits in play,
+or a set completed by levels whose flips alone did not cure known-bad (another culprit holds
+them too), a neighbour's PASS, which keeps
+its level in the named set, is a claim of quiet: a neighbour that holds another culprit fails
+at that one's rate, anything above the clean rate, and two clean trials against half of
+known-bad's rate kept an innocent level (the two-culprit scenario's seed 182 named {f0, f1,
+f3}). With one culprit, all a neighbour can hold is that culprit, failing as known-bad does, and
+ruling out half of its rate is enough.
 
 Under background noise (known-good fails, or a variant judged to pass did) a clean variant can
 fail against a known-good measured low by luck, and a set named on such a FAIL would not explain
@@ -68,10 +72,13 @@ DROP_SHARE = 0.1  # of alpha: the p of failing a neighbour needs to drop its lev
 
 
 def confirm(strategy: Adaptive, run: Tests, culprit: Mapping[str, str],
-            bad: Mapping[str, str], *, several: bool = False) -> dict[str, str]:
+            bad: Mapping[str, str], *, several: bool = False, completed: bool = False,
+            ) -> dict[str, str]:
     """The culprit as confirmation leaves it (the same, smaller or completed), its tests in
     the trail; ``bad``: the failing variant it was found in; ``several``: other culprits are
-    in play (a neighbour must then pass against the culprit alone, not known-bad)."""
+    in play (a neighbour must then pass against the culprit alone, not known-bad);
+    ``completed``: the search completed it with levels another culprit holds too (its
+    neighbours' PASSes are claims of quiet, as with several)."""
     good = strategy.good
     found = dict(culprit)
     for _ in range(2 * len(strategy.factors)):  # each round drops or adds a level
@@ -92,7 +99,8 @@ def confirm(strategy: Adaptive, run: Tests, culprit: Mapping[str, str],
             found |= {f: bad[f] for f in completion}
             continue
         needless = _needless(strategy, run, found, candidate if several and _weaker(
-            run, candidate, strategy.bad) else None, several=several)
+            run, candidate, strategy.bad) else None, several=several,
+            quiet=several or completed)
         if needless is None:
             return {f: found[f] for f in strategy.factors if f in found}
         del found[needless]
@@ -143,19 +151,22 @@ def _short_of(strategy: Adaptive, run: Tests, variant: dict[str, str],
 
 
 def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
-              against: dict[str, str] | None, *, several: bool) -> str | None:
+              against: dict[str, str] | None, *, several: bool, quiet: bool) -> str | None:
     """The first level whose neighbour still fails as the culprit alone does (the level was
     not needed), or None. A level known-good shares (an interaction with the background, as
     HiCache on in both) has no level of known-good's to go back to: its neighbour flips it to
-    another."""
+    another. ``quiet``: a neighbour's PASS is a claim of quiet (several culprits in play, or
+    the set was completed by levels another culprit holds)."""
     candidate = {**strategy.good, **found}
     drop = DROP_SHARE * strategy.alpha
     for factor in found:
         neighbour = strategy._flip(candidate, factor)
-        # against known-bad, whose half rate a variant holding one of several culprits fails
-        # at, a PASS needs the drop's level; the culprit alone as reference is that one's rate
+        # A PASS keeps the level. With one culprit, what a neighbour can still hold is that
+        # culprit, failing as known-bad does, and ruling out half its rate is enough; with
+        # several in play it may hold another one, failing at anything above the clean rate
+        # (against known-bad or the culprit alone), and its PASS is a claim of quiet
         answer = run.test(neighbour, f"confirm: without {factor}", against=against,
-                          stop_at=drop, pass_at=drop if several and against is None else None)
+                          stop_at=drop, quiet=quiet)
         if answer is Answer.PASS or run.skipped(neighbour):  # needed (or no answer against)
             continue
         step = run.trail[-1]

@@ -238,10 +238,14 @@ class Tests:
 
         ``quiet``: the caller takes anything but a FAIL as the variant being quiet, with no
         failure the campaign targets left in it (no other culprit in known-bad with one
-        broken; a set that does not fail alone). Its PASS rules out at most known-good's rate
-        plus the campaign's clean rate, trial by trial: half of known-bad's rate, measured on
-        restarts that may have landed high, can stand above a second culprit (two clean trials
-        rule out 8% where known-bad read 16%, not the 5% another culprit failed at). The test
+        broken; a set that does not fail alone, or is not sufficient; a neighbour that keeps
+        its level where several culprits are in play). Its PASS rules out at most known-good's
+        rate plus the campaign's clean rate, trial by trial, against ``against`` too (the
+        culprit alone rules out no weaker failure, a quiet claim still must): half of
+        known-bad's rate, measured on restarts that may have landed high, can stand above a
+        second culprit (two clean trials rule out 8% where known-bad read 16%, not the 5%
+        another culprit failed at). Its UNKNOWN asks for the variant's own trials, unless the
+        reference's few full trials hold the PASS back (`_next_for`). The test
         is what the verdict rests on, so while it leans either way at its budget it runs on
         to `LONG_CAP` times it, judged at its looks only, as the reproduction does."""
         s = self.strategy
@@ -282,7 +286,7 @@ class Tests:
         j = judge(cell.pair, good.pair, bad.pair, fail_alpha, pass_alpha,
                   cell.curtailed if cell.unfinished else None,
                   cell.seen if cell.unfinished else None,
-                  WEAKER_SHARE if against is None else 0.0, at_most=cell.at_most,
+                  WEAKER_SHARE if against is None or quiet else 0.0, at_most=cell.at_most,
                   smallest=s.clean_rate if quiet else None)
         answer, said = j.answer, j.answer.value
         if answer is Answer.UNKNOWN and provisional and cell.full_trials == 1 and judge(
@@ -369,12 +373,17 @@ class Tests:
         failing against a known-good of fewer trials is held back by that sample too (15 of
         480 where 5% fail, against 0 of 160, is p = 0.013). ``budget``: the variant's trials,
         at most (extended where the test leans). ``quiet``: the PASS rules out the campaign's
-        smallest failure, whatever known-bad's rate: only the variant's own trials settle it."""
+        smallest failure, whatever known-bad's rate: the variant's own trials settle it, unless
+        the reference's few full trials are what holds it back (a culprit alone of one full
+        trial, 5 of 80 at a wide spread between restarts, is worth 1 of 20 sessions: more
+        clean trials of the neighbour would never make it pass against that)."""
         s = self.strategy
         most = min(cell.trials, budget)
         if (j.p_pass <= pass_alpha or j.p_fail <= SUSPICION) and good.trials < most:
             return [dict(s.good)]
-        if not quiet and j.p_fail > j.alpha and bad.full_trials < most:
+        held = not quiet or fisher_greater(
+            *bad.pair, *(cell.seen if cell.unfinished else cell.pair)) > pass_alpha
+        if held and j.p_fail > j.alpha and bad.full_trials < most:
             if variant_key(against) != variant_key(s.bad):
                 self.need(dict(against), stop_at={variant_key(against): NEVER_STOP})
             return [dict(against)]
