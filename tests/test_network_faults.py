@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy.health import HealthTimeout, wait_healthy
 from tests.conftest import free_port
 from tests.support.fault_campaigns import (
     TrialBench,
@@ -166,14 +167,29 @@ def test_a_broken_metrics_url_is_a_gap_in_the_series_not_a_failed_trial(
     assert report.metrics == []
 
 
-@pytest.mark.parametrize("fault", ["down", "hang", "reset_peer"])
-def test_a_health_url_out_of_reach_fails_the_deploy_with_its_reason(
-        twin: ProxiedTwin, fault: str) -> None:
+def _break(health: FaultProxy, fault: str) -> None:
     if fault == "down":
-        twin.health.down()
+        health.down()
     else:
-        twin.health.add(Toxic("timeout", timeout_ms=0) if fault == "hang"
-                        else Toxic("reset_peer"))
+        health.add(Toxic("timeout", timeout_ms=0) if fault == "hang" else Toxic("reset_peer"))
+
+
+@pytest.mark.parametrize(("fault", "last"), [
+    ("down", "Connection refused"), ("hang", "timed out"), ("reset_peer", "reset")])
+def test_the_health_wait_ends_at_its_timeout_naming_the_url_and_the_last_answer(
+        twin: ProxiedTwin, fault: str, last: str) -> None:
+    """Each way the health URL is out of reach, on the wait itself (the deploy's, below, waits
+    HEALTH_WAIT_S: long enough for a twin's start on a loaded machine, once is enough)."""
+    _break(twin.health, fault)
+    url = twin.health.url("/health")
+    with pytest.raises(HealthTimeout) as raised:
+        wait_healthy(url, 1.5, interval_s=0.05)
+    said = str(raised.value)
+    assert said.startswith(f"{url}: not healthy after 1.5s (last: ") and last in said, said
+
+
+def test_a_health_url_out_of_reach_fails_the_deploy_with_its_reason(twin: ProxiedTwin) -> None:
+    _break(twin.health, "reset_peer")
     report = twin.bench.run(P2)  # a restart: the deploy waits on the health URL
     assert report.error is not None and report.sessions == []
     assert twin.health.url("/health") in report.error
