@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import socket
 import sys
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,9 @@ def _bindable(host: str, port: int) -> bool:
         return True
 
 
+_HANDED: deque[int] = deque(maxlen=256)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on now, for a server started later. Not one ``bind(0)`` hands
     out: that is an ephemeral port, which any outgoing connection (Ray makes many) may take as
@@ -46,7 +50,10 @@ def free_port(host: str = "127.0.0.1") -> int:
     start = _ephemeral_start()
     for _ in range(64 if start - LOWEST >= 1_000 else 0):
         port = random.randrange(LOWEST, start)
-        if _bindable(host, port):
+        # not one handed out lately: several servers are often given their ports before any
+        # binds (a test's six twins at once once got one port twice; the second died at start)
+        if port not in _HANDED and _bindable(host, port):
+            _HANDED.append(port)
             return port
     with socket.socket() as sock:
         sock.bind((host, 0))
