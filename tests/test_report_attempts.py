@@ -66,7 +66,7 @@ def test_the_page_says_how_many_trials_and_how_many_attempts(report: Report) -> 
     shown = shown[:shown.index("</details>")]
     [summary] = re.findall(r"<summary>(.*?)</summary>", shown, re.DOTALL)
     assert summary == ("Where each trial ran (8 trials, and 1 attempt that did not count: "
-                       "failed, retried or skipped)")
+                       "failed, skipped or unfinished)")
     rows = ["".join(tags(row).text) for row in re.findall(r"<tr>.*?</tr>", shown, re.DOTALL)]
     assert sum("failed (infrastructure)" in row for row in rows) == 1
     assert sum("done" in row for row in rows) == 8 and len(rows) == 1 + 9  # the head row
