@@ -108,7 +108,7 @@ test test-pure: export PYTHONDONTWRITEBYTECODE :=
 test:
 	$(MAKE) --no-print-directory -j3 -Oline lint system-packages $(SGLANG_STAMP)
 	$(BIN)/python -m compileall -q orchestrator deploy experiments db bench tests
-	$(BIN)/pytest -n 2 --dist loadgroup
+	$(BIN)/pytest -n 3 --dist loadgroup
 
 # The pure tier alone: plain values in and out, no process started, no socket opened
 # (tests/support/tiers.py); no system package needed.

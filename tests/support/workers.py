@@ -1,4 +1,4 @@
-"""The suite on two workers (pytest-xdist, ``-n 2 --dist loadgroup``, as `make test` runs
+"""The suite on several workers (pytest-xdist, ``-n 3 --dist loadgroup``, as `make test` runs
 it) without multiplying what the run shares: one SSH lab, one systemd lab host, one
 PostgreSQL, one demo, one of each campaign store the session fixtures make.
 
