@@ -79,10 +79,9 @@ def program(argv: Sequence[bytes]) -> str:
 @dataclass(frozen=True)
 class Listeners:
     """What the node said: the listening sockets' inodes, which processes hold each, the
-    processes started under ``pid``, and the holders' command lines."""
+    started process and its descendants, and the holders' command lines."""
 
     port: int
-    pid: int
     inodes: frozenset[int]
     holders: dict[int, frozenset[int]]  # inode -> pids holding it
     ours: frozenset[int]  # the started process and its descendants
@@ -117,7 +116,7 @@ def parse(stdout: str, boundary: str, port: int, pid: int) -> Listeners:
     ours = frozenset([pid, *(p for p, _, _ in descendants(sec["tree"].text, pid, _TREE_LIMIT))])
     argvs = {int(name[4:]): program(argv) for name, section in sec.items()
              if name.startswith("argv") and (argv := argv_of(section)) is not None}
-    return Listeners(port, pid, inodes, {i: frozenset(p) for i, p in holders.items()}, ours,
+    return Listeners(port, inodes, {i: frozenset(p) for i, p in holders.items()}, ours,
                      argvs)
 
 
