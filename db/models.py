@@ -69,8 +69,8 @@ class ServerText(TypeDecorator[str]):
         return None if value is None else value.replace("\x00", "\ufffd")
 
 
-# 64-bit: a seed is workload.seed * 1_000_003 + seq (PostgreSQL's INTEGER is 32-bit; SQLite's is
-# always 64-bit, and stays INTEGER there so that the SQLite schema is unchanged).
+# 64-bit: a seed is workload.seed * 1_000_003 + its draw (PostgreSQL's INTEGER is 32-bit; SQLite's
+# is always 64-bit, and stays INTEGER there so that the SQLite schema is unchanged).
 BigInt = BigInteger().with_variant(Integer(), "sqlite")
 
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from orchestrator.core.verdict import Verdict
 
 MAX_FAILED_ATTEMPTS = 2  # then the variant is unresolvable, like `git bisect skip`
-TRIAL_STRIDE = 1_000_003  # trial seq's seed: the run seed times this, plus seq
+TRIAL_STRIDE = 1_000_003  # a draw's seed: the run seed times this, plus the draw's number
 SEED_BITS = 31  # of a drawn or derived run seed: its trials' seeds fit 64 bits with room
 
 
@@ -142,12 +142,23 @@ def derived_seed(seed: int, *parts: object) -> int:
     return int.from_bytes(digest[:8], "big") % (2**SEED_BITS - 1) + 1
 
 
-def trial_seed(run_seed: int, seq: int) -> int:
-    """The seed of trial ``seq`` of a campaign whose run seed (its stored ``workload.seed``) is
-    ``run_seed``: session keys, canaries, filler and arrivals, or the probe's BISECT_SEED. The
-    same run seed gives the same trials' sessions (a resume goes on with it, ``--seed``
-    replays it); wrapped to 64 bits, where the store keeps it (identical whenever it fits)."""
-    return (run_seed * TRIAL_STRIDE + seq + 2**63) % 2**64 - 2**63
+def trial_seed(run_seed: int, slot: int) -> int:
+    """The seed of draw ``slot`` (1, 2, ...) of a campaign whose run seed (its stored
+    ``workload.seed``) is ``run_seed``: session keys, canaries, filler and arrivals, or the
+    probe's BISECT_SEED. The same run seed gives the same draws (a resume goes on with it,
+    ``--seed`` replays it); wrapped to 64 bits, where the store keeps it (identical whenever it
+    fits)."""
+    return (run_seed * TRIAL_STRIDE + slot + 2**63) % 2**64 - 2**63
+
+
+def next_trial_seed(run_seed: int, held: set[int]) -> int:
+    """The seed of the next trial: the lowest draw no trial holds. A trial that failed or was
+    discarded holds none, so its retry sends the sessions it would have sent, and a replay's
+    counted trials are the original's even where the original had to retry or resume."""
+    slot = 1
+    while (seed := trial_seed(run_seed, slot)) in held:
+        slot += 1
+    return seed
 
 
 def run_seed(campaign: Campaign, seed: int | None = None) -> int:

@@ -73,13 +73,14 @@ def spec(workdir: Path, seed: int | None = None, repeats: int = 2) -> dict[str, 
 class TwinDraws:
     """An ``Executor`` whose one pool draws each trial's sessions as the twin draws them
     (``experiments.twin.simulate``: the fault model's stable draw of each session's key, which
-    the trial's seed makes). ``stop_after``: reports given before a Ctrl-C."""
+    the trial's seed makes). ``stop_after``: reports given before a Ctrl-C; ``lost``: the
+    reports (1, 2, ...) that are an infrastructure failure instead."""
 
-    def __init__(self, stop_after: int | None = None) -> None:
+    def __init__(self, stop_after: int | None = None, lost: Collection[int] = ()) -> None:
         self.model = FaultModel.model_validate(NOISE)
         self.view = server_view([], {})
         self.orders: list[tuple[str, TrialOrder]] = []
-        self.reports, self.stop_after = 0, stop_after
+        self.reports, self.stop_after, self.lost = 0, stop_after, lost
 
     @property
     def busy(self) -> Collection[str]:
@@ -93,6 +94,9 @@ class TwinDraws:
             raise KeyboardInterrupt  # the trial submitted last is left running
         pool, order = self.orders.pop(0)
         self.reports += 1
+        if self.reports in self.lost:
+            return pool, TrialReport(order.trial_id, "the node went away", TrialTiming(0.0),
+                                     failure="infrastructure")
         outcomes = session_outcomes(self.model, self.view, sessions=SESSIONS, seed=order.seed)
         sessions = [SessionRow(i, f"s{order.seed}-{i}", o.value, 1, None, None, 0.0)
                     for i, o in enumerate(outcomes)]
@@ -102,9 +106,14 @@ class TwinDraws:
         self.orders.clear()
 
 
-def drawn(trials: list[TrialRecord]) -> dict[int, tuple[int, dict[str, int]]]:
-    """Each done trial's seed and counts, by its seq."""
-    return {t.seq: (t.seed, t.counts) for t in trials if t.status == "done"}
+def drawn(trials: list[TrialRecord]) -> dict[int, tuple[dict[str, str], dict[str, int]]]:
+    """Each done trial's levels and counts, by its seed."""
+    return {t.seed: (t.levels, t.counts) for t in trials if t.status == "done"}
+
+
+def draws(seed: int, trials: list[TrialRecord]) -> list[int]:
+    """The done trials' seeds, as the numbers of the run's draws they are (1, 2, ...)."""
+    return sorted(t.seed - trial_seed(seed, 0) for t in trials if t.status == "done")
 
 
 @pytest.mark.real
@@ -121,7 +130,7 @@ def test_each_campaign_draws_its_own_run_seed_and_stores_it(tmp_path: Path) -> N
         for campaign_id, seed in zip(ids, seeds, strict=True):
             drive(store, campaign_id, campaign_of(store, campaign_id), TwinDraws())
             trials = store.trials(campaign_id)
-            assert [t.seed for t in trials] == [trial_seed(seed, t.seq) for t in trials]
+            assert [t.seed for t in trials] == [trial_seed(seed, t.seq) for t in trials]  # 1, 2...
         by_run = [{t.seed for t in store.trials(i)} for i in ids]
         assert not by_run[0] & by_run[1] and not by_run[1] & by_run[2]  # no session shared
 
@@ -145,8 +154,8 @@ def test_a_seed_set_in_the_file_or_given_replays_the_draw(tmp_path: Path) -> Non
 
 @pytest.mark.real
 def test_a_resume_goes_on_with_the_run_seed(tmp_path: Path) -> None:
-    """Interrupted after two trials, resumed: every trial's seed is the one the same seq had
-    in the uninterrupted run of the same draw, and so are its sessions."""
+    """Interrupted after two trials, resumed: the discarded trial's draw goes to the next trial,
+    and the trials that count are the uninterrupted run's of the same seed, draw for draw."""
     campaign = Campaign.model_validate(spec(tmp_path, repeats=3))
     with Store.open(str(tmp_path / "bisect.db")) as store:
         resumed = create_campaign(store, campaign, "c.yaml")
@@ -158,14 +167,32 @@ def test_a_resume_goes_on_with_the_run_seed(tmp_path: Path) -> None:
         drive(store, resumed, campaign_of(store, resumed), TwinDraws())  # read back, as resumed
         assert campaign_seed(store, resumed) == seed
         trials = store.trials(resumed, status=None)
-        assert [t.seed for t in trials] == [trial_seed(seed, t.seq) for t in trials]
-        assert "discarded" in {t.status for t in trials}
+        assert draws(seed, trials) == list(range(1, len(draws(seed, trials)) + 1))
+        [discarded] = [t for t in trials if t.status == "discarded"]
+        assert [t.seq for t in trials if t.seed == discarded.seed and t.status == "done"] == \
+            [discarded.seq + 1]  # the next trial sends the sessions it would have sent
 
         whole = create_campaign(store, campaign, "c.yaml", seed=seed)
         drive(store, whole, campaign_of(store, whole), TwinDraws())
         after, before = drawn(trials), drawn(store.trials(whole))
-        common = after.keys() & before.keys()
-        assert len(common) >= 4 and all(after[seq] == before[seq] for seq in common)
+        assert len(after) >= 6 and after == before
+
+
+@pytest.mark.real
+def test_a_retried_trial_sends_the_failed_attempt_s_sessions(tmp_path: Path) -> None:
+    """An infrastructure failure, retried: the retry takes the failed attempt's draw, so a
+    replay without the failure counts the same trials, draw for draw."""
+    campaign = Campaign.model_validate(spec(tmp_path))
+    with Store.open(str(tmp_path / "bisect.db")) as store:
+        retried = create_campaign(store, campaign, "c.yaml", seed=99)
+        drive(store, retried, campaign_of(store, retried), TwinDraws(lost={2}))
+        trials = store.trials(retried, status=None)
+        [failed] = [t for t in trials if t.status == "failed"]
+        assert [t.seq for t in trials if t.seed == failed.seed] == [2, 3]
+        assert draws(99, trials) == [1, 2, 3, 4]
+        clean = create_campaign(store, campaign, "c.yaml", seed=99)
+        drive(store, clean, campaign_of(store, clean), TwinDraws())
+        assert drawn(trials) == drawn(store.trials(clean))
 
 
 @pytest.mark.pure
@@ -248,10 +275,12 @@ def test_bisect_run_draws_anew_and_seed_replays_on_twins(ray_cluster: None,
     replay, replay_trials = _run(path, store, "--seed", str(first["seed"]))
     assert replay["seed"] == first["seed"]
 
-    def per_trial(trials: list[dict[str, Any]]) -> list[tuple[int, int, dict[str, str], Any]]:
-        return [(t["seq"], t["seed"], t["levels"], t["counts"]) for t in trials]
+    def counted(trials: list[dict[str, Any]]) -> list[tuple[int, dict[str, str], Any]]:
+        """The trials that count, by draw (a retry, as under load, takes its attempt's)."""
+        return sorted((t["seed"], t["levels"], t["counts"]) for t in trials
+                      if t["status"] == "done")
 
-    assert len(first_trials) == 2 and per_trial(replay_trials) == per_trial(first_trials)
+    assert len(counted(first_trials)) == 2 and counted(replay_trials) == counted(first_trials)
     verdict = CliRunner().invoke(app, ["verdict", replay["campaign"], "--store", str(store),
                                        "--json"])
     assert json.loads(verdict.stdout)["seed"] == first["seed"]

@@ -297,11 +297,13 @@ async def _emit(twin: Twin, request: web.Request, turn: Turn, reply: Reply) -> w
     await response.write(sse(maker.chunk({"role": "assistant", "content": ""}))
                          + sse(maker.chunk(deltas[0])))
     last, sent = time.monotonic(), 1
+    due = last  # the model's clock: a late wake-up (a loaded host) is not added to the next step
     while sent < len(deltas):
         step = twin.latency.decode_step_s(twin.running, turn.jitter)
         batch = max(twin.ns.stream_interval, math.ceil(MIN_TICK_S / step) if step > 0 else 1)
         batch = min(batch, len(deltas) - sent)
-        await asyncio.sleep(step * batch)
+        due += step * batch
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
         pieces = merge_deltas(deltas[sent:sent + batch])
         await response.write(b"".join(sse(maker.chunk(d)) for d in pieces))
         now = time.monotonic()

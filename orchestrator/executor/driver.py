@@ -37,8 +37,8 @@ from orchestrator.executor.trial import INFRA_ERROR, generator_rows, service_man
 from orchestrator.stored import (
     campaign_of,
     evidence,
+    next_trial_seed,
     skipping,
-    trial_seed,
     unresolvable,
     verdict_of,
 )
@@ -234,9 +234,11 @@ def drive(store: Store, campaign_id: str, campaign: Campaign, actors: Executor,
             placed = place_pairs(campaign, free, proposals, running,
                                  {t.seq: t.pool for t in trials}, after)
             next_seq = max((t.seq for t in trials), default=0) + 1
+            held = {t.seed for t in trials if t.status in ("done", "running")}
             for pool, levels in [*partners, *placed.now]:
                 variant = store.variant(campaign_id, levels)
-                seed = trial_seed(campaign.workload.seed, next_seq)  # the run's draw
+                seed = next_trial_seed(campaign.workload.seed, held)  # the run's draw
+                held.add(seed)
                 trial_id = store.start_trial(campaign_id, variant.id, next_seq, pool, seed)
                 pending[trial_id] = levels
                 rule = strategy.stop_rule(levels, seen)

@@ -239,7 +239,9 @@ def problems_after_resume(bench: Bench, killed_at: list[tuple[int, str]],
         seeds = [(t.seq, t.seed) for t in store.trials(record.id, status=None)]
     if verdict["seed"] != record.spec["workload"]["seed"]:
         found.append(f"the verdict's seed {verdict['seed']} is not the stored run seed")
-    if any(seed != trial_seed(verdict["seed"], seq) for seq, seed in seeds):
+    draws = {trial_seed(verdict["seed"], slot) for slot in range(1, len(seeds) + 1)}
+    counted = [seed for seq, seed in seeds if (seq, "done") in states]
+    if not {seed for _, seed in seeds} <= draws or len(set(counted)) != len(counted):
         found.append(f"trial seeds not drawn from the run seed {verdict['seed']}: {seeds}")
     if (bench.services / ".bisect.lock").exists():
         found.append("a node is still locked")
