@@ -232,6 +232,22 @@ def test_stop_reaches_children_left_behind_by_an_exited_leader(
 
 
 @pytest.mark.real
+def test_a_leader_that_execs_stays_ours_through_each_exec(
+    manager: ProcessServiceManager, tmp_path: Path
+) -> None:
+    """Inside an exec its environ reads empty: a launcher exec'ing its program (and setsid its
+    command, at every start) was "not running" for that moment, a health check's "exited while
+    starting". A leader that execs every few ms, asked about all along, is always running."""
+    chain = tmp_path / "chain.sh"
+    chain.write_text(f'n=$1; [ "$n" -gt 0 ] && {{ sleep 0.003; exec sh {chain} $((n-1)); }}\n'
+                     "exec sleep 300\n")
+    started = manager.start(ServiceConfig.of("svc", ["sh", str(chain), "2000"], {}))
+    seen = [manager.pid("svc") for _ in range(60)]
+    assert seen == [started.pid] * 60
+    assert Path(f"/proc/{started.pid}/cmdline").read_bytes().startswith(b"sh\0")  # still going
+
+
+@pytest.mark.real
 def test_is_running_is_false_once_the_service_exits(
     manager: ProcessServiceManager,
 ) -> None:

@@ -34,8 +34,21 @@ _STOP_GRACE_S = 10
 _PROVE = WORKDIR_SH + r"""
 _stat() { _state=""; _start=""; read -r _l 2>/dev/null < "/proc/$1/stat" || return 1
   set -- ${_l##*) }; _state=$1; _start=${20}; }
+_nl='
+'
 _token_in() {
-  tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null | grep -qxF -- "@TOKEN_ENV@=$tok"; }
+  _q=$1 _n=0
+  while :; do  # one read: the environ as it is at one moment
+    _e=$(tr '\0' '\n' < "/proc/$_q/environ" 2>/dev/null)
+    case "$_nl$_e$_nl" in *"$_nl@TOKEN_ENV@=$tok$_nl"*) return 0 ;; esac
+    # inside an exec (setsid's of the program, a launcher's), the environ reads empty for a
+    # moment: look again, for at most 2 s (a zombie's or a gone process's stays empty)
+    [ -z "$_e" ] && [ $_n -lt 200 ] || return 1
+    read -r _l 2>/dev/null < "/proc/$_q/stat" || return 1
+    set -- ${_l##*) }; [ "$1" != Z ] || return 1
+    _n=$((_n+1)); sleep 0.01
+  done
+}
 live() {
   kill -0 "-$1" 2>/dev/null || return 1; g=$1
   for f in /proc/[0-9]*/stat; do read -r l 2>/dev/null < "$f" || continue
