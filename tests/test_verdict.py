@@ -21,7 +21,14 @@ from orchestrator.core.evidence import (
 from orchestrator.core.stats.exact import fisher_greater, trials_greater
 from orchestrator.core.stats.proportions import newcombe_difference, wilson
 from orchestrator.core.strategies.factorial import Factorial, decide, gray_order
-from orchestrator.core.verdict import CostModel, Status, Verdict, judged_trials
+from orchestrator.core.verdict import (
+    ATTRIBUTED,
+    CostModel,
+    Status,
+    Verdict,
+    judged_trials,
+    wedging,
+)
 
 pytestmark = pytest.mark.pure
 
@@ -226,6 +233,38 @@ def test_wedging_is_attributed_separately_from_corruption() -> None:
     document = verdict.to_json()
     assert document["target"] == "corruption"
     assert document["wedge_culprits"][0]["factors"] == {"cuda_graph": "off"}
+
+
+F4 = {f"f{i}": ["a", "b"] for i in range(4)}
+GOOD4, BAD4 = {f: "a" for f in F4}, {f: "b" for f in F4}
+
+
+def hung(levels: Mapping[str, str], timeouts: int, sessions: int = 80) -> TrialEvidence:
+    return TrialEvidence(dict(levels), {"ok": sessions - timeouts, "timeout": timeouts},
+                         restarts=1)
+
+
+def test_an_attributed_wedge_names_no_level_the_trials_never_set_apart() -> None:
+    """The trials of BENCHMARKS' "wedge f3 20% and leak f1 10%" as the oracle ran them on seed
+    0 (known-good, known-bad, known-bad with the leak's f1 flipped): f3 hangs, but f0, f2 and
+    f3 are b or a together in every trial, and attribution named f0."""
+    trials = [hung(GOOD4, 0), hung(GOOD4, 0), hung(BAD4, 12), hung(BAD4, 9),
+              *(hung({**BAD4, "f1": "a"}, n) for n in (10, 14, 8, 12))]
+    culprits, reason = wedging(trials, F4, 0.01)
+    assert culprits == ()
+    assert reason == f"{ATTRIBUTED}; wedging follows f0=b or f2=b or f3=b, not told apart by them"
+    # adaptive's seed 47: f0 set apart, f2 and f3 only by trials stopped at their first
+    # session (a leak): it named f2
+    apart = [*trials, hung({**BAD4, "f0": "a"}, 11), hung({**BAD4, "f2": "a"}, 0, sessions=1),
+             hung({**BAD4, "f3": "a"}, 0, sessions=1)]
+    culprits, reason = wedging(apart, F4, 0.01)
+    assert culprits == ()
+    assert reason.endswith("wedging follows f2=b or f3=b, not told apart by them")
+    # the trials that set f3 apart from the others: it is named, the reason the usual one
+    trials += [hung({**BAD4, "f0": "a"}, 11), hung({**BAD4, "f2": "a"}, 13),
+               hung({**BAD4, "f3": "a"}, 0), hung({**BAD4, "f3": "a"}, 0)]
+    culprits, reason = wedging(trials, F4, 0.01)
+    assert [dict(c.factors) for c in culprits] == [{"f3": "b"}] and reason == ATTRIBUTED
 
 
 def test_one_trial_is_judged_for_corruption_or_for_wedging_its_counts_unchanged() -> None:

@@ -166,6 +166,35 @@ def find_culprits(
     return _absorb(culprits, group, spread)
 
 
+def untold_from(condition: Mapping[str, str], group: Sequence[Cell],
+                factors: Mapping[str, Sequence[str]], alpha: float) -> list[dict[str, str]]:
+    """The other conjunctions of as many levels that the trials do not tell apart from
+    ``condition``, at ``alpha``: neither do the variants where only ``condition`` holds fail
+    more than those where neither holds (the other would have them clean), nor do those where
+    only the other holds fail less than ``condition``'s (it would have them fail). An adaptive
+    search flips one factor at a time, and factors it never flipped, or flipped only in trials
+    stopped at their first session, go together: attribution named whichever came first."""
+    spread = spread_of(group)
+    this = [c for c in group if c.matches(condition)]
+
+    def less(failing: Sequence[Cell], passing: Sequence[Cell]) -> bool:
+        return bool(failing and passing) and fisher_greater(
+            *pooled(failing, spread), *pooled(passing, spread)) <= alpha
+
+    free = [(factor, level) for factor, levels in factors.items() for level in levels]
+    found = []
+    for chosen in combinations(free, len(condition)):
+        other = dict(chosen)
+        if len(other) < len(condition) or other == dict(condition):
+            continue
+        only_this = [c for c in this if not c.matches(other)]
+        only_other = [c for c in group if c.matches(other) and not c.matches(condition)]
+        neither = [c for c in group if not c.matches(other) and not c.matches(condition)]
+        if not (less(only_this, neither) or less(this, only_other)):
+            found.append(other)
+    return found
+
+
 def _absorb(culprits: list[Culprit], group: Sequence[Cell],
             spread: Dispersion) -> list[Culprit]:
     """Drop a culprit that narrows a later, wider one (``a=1 AND b=0`` beside ``a=1``): a level

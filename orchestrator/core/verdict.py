@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.outcomes import WEDGE_LOG_KINDS
-from orchestrator.core.attribution import Culprit, find_culprits
+from orchestrator.core.attribution import Culprit, find_culprits, untold_from
 from orchestrator.core.evidence import (
     CORRUPTING,
     MAX_INFRA_SHARE,
@@ -33,6 +33,9 @@ from orchestrator.core.trail import Finding, TrailEntry, finding_json
 
 __all__ = ["MAX_INFRA_SHARE", "CostModel", "Status", "Unresolvable", "Verdict", "judged_cells",
            "judged_trials", "shown_cells", "variant_cells", "verdict_from", "wedging"]
+
+# how the wedge culprits of a campaign that did not bisect wedging were found
+ATTRIBUTED = "found on the stored trials"
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class Verdict:
     finding: Finding | None = None  # what the strategy's kind found beyond culprits
     also: Conclusion | None = None  # the other failure, where the strategy bisected it too
     target_reason: str | None = None  # the target's own, where `reason` says `also`'s too
+    wedge_reason: str = ATTRIBUTED  # how `wedge_culprits` were found, where attributed
 
     def failures(self) -> dict[str, dict[str, Any]]:
         """A culprit list per failure, each in its own entry: the target's (`culprits`), and
@@ -76,7 +80,7 @@ class Verdict:
                 "culprits": [_culprit_json(c) for c in other.culprits],
                 **_finding(other.finding)}
         elif self.failing != WEDGING:
-            by["wedging"] = {"status": "attributed", "reason": "found on the stored trials",
+            by["wedging"] = {"status": "attributed", "reason": self.wedge_reason,
                              "culprits": [_culprit_json(c) for c in self.wedge_culprits]}
         return by
 
@@ -234,10 +238,30 @@ def _place(levels: Sequence[str], level: str) -> tuple[int, float]:
 
 def wedging(
     evidence: Sequence[TrialEvidence], factors: Mapping[str, Sequence[str]], alpha: float
-) -> tuple[Culprit, ...]:
-    """Culprits for errors and timeouts, on every stored trial (a wedge is never corruption)."""
+) -> tuple[tuple[Culprit, ...], str]:
+    """Culprits for errors and timeouts, on every stored trial (a wedge is never corruption),
+    and how they were found. A culprit the trials do not tell apart from other levels (they
+    were never apart, or apart only where little was measured) is not named: which of them
+    wedges is not told; the reason says which."""
     cells_ = cells(t.judged_as(WEDGING) for t in evidence if t.sessions)
-    return tuple(find_culprits(cells_, factors, alpha))
+    named, untold = [], []
+    for culprit in find_culprits(cells_, factors, alpha):
+        alike = untold_from(culprit.factors, cells_, factors, alpha)
+        if alike:
+            order = list(factors)
+            told = sorted([dict(culprit.factors), *alike],
+                          key=lambda c: [(order.index(f), level) for f, level in c.items()])
+            untold.append(" or ".join(_conjunction(c) for c in told))
+        else:
+            named.append(culprit)
+    if not untold:
+        return tuple(named), ATTRIBUTED
+    return tuple(named), (f"{ATTRIBUTED}; wedging follows {'; '.join(untold)}, not told apart "
+                          "by them")
+
+
+def _conjunction(levels: Mapping[str, str]) -> str:
+    return " AND ".join(f"{factor}={level}" for factor, level in levels.items())
 
 
 def verdict_from(
@@ -259,13 +283,14 @@ def verdict_from(
     judged = judged_trials(evidence)
     shown = shown_cells(evidence, factors)
     also = conclusion.also
+    wedge_reason = ATTRIBUTED
     if failing == WEDGING:
         wedge = conclusion.culprits  # the target's culprits are the wedge's
     elif also is not None and (also.failing or CORRUPTING) == WEDGING:
         wedge = also.culprits  # bisected beside the target: confirmed, as the target's are
     else:
-        wedge = wedging(evidence, factors, alpha)
+        wedge, wedge_reason = wedging(evidence, factors, alpha)
     return Verdict(conclusion.status, conclusion.reason, conclusion.culprits, tuple(shown),
                    tuple(evidence), len(evidence) - len(judged), cost, conclusion.log,
                    wedge, tuple(unresolvable), failing, finding=conclusion.finding, also=also,
-                   target_reason=conclusion.target_reason)
+                   target_reason=conclusion.target_reason, wedge_reason=wedge_reason)
