@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from orchestrator.cli.common import emit_json, out
+from orchestrator.core.trail import culprit_words
 
 if TYPE_CHECKING:
     from orchestrator.core.verdict import Verdict
@@ -56,7 +57,7 @@ def _print_culprit(culprit: dict[str, Any], *, commits: bool) -> None:
                   f"vs {culprit['rate_without']:.1%} before it {effect}",
                   highlight=False, markup=False)
         return
-    levels = " AND ".join(f"{f}={lvl}" for f, lvl in culprit["factors"].items())
+    levels = culprit_words(culprit["factors"])
     out.print(f"  culprit {levels}: {culprit['rate_with']:.1%} vs "
               f"{culprit['rate_without']:.1%} {effect}", highlight=False, markup=False)
     own = culprit.get("own")

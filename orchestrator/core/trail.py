@@ -51,6 +51,11 @@ def variant_words(levels: Mapping[str, str]) -> str:
     return ",".join(f"{f}={lvl}" for f, lvl in levels.items())
 
 
+def culprit_words(levels: Mapping[str, str]) -> str:
+    """A set of levels as a verdict names it: ``f0=b AND f3=b``."""
+    return " AND ".join(f"{f}={lvl}" for f, lvl in levels.items())
+
+
 def p_words(value: float | None) -> str:
     return "–" if value is None else f"{value:.2g}"  # None: no test was made at this step
 

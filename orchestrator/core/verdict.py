@@ -29,7 +29,7 @@ from orchestrator.core.evidence import (
 from orchestrator.core.stats.clustered import Dispersion
 from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.strategies.base import Conclusion, Status, Unresolvable
-from orchestrator.core.trail import Finding, TrailEntry, finding_json
+from orchestrator.core.trail import Finding, TrailEntry, culprit_words, finding_json
 
 __all__ = ["MAX_INFRA_SHARE", "CostModel", "Status", "Unresolvable", "Verdict", "judged_cells",
            "judged_trials", "shown_cells", "variant_cells", "verdict_from", "wedging"]
@@ -251,17 +251,13 @@ def wedging(
             order = list(factors)
             told = sorted([dict(culprit.factors), *alike],
                           key=lambda c: [(order.index(f), level) for f, level in c.items()])
-            untold.append(" or ".join(_conjunction(c) for c in told))
+            untold.append(" or ".join(culprit_words(c) for c in told))
         else:
             named.append(culprit)
     if not untold:
         return tuple(named), ATTRIBUTED
     return tuple(named), (f"{ATTRIBUTED}; wedging follows {'; '.join(untold)}, not told apart "
                           "by them")
-
-
-def _conjunction(levels: Mapping[str, str]) -> str:
-    return " AND ".join(f"{factor}={level}" for factor, level in levels.items())
 
 
 def verdict_from(

@@ -71,6 +71,7 @@ from orchestrator.core.strategies.sequential import (
     cells_of,
     leans_passing,
 )
+from orchestrator.core.trail import culprit_words
 
 __all__ = ["Adaptive", "Replay", "Step", "conclude_replay"]
 
@@ -217,7 +218,7 @@ class Adaptive(Replaying[Replay]):
                           stop_at=need.stop_at, fail_level=run.fail_level())
         except Concluded as stop:
             return Replay((), stop.outcome, tuple(culprits), tuple(run.trail), stop.reason)
-        names = "; ".join(" AND ".join(f"{f}={v}" for f, v in c.items()) for c in culprits)
+        names = "; ".join(culprit_words(c) for c in culprits)
         skipped = {variant_key(s.levels) for s in run.trail if s.answer == "skipped"}
         said = f" (found past {len(skipped)} skipped variant(s), as `git bisect skip`)" \
             if skipped else ""

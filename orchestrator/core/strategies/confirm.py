@@ -64,6 +64,7 @@ from orchestrator.core.strategies.sequential import (
     Tests,
     leans_passing,
 )
+from orchestrator.core.trail import culprit_words
 
 if TYPE_CHECKING:
     from orchestrator.core.strategies.adaptive import Adaptive
@@ -85,7 +86,7 @@ def confirm(strategy: Adaptive, run: Tests, culprit: Mapping[str, str],
         candidate = {**good, **found}
         alone = run.test(candidate, "confirm: culprit alone", quiet=True)
         if run.skipped(candidate):  # no culprit is named unconfirmed (and nothing completes it)
-            names = " AND ".join(f"{f}={lvl}" for f, lvl in found.items())
+            names = culprit_words(found)
             raise Concluded(Status.INCONCLUSIVE, f"cannot confirm {names}: known-good with it "
                             f"alone is unresolvable: {run.trail[-1].reason}")
         if not (alone is Answer.FAIL or _fails_at_budget(strategy, run, alone)) or (
@@ -179,7 +180,7 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
             # undecided, and not leaning passing: the level is not shown needed, and a set
             # named with it would be a guess (most often a culprit too weak to show alone,
             # completed by an innocent level whose neighbour is that same culprit)
-            names = " AND ".join(f"{f}={lvl}" for f, lvl in found.items())
+            names = culprit_words(found)
             raise Concluded(Status.INCONCLUSIVE, f"cannot confirm {names}: without "
                             f"{factor}={found[factor]} it neither fails nor passes after "
                             f"{step.trials} trials ({step.failures} of {step.judged} sessions, "
@@ -192,7 +193,7 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
             continue
         # it fails, not surely enough to drop the level (a clean neighbour against a
         # known-good measured low does as much), nor clearly less than the set
-        names = " AND ".join(f"{f}={lvl}" for f, lvl in found.items())
+        names = culprit_words(found)
         at = at_look(drop, step.trials, strategy.max_trials_per_variant, LONG_CAP) or drop
         raise Concluded(Status.INCONCLUSIVE, f"cannot confirm {names}: without "
                         f"{factor}={found[factor]} it fails ({step.failures} of "

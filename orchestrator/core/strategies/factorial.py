@@ -25,6 +25,7 @@ from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.strategies.base import Conclusion, Status, Unresolvable
 from orchestrator.core.strategies.design import Design, effect_name, fraction, gray_order
 from orchestrator.core.strategies.design_effects import estimate_effects
+from orchestrator.core.trail import culprit_words
 from orchestrator.core.verdict import CostModel, Verdict, judged_cells, shown_cells, verdict_from
 
 __all__ = ["DesignFinding", "Factorial", "conclude_factorial", "decide", "fraction",
@@ -143,7 +144,7 @@ def conclude_factorial(
         return verdict(Status.INCONCLUSIVE, "no session could be judged")
     culprits = find_culprits(grouped, factors, alpha)
     names = "; ".join(
-        " AND ".join(f"{f}={lvl}" for f, lvl in c.factors.items()) for c in culprits
+        culprit_words(c.factors) for c in culprits
     )
     if culprits and design is not None and design.fractional:
         # A fraction names only what its aliases let it tell apart (at resolution V: main

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from orchestrator.core.stats.compare import Answer, judge
+from orchestrator.core.trail import culprit_words
 from orchestrator.reports.campaign.model import Report, TrailRow, VariantRow
 
 DIFFERENT, LIKE_GOOD, UNKNOWN, REFERENCE = "different", "like known-good", "unknown", "known-good"
@@ -94,7 +95,7 @@ def _other_failure(report: Report, answered: VariantAnswer) -> VariantAnswer:
     if not held:
         return answered
     c = held[0]
-    levels = " AND ".join(f"{f}={lvl}" for f, lvl in c.levels.items())
+    levels = culprit_words(c.levels)
     return dataclasses.replace(
         answered, answer=DIFFERENT, p_value=c.p_value,
         said=f"holds the {c.failure} culprit {levels}: {c.failed_with} of {c.sessions_with} "
@@ -110,7 +111,7 @@ def _by_culprits(report: Report, variant: VariantRow, failed: int,
             if all(variant.levels.get(f) == lvl for f, lvl in c.levels.items())]
     if held:
         c = held[0]
-        levels = " AND ".join(f"{f}={lvl}" for f, lvl in c.levels.items())
+        levels = culprit_words(c.levels)
         return VariantAnswer(variant, DIFFERENT, failed, judged, c.p_value,
                              f"holds the {c.failure} culprit {levels}: {c.failed_with} of "
                              f"{c.sessions_with} sessions with it, {c.failed_without} of "

@@ -28,6 +28,7 @@ from orchestrator.core.evidence import (
 )
 from orchestrator.core.own_effect import rated
 from orchestrator.core.stats.proportions import wilson
+from orchestrator.core.trail import culprit_words
 from orchestrator.core.verdict import Verdict, judged_trials
 from orchestrator.reports.campaign.model import (
     CampaignFacts,
@@ -146,7 +147,7 @@ def _comes_with(culprit: Culprit | None, failing: Failing) -> dict[str, int]:
 
 
 def _named(levels: Mapping[str, str]) -> str:
-    return " AND ".join(f"{f}={lvl}" for f, lvl in levels.items())
+    return culprit_words(levels)
 
 
 def _clause(row: CulpritRow, commits: bool) -> str:

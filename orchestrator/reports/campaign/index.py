@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from db.store import Store
+from orchestrator.core.trail import culprit_words
 from orchestrator.reports.campaign.model import Report
 from orchestrator.reports.files import write_private
 from orchestrator.reports.page import render_page
@@ -38,7 +39,7 @@ class Entry:
         """The culprits; for a search, its best safe configuration (or that none was named)."""
         if self.report is not None and self.report.optimize is not None:
             return [_best(self.report.optimize)]
-        return [f"{c.failure}: " + " AND ".join(f"{f}={lvl}" for f, lvl in c.levels.items())
+        return [f"{c.failure}: " + culprit_words(c.levels)
                 for c in (self.report.culprits if self.report else [])]
 
     @property

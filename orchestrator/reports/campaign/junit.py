@@ -13,6 +13,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
+from orchestrator.core.trail import culprit_words
 from orchestrator.reports.campaign.answers import (
     DIFFERENT,
     LIKE_GOOD,
@@ -48,7 +49,7 @@ def properties(report: Report) -> list[tuple[str, str]]:
     pairs += [(f"known_good.{f}", lvl) for f, lvl in facts.known_good.items()]
     pairs += [(f"known_bad.{f}", lvl) for f, lvl in facts.known_bad.items()]
     for index, culprit in enumerate(report.culprits, start=1):
-        levels = " AND ".join(f"{f}={lvl}" for f, lvl in culprit.levels.items())
+        levels = culprit_words(culprit.levels)
         p = "-" if culprit.p_value is None else f"{culprit.p_value:.3g}"
         pairs.append((f"culprit.{index}",
                       f"{culprit.failure}: {levels} ({culprit.effect:+.1%}, p={p})"))
