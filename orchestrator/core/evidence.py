@@ -36,6 +36,13 @@ def target_of(failing: Failing) -> str:
                 ",".join(sorted(failing)))
 
 
+def failing_words(failing: Failing) -> str:
+    """What a session failing so is, in a reason: "corrupt", "wedged (an error or a
+    timeout)"."""
+    return {CORRUPTING: "corrupt", WEDGING: "wedged (an error or a timeout)"}.get(
+        failing, "failing")
+
+
 def variant_key(levels: Levels) -> str:
     """Canonical name of a variant: ``a=x,b=y`` in factor-name order."""
     return ",".join(f"{name}={levels[name]}" for name in sorted(levels))

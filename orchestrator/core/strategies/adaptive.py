@@ -36,7 +36,7 @@ exactly where it was, and the verdict and `bisect log` are recomputed from the s
    left alone is confirmed again as the only one.
 
 All of it for the campaign's target first, then for the other failure where known-bad shows it
-too, or instead where the target is not reproduced (both_failures.py).
+too (or looks failing so), or instead where the target is not reproduced (both_failures.py).
 """
 
 from __future__ import annotations
@@ -180,10 +180,19 @@ class Adaptive(Replaying[Replay]):
         return [t for t in evidence if variant_key(t.levels) == variant_key(self.bad)]
 
     def shows(self, seen: Sequence[TrialEvidence]) -> bool:
+        """Known-bad fails this way against known-good at alpha, or its reproduction's
+        trials look failing so: each of them failed so, more of their sessions than the clean
+        rate (one restart that hiccupped is not enough to run both ends on). Its reproduction
+        then runs both on. Those first trials only, so that the answer stays once the twin's
+        own trials are added."""
         cells = cells_of(seen)
         bad, good = cells.get(variant_key(self.bad)), cells.get(variant_key(self.good))
-        return bad is not None and good is not None and \
-            reproduced(bad.pair, good.pair, self.alpha)[0] is Answer.FAIL
+        if bad is None or good is None:
+            return False
+        first = self.bad_trials(seen)[:self.reproduce_trials]
+        looks = all(t.failures for t in first) and \
+            sum(t.failures for t in first) > self.clean_rate * sum(t.judged for t in first)
+        return looks or reproduced(bad.pair, good.pair, self.alpha)[0] is Answer.FAIL
 
     def replay_target(self, evidence: Sequence[TrialEvidence]) -> Replay:
         """The procedure for ``self.failing`` alone."""

@@ -9,6 +9,12 @@ corruption culprits); where the target was found and known-bad's stored trials s
 failure too, the other is searched beside it. The other failure's search is the same search
 made for it (its *twin*), replayed on the same trials judged against its own failing set, so
 evidence is shared: the other failure adds only the trials its own tests still need.
+Where known-bad's trials only look failing the other way (the adaptive search: more of their
+sessions fail so than the clean rate, short of a FAIL at alpha), the other is searched too, and
+its reproduction runs known-bad and known-good on until it decides, as the target's does: the
+wedge+leak scenario's seeds 47, 101, 131 and 170 (BENCHMARKS.md) stopped there with 14 timeouts
+in known-bad's 160 sessions, and wedging, attributed on trials that never set f2 and f3 apart,
+named neither.
 
 The adaptive strategy and the commit search are `Replaying` strategies: they keep no state,
 every call replays their decisions from the stored evidence through the wrapper, and their one
@@ -88,8 +94,9 @@ class Replaying(ABC, Generic[R]):
 
     @abstractmethod
     def shows(self, seen: Sequence[TrialEvidence]) -> bool:
-        """The failing end's stored trials reproduce this failure already (no trial is added
-        to ask)."""
+        """The failing end's stored trials show this failure: they reproduce it already, or
+        (a search whose reproduction runs on while it leans) look failing that way, and the
+        twin's own reproduction then decides."""
 
     def replay(self, evidence: Sequence[TrialEvidence]) -> R:
         """The search for both failures: the target's first."""

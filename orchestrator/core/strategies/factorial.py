@@ -11,11 +11,11 @@ from typing import Any, ClassVar
 from orchestrator.core.attribution import Culprit, find_culprits
 from orchestrator.core.evidence import (
     CORRUPTING,
-    WEDGING,
     Cell,
     Failing,
     Levels,
     TrialEvidence,
+    failing_words,
     pooled,
     target_of,
     variant_key,
@@ -130,8 +130,7 @@ def conclude_factorial(
     """``failing``: what the evidence was judged against, named in the reason given."""
     _, grouped = judged_cells(evidence, factors)
     failure = target_of(failing)
-    said = {CORRUPTING: "corrupt", WEDGING: "wedged (an error or a timeout)"}.get(
-        failing, "failing")
+    said = failing_words(failing)
 
     found = None if design is None else DesignFinding(design, tuple(shown_cells(evidence,
                                                                               factors)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from orchestrator.core.evidence import failing_words
 from orchestrator.core.stats.compare import Answer, reproduced
 from orchestrator.core.stats.proportions import wilson
 from orchestrator.core.strategies.base import Status
@@ -47,7 +48,8 @@ def reproduce(strategy: Adaptive, run: Tests) -> None:
         run.need(*[s.bad] * (s.reproduce_trials - bad.trials))
     if _clean(bad, s.clean_rate):
         raise Concluded(Status.NOT_REPRODUCED,
-                        f"known-bad: {bad.failures} of {bad.judged} sessions corrupt")
+                        f"known-bad: {bad.failures} of {bad.judged} sessions "
+                        f"{failing_words(s.failing)}")
     if bad.failures <= s.clean_rate * bad.judged and bad.trials < s.max_trials_per_variant:
         run.need(s.bad)  # it does not look failing yet: only more of known-bad can tell
     if good.trials < s.reproduce_trials:
