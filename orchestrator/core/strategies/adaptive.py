@@ -368,6 +368,8 @@ class Adaptive(Replaying[Replay]):
                 waiting.extend(need.variants)
                 stop_at.update(need.stop_at)
                 continue
+            if answer is Answer.PASS:  # what confirmation's neighbours may lean on
+                run.scan_passes.append(run.trail[-1])
             if answer is Answer.PASS or leans_passing(run.trail[-1]):
                 # undecided at its budget but leaning passing: as confirmation keeps a level
                 # whose neighbour does, the level goes into the set it proves

@@ -81,7 +81,9 @@ class Step:
     unfinished: int = 0  # sessions that trials stopped early never finished (not in judged)
     fail_at: float | None = None  # the p_fail a FAIL needed (None: no such test was made)
     pass_at: float | None = None  # the p_pass a PASS needed
-    reason: str = ""  # a test that had no answer: why (a variant skipped, `git bisect skip`)
+    # a test that had no answer: why (a variant skipped, `git bisect skip`); a PASS given
+    # without trials: what implied it (`Tests.implied`)
+    reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"phase": self.phase, "levels": dict(self.levels), "answer": self.answer,
@@ -205,6 +207,33 @@ class Tests:
     total_trials: int
     good_was_clean: bool = True  # known-good's reproduction trials had no failing session
     trail: list[Step] = field(default_factory=list)
+    scan_passes: list[Step] = field(default_factory=list)  # the scan's flips that passed
+
+    def implied(self, levels: dict[str, str], phase: str) -> bool:
+        """Whether a PASS of ``levels`` follows from a PASS of the scan, with no trial of its
+        own (then in the trail as "pass (implied)", naming the flip): under monotone failures
+        (a level of known-bad's added never cures a failure), a variant that holds only some
+        of the bad levels of a flip that passes, and otherwise the flip's levels, passes too.
+        Only a PASS held to the standard ``levels``' own test would need: against known-bad,
+        at half its rate (not a claim of quiet), at its level or stricter (not a provisional
+        "looks passing"). It gives up a failure that a level of known-bad's masks, and the
+        second, independent look at a lucky PASS of the scan."""
+        s = self.strategy
+        need = s.pass_alpha(self.counts(s.good))
+        for flip in self.scan_passes:
+            stricter = flip.pass_at is not None and flip.pass_at <= need
+            within = all(levels[f] == flip.levels[f]
+                         or (levels[f] == s.good[f] and flip.levels[f] == s.bad[f])
+                         for f in s.factors)
+            if stricter and within:
+                cell = self.counts(levels)
+                self.trail.append(Step(
+                    phase, levels, "pass (implied)", cell.failures, cell.judged, cell.trials,
+                    None, None, cell.unfinished, pass_at=flip.pass_at,
+                    reason=f"implied by the scan's PASS of {flip.phase} "
+                           f"({variant_words(flip.levels)})"))
+                return True
+        return False
 
     def counts(self, levels: Mapping[str, str]) -> VariantCounts:
         return self.cells.get(variant_key(levels), VariantCounts())
