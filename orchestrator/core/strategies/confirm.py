@@ -30,6 +30,15 @@ known-bad's rate kept an innocent level (the two-culprit scenario's seed 182 nam
 f3}). With one culprit, all a neighbour can hold is that culprit, failing as known-bad does, and
 ruling out half of its rate is enough.
 
+Such a PASS of one culprit's neighbour may come from the scan, with no trial (issue 27): known-good
+with one level of the set put back holds some of the bad levels of the scan's flip of that factor
+(known-bad with that level put back) and none other. Under monotone failures (a level of
+known-bad's added never cures a failure) that flip's PASS against known-bad, at the level the
+neighbour's test needs, is the neighbour's (`sequential.Tests.implied`; "pass (implied)" in the
+trail, naming the flip). A flip that only looked passing, or a neighbour whose PASS is a claim
+of quiet, still runs. Given up: a failure that a bad level masks, and the neighbour's second,
+independent look at a PASS the scan got by luck (the search's lucky PASS is then named).
+
 Under background noise (known-good fails, or a variant judged to pass did) a clean variant can
 fail against a known-good measured low by luck, and a set named on such a FAIL would not explain
 known-bad: the culprit alone must then fail as much as known-bad does (half as much with several
