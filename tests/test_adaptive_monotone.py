@@ -81,3 +81,34 @@ def test_a_neighbour_whose_pass_is_a_claim_of_quiet_still_runs() -> None:
             confirm(strategy, run, PAIR, BAD, completed=completed)
         assert [variant_key(v) for v in need.value.variants] == [variant_key(needed)]
         assert not any(s.answer == "pass (implied)" for s in run.trail)
+
+
+# Known-bad fails 10 of 80 a trial; the flip of f1 ran clean four times (p of passing 3e-05),
+# the flip of f3 twice: a PASS at the scan's level (p = 0.00094 where 0.005 is needed), short
+# of the tenth of it an implied neighbour needs.
+THIN = [
+    trial(BAD, 10), trial(BAD, 10), trial(GOOD, 0), trial(GOOD, 0),
+    trial(flip("f0"), 10), trial(flip("f2"), 10),
+    *[trial(flip("f1"), 0) for _ in range(4)],
+    *[trial(flip("f3"), 0) for _ in range(2)],
+    trial(with_("f1", "f3"), 10),
+]
+
+
+def test_a_pass_short_of_a_tenth_of_the_level_implies_no_neighbour() -> None:
+    replay = Adaptive(FACTORS, GOOD, BAD).replay(THIN)
+    [scan] = [s for s in replay.trail if s.phase == "flip f3"]
+    assert scan.answer == "pass" and 0.0005 < (scan.p_pass or 1.0) <= 0.005
+    # known-good with f1 alone is within the flip of f3 only: it runs
+    assert [variant_key(v) for v in replay.needed] == [variant_key(with_("f1"))]
+    assert _confirmed(THIN)[1:] == [
+        ("confirm: without f1", variant_key(with_("f3")), "pass (implied)")]
+
+
+def test_the_neighbour_of_a_thin_pass_that_still_fails_drops_its_level() -> None:
+    # f1 alone fails (the flip of f3 passed by luck, as the 2-way scenario's seed 92 did):
+    # its neighbour's own trial drops f3, and {f1} is confirmed in turn
+    evidence = [*THIN, trial(with_("f1"), 10)]
+    confirmed = _confirmed(evidence)
+    assert ("confirm: without f3", variant_key(with_("f1")), "fail") in confirmed
+    assert confirmed[-1] == ("confirm: without f1", variant_key(GOOD), "pass (known)")

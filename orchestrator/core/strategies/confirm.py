@@ -35,9 +35,11 @@ with one level of the set put back holds some of the bad levels of the scan's fl
 (known-bad with that level put back) and none other. Under monotone failures (a level of
 known-bad's added never cures a failure) that flip's PASS against known-bad, at the level the
 neighbour's test needs, is the neighbour's (`sequential.Tests.implied`; "pass (implied)" in the
-trail, naming the flip). A flip that only looked passing, or a neighbour whose PASS is a claim
-of quiet, still runs. Given up: a failure that a bad level masks, and the neighbour's second,
-independent look at a PASS the scan got by luck (the search's lucky PASS is then named).
+trail, naming the flip), where its p stood at a tenth of that level: it then stands for the
+neighbour's second, independent look at a PASS the scan may have got by luck (at the level
+itself, a flip of the 2-way scenario that still held the culprit passed on 4 trials, p =
+0.0015, and its lucky PASS was named). A flip that only looked passing, or a neighbour whose
+PASS is a claim of quiet, still runs. Given up: a failure that a bad level masks.
 
 Under background noise (known-good fails, or a variant judged to pass did) a clean variant can
 fail against a known-good measured low by luck, and a set named on such a FAIL would not explain
