@@ -178,7 +178,9 @@ def test_a_variant_the_probe_skips_leaves_the_search_going_on_to_the_culprit(
     result = CliRunner().invoke(app, ["run", str(write(tmp_path, data)), "--store", str(db),
                                       "--json"])
     assert result.exit_code == 3, result.output
-    assert json.loads(result.stdout)["reason"] == "trial budget of 3 spent"
+    assert json.loads(result.stdout)["reason"] == (
+        "trial budget of 3 spent; still open: reproduce (hicache=off,index_k=fp8: 0 of 4 "
+        "sessions corrupt in 1 trial)")
     campaign_id = json.loads(result.stdout)["campaign"]
     assert f"next: bisect resume {campaign_id} --store {db} --max-trials 6    # the budget " \
         "is spent: run on from these trials" in result.stderr

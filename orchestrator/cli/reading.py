@@ -204,6 +204,7 @@ def show(campaign_id: CampaignId, store: StoreOption = "bisect.db", as_json: Jso
     from orchestrator.cli.probe_view import is_probe, probe_runs, run_lines
     from orchestrator.cli.steps_view import step_json, step_lines
     from orchestrator.core.evidence import variant_key
+    from orchestrator.core.trail import variant_words
     from orchestrator.stored import unresolvable
 
     with reading(store) as db:
@@ -249,7 +250,7 @@ def show(campaign_id: CampaignId, store: StoreOption = "bisect.db", as_json: Jso
         signs = ", ".join(f"{kind} {t.events[kind]}" for kind in WEDGE_LOG_KINDS
                           if t.events.get(kind))
         cells = [str(t.seq), t.pool, t.status + (" (early)" if t.stopped_early else ""),
-                 ",".join(f"{f}={lvl}" for f, lvl in t.levels.items()),
+                 variant_words(t.levels),
                  str(t.sessions), f"{corrupt}/{infra}", signs,
                  f"{t.wall_s:.1f}" if t.wall_s is not None else "",
                  _load(t, generators[t.id], spread)]
@@ -261,16 +262,16 @@ def show(campaign_id: CampaignId, store: StoreOption = "bisect.db", as_json: Jso
                                                              if signs else ""))
     _table_or_lines(table, lines)
     for t in trials if with_steps else ():
-        variant = ",".join(f"{f}={lvl}" for f, lvl in t.levels.items())
+        variant = variant_words(t.levels)
         lines = [line for step in steps.get(t.id, []) for line in step_lines(step)]
         out.print("\n".join([f"trial {t.seq} on {t.pool} ({variant}): {t.status}",
                              *(lines or ["  no steps stored"])]), highlight=False, markup=False)
     for t in trials if with_output else ():
-        variant = ",".join(f"{f}={lvl}" for f, lvl in t.levels.items())
+        variant = variant_words(t.levels)
         lines = run_lines(f"trial {t.seq} ({variant})", runs[t.id]) if probing \
             else [f"trial {t.seq} ({variant}): no probe (the campaign runs the stress workload)"]
         out.print("\n".join(lines), highlight=False, markup=False)
     for u in skipped.values():
-        variant = ",".join(f"{f}={lvl}" for f, lvl in u.levels.items())
+        variant = variant_words(u.levels)
         out.print(f"skipped {variant} ({u.attempts} attempts): {u.why()}",
                   highlight=False, markup=False)

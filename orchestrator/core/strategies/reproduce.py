@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 def reproduce(strategy: Adaptive, run: Tests) -> None:
     """Returns once known-bad fails against known-good; else asks for trials or concludes."""
     s = strategy
+    run.asking = "reproduce"
     # Known-bad first: while it does not look failing, known-good is not needed (a clean
     # known-bad is `not_reproduced` after 3 trials, 0 of 240 sessions, below the 2% clean
     # rate; 1 of 320 takes 4).

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.core.evidence import TrialEvidence, variant_key
+from orchestrator.core.evidence import TrialEvidence, failing_words, variant_key
 from orchestrator.core.stats.clustered import (
     INDEPENDENT,
     RESTART_PRIOR,
@@ -214,6 +214,7 @@ class Tests:
     good_was_clean: bool = True  # known-good's reproduction trials had no failing session
     trail: list[Step] = field(default_factory=list)
     scan_passes: list[Step] = field(default_factory=list)  # the scan's flips that passed
+    asking: str = ""  # the test being made (its phase): what a spent budget leaves open
 
     def implied(self, levels: dict[str, str], phase: str) -> bool:
         """Whether a PASS of ``levels`` follows from a PASS of the scan, with no trial of its
@@ -288,6 +289,7 @@ class Tests:
         is what the verdict rests on, so while it leans either way at its budget it runs on
         to `LONG_CAP` times it, judged at its looks only, as the reproduction does."""
         s = self.strategy
+        self.asking = phase
         cell = self.counts(levels)
         fail_alpha = max(NARROWING, self.fail_level()) if narrowing else self.fail_level()
         if narrowing and stop_at is None:
@@ -431,6 +433,19 @@ class Tests:
     def need(self, *variants: dict[str, str], stop_at: Mapping[str, float] | None = None,
              ) -> None:
         if self.total_trials >= self.strategy.max_trials:
-            raise Concluded(Status.INCONCLUSIVE,
-                            f"trial budget of {self.strategy.max_trials} spent")
+            raise Concluded(Status.INCONCLUSIVE, self._spent(variants))
         raise NeedTrials(*variants, stop_at=stop_at)
+
+    def _spent(self, variants: Sequence[Mapping[str, str]]) -> str:
+        """Why the campaign stopped with its budget spent, and where: the test left open and
+        the variant it still needed, with its counts ("trial budget of 120 spent; still open:
+        confirm: without f3 (f0=a,f1=b,f2=a,f3=b: 9 of 640 sessions corrupt in 8 trials)")."""
+        said = f"trial budget of {self.strategy.max_trials} spent"
+        if not variants:
+            return said
+        cell = self.counts(variants[0])
+        counts = f"{variant_words(variants[0])}: " + (
+            f"{cell.failures} of {cell.judged} sessions {failing_words(self.strategy.failing)}"
+            f" in {cell.trials} trial{'s' if cell.trials > 1 else ''}" if cell.trials
+            else "no trial yet")
+        return f"{said}; still open: {self.asking or 'a test'} ({counts})"
