@@ -9,8 +9,9 @@ corruption culprits); where the target was found and known-bad's stored trials s
 failure too, the other is searched beside it. The other failure's search is the same search
 made for it (its *twin*), replayed on the same trials judged against its own failing set, so
 evidence is shared: the other failure adds only the trials its own tests still need.
-Where known-bad's trials only look failing the other way (the adaptive search: more of their
-sessions fail so than the clean rate, short of a FAIL at alpha), the other is searched too, and
+Where known-bad's trials only look failing the other way (the adaptive search: each of its
+reproduction trials failed so, more of their sessions than the clean rate, short of a FAIL at
+alpha), the other is searched too, and
 its reproduction runs known-bad and known-good on until it decides, as the target's does: the
 wedge+leak scenario's seeds 47, 101, 131 and 170 (BENCHMARKS.md) stopped there with 14 timeouts
 in known-bad's 160 sessions, and wedging, attributed on trials that never set f2 and f3 apart,

@@ -175,7 +175,7 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
         neighbour = strategy._flip(candidate, factor)
         if not quiet and against is None and run.implied(neighbour, f"confirm: without "
                                                                     f"{factor}"):
-            continue  # a flip of the scan that holds it passed, at the standard it needs
+            continue  # a flip of the scan that holds it passed, at a tenth of its level
         # A PASS keeps the level. With one culprit, what a neighbour can still hold is that
         # culprit, failing as known-bad does, and ruling out half its rate is enough; with
         # several in play it may hold another one, failing at anything above the clean rate

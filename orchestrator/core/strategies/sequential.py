@@ -62,6 +62,8 @@ NEVER_STOP = -1.0  # a trial that must run to its end (a p-value is never below 
 # implied neighbours of the 2-way scenario and the one of "two culprits" (200 seeds each) held
 # a culprit; at a tenth, none did, and 160 of the 296 were still implied (BENCHMARKS.md).
 IMPLIED_SHARE = 0.1
+
+
 def leans_passing(step: Step) -> bool:
     """Whether a test undecided at its budget leans passing (its p of passing within
     `LEANS_AT`) more than failing. Under background noise a clean variant can stay short of its
@@ -231,12 +233,12 @@ class Tests:
             return False  # its answer is known: `test` says so
         need = s.pass_alpha(self.counts(s.good))
         for flip in self.scan_passes:
-            stricter = flip.pass_at is not None and flip.pass_at <= need and \
+            strong = flip.pass_at is not None and flip.pass_at <= need and \
                 flip.p_pass is not None and flip.p_pass <= IMPLIED_SHARE * need
             within = all(levels[f] == flip.levels[f]
                          or (levels[f] == s.good[f] and flip.levels[f] == s.bad[f])
                          for f in s.factors)
-            if stricter and within:
+            if strong and within:
                 cell = self.counts(levels)
                 self.trail.append(Step(
                     phase, levels, "pass (implied)", cell.failures, cell.judged, cell.trials,
