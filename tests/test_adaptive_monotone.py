@@ -1,9 +1,9 @@
 """Confirmation's neighbours implied by the scan (issue 27): under monotone failures (a level of
 known-bad's added never cures a failure), known-good with one level of the set put back holds
 only some of the bad levels of the scan's flip of that factor. Where that flip passed against
-known-bad at the level the neighbour's own PASS would need, the neighbour passes with no trial
-of its own; a flip that only looked passing, or a neighbour whose PASS is a claim of quiet,
-still runs."""
+known-bad with p at a tenth of the level the neighbour's own PASS would need, the neighbour
+passes with no trial of its own; a flip that passed short of that or only looked passing, or a
+neighbour whose PASS is a claim of quiet, still runs."""
 
 from __future__ import annotations
 
