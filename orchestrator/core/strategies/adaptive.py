@@ -27,7 +27,7 @@ exactly where it was, and the verdict and `bisect log` are recomputed from the s
 4. Confirm (confirm.py, Go's bisect): known-good with exactly the culprit set must fail and
    each of its neighbours must pass, or the set is made smaller or completed. A neighbour that
    holds only some of the bad levels of a flip the scan passed, at a tenth of the level its
-   own PASS needs, passes by that PASS with no trial (monotone failures: `Tests.implied`).
+   own PASS needs, passes by that PASS with no trial (monotone failures: `confirm._implied`).
 5. More culprits (Go's bisect): break the culprit in known-bad — by a level another culprit
    may not share, if it has one — and if that still fails, another culprit is there, and
    steps 2-5 run again from it. That it does not is a claim that known-bad is quiet without

@@ -34,7 +34,7 @@ Such a PASS of one culprit's neighbour may come from the scan, with no trial (is
 with one level of the set put back holds some of the bad levels of the scan's flip of that factor
 (known-bad with that level put back) and none other. Under monotone failures (a level of
 known-bad's added never cures a failure) that flip's PASS against known-bad, at the level the
-neighbour's test needs, is the neighbour's (`sequential.Tests.implied`; "pass (implied)" in the
+neighbour's test needs, is the neighbour's (`_implied`; "pass (implied)" in the
 trail, naming the flip), where its p stood at a tenth of that level: it then stands for the
 neighbour's second, independent look at a PASS the scan may have got by luck (at the level
 itself, a flip of the 2-way scenario that still held the culprit passed on 4 trials, p =
@@ -75,12 +75,18 @@ from orchestrator.core.strategies.sequential import (
     Tests,
     leans_passing,
 )
-from orchestrator.core.trail import culprit_words
+from orchestrator.core.trail import culprit_words, variant_words
 
 if TYPE_CHECKING:
     from orchestrator.core.strategies.adaptive import Adaptive
 
 DROP_SHARE = 0.1  # of alpha: the p of failing a neighbour needs to drop its level
+# A neighbour passes by a PASS of the scan with no trial of its own only where that PASS stood
+# at a tenth of the neighbour's level (`_implied`): it then answers for two tests, and one at
+# the level itself lets a lucky scan through unchecked. At the level, 1 of 296 implied
+# neighbours of the 2-way scenario and the one of "two culprits" (200 seeds each) held a
+# culprit; at a tenth, none did, and 160 of the 296 were still implied (BENCHMARKS.md).
+IMPLIED_SHARE = 0.1
 
 
 def confirm(strategy: Adaptive, run: Tests, culprit: Mapping[str, str],
@@ -173,8 +179,8 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
     drop = DROP_SHARE * strategy.alpha
     for factor in found:
         neighbour = strategy._flip(candidate, factor)
-        if not quiet and against is None and run.implied(neighbour, f"confirm: without "
-                                                                    f"{factor}"):
+        if not quiet and against is None and _implied(strategy, run, neighbour,
+                                                      f"confirm: without {factor}"):
             continue  # a flip of the scan that holds it passed, at a tenth of its level
         # A PASS keeps the level. With one culprit, what a neighbour can still hold is that
         # culprit, failing as known-bad does, and ruling out half its rate is enough; with
@@ -215,6 +221,37 @@ def _needless(strategy: Adaptive, run: Tests, found: Mapping[str, str],
                         f"{step.p_fail:.2g}), short of the {at:g} that drops a level, and "
                         "not clearly less than the set")
     return None
+
+
+def _implied(strategy: Adaptive, run: Tests, levels: dict[str, str], phase: str) -> bool:
+    """Whether a PASS of ``levels`` follows from a PASS of the scan, with no trial of its own
+    (then in the trail as "pass (implied)", naming the flip): under monotone failures (a level
+    of known-bad's added never cures a failure), a variant that holds only some of the bad
+    levels of a flip that passes, and otherwise the flip's levels, passes too. Only a PASS held
+    to the standard ``levels``' own test would need: against known-bad, at half its rate (not a
+    claim of quiet), at its level or stricter (not a provisional "looks passing"), its p at a
+    tenth of that level (`IMPLIED_SHARE`): it stands for the neighbour's own, independent look
+    at a PASS the scan may have got by luck. It gives up a failure that a level of known-bad's
+    masks."""
+    s = strategy
+    if variant_key(levels) in (variant_key(s.good), variant_key(s.bad)):
+        return False  # its answer is known: `Tests.test` says so
+    need = s.pass_alpha(run.counts(s.good))
+    for flip in run.scan_passes:
+        strong = flip.pass_at is not None and flip.pass_at <= need and \
+            flip.p_pass is not None and flip.p_pass <= IMPLIED_SHARE * need
+        within = all(levels[f] == flip.levels[f]
+                     or (levels[f] == s.good[f] and flip.levels[f] == s.bad[f])
+                     for f in s.factors)
+        if strong and within:
+            cell = run.counts(levels)
+            run.trail.append(Step(
+                phase, levels, "pass (implied)", cell.failures, cell.judged, cell.trials, None,
+                flip.p_pass, cell.unfinished, pass_at=IMPLIED_SHARE * need,
+                reason=f"implied by the scan's PASS of {flip.phase} "
+                       f"({variant_words(flip.levels)})"))
+            return True
+    return False
 
 
 def _shown_short(strategy: Adaptive, run: Tests, neighbour: dict[str, str],

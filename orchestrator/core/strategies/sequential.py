@@ -56,12 +56,6 @@ LOOKS_PASSING = 0.05
 # level), so a narrowing FAIL need not be as sure as a named one.
 NARROWING = 0.05
 NEVER_STOP = -1.0  # a trial that must run to its end (a p-value is never below it)
-# A neighbour of confirmation passes by a PASS of the scan with no trial of its own only where
-# that PASS stood at a tenth of the neighbour's level (`Tests.implied`): it then answers for two
-# tests, and one at the level itself lets a lucky scan through unchecked. At the level, 1 of 296
-# implied neighbours of the 2-way scenario and the one of "two culprits" (200 seeds each) held
-# a culprit; at a tenth, none did, and 160 of the 296 were still implied (BENCHMARKS.md).
-IMPLIED_SHARE = 0.1
 
 
 def leans_passing(step: Step) -> bool:
@@ -90,7 +84,7 @@ class Step:
     fail_at: float | None = None  # the p_fail a FAIL needed (None: no such test was made)
     pass_at: float | None = None  # the p_pass a PASS needed
     # a test that had no answer: why (a variant skipped, `git bisect skip`); a PASS given
-    # without trials: what implied it (`Tests.implied`)
+    # without trials: what implied it (`confirm._implied`)
     reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -217,36 +211,6 @@ class Tests:
     trail: list[Step] = field(default_factory=list)
     scan_passes: list[Step] = field(default_factory=list)  # the scan's flips that passed
     asking: str = ""  # the test being made (its phase): what a spent budget leaves open
-
-    def implied(self, levels: dict[str, str], phase: str) -> bool:
-        """Whether a PASS of ``levels`` follows from a PASS of the scan, with no trial of its
-        own (then in the trail as "pass (implied)", naming the flip): under monotone failures
-        (a level of known-bad's added never cures a failure), a variant that holds only some
-        of the bad levels of a flip that passes, and otherwise the flip's levels, passes too.
-        Only a PASS held to the standard ``levels``' own test would need: against known-bad,
-        at half its rate (not a claim of quiet), at its level or stricter (not a provisional
-        "looks passing"), its p at a tenth of that level (`IMPLIED_SHARE`): it stands for the
-        neighbour's own, independent look at a PASS the scan may have got by luck. It gives up
-        a failure that a level of known-bad's masks."""
-        s = self.strategy
-        if variant_key(levels) in (variant_key(s.good), variant_key(s.bad)):
-            return False  # its answer is known: `test` says so
-        need = s.pass_alpha(self.counts(s.good))
-        for flip in self.scan_passes:
-            strong = flip.pass_at is not None and flip.pass_at <= need and \
-                flip.p_pass is not None and flip.p_pass <= IMPLIED_SHARE * need
-            within = all(levels[f] == flip.levels[f]
-                         or (levels[f] == s.good[f] and flip.levels[f] == s.bad[f])
-                         for f in s.factors)
-            if strong and within:
-                cell = self.counts(levels)
-                self.trail.append(Step(
-                    phase, levels, "pass (implied)", cell.failures, cell.judged, cell.trials,
-                    None, flip.p_pass, cell.unfinished, pass_at=IMPLIED_SHARE * need,
-                    reason=f"implied by the scan's PASS of {flip.phase} "
-                           f"({variant_words(flip.levels)})"))
-                return True
-        return False
 
     def counts(self, levels: Mapping[str, str]) -> VariantCounts:
         return self.cells.get(variant_key(levels), VariantCounts())

@@ -146,17 +146,13 @@ def _comes_with(culprit: Culprit | None, failing: Failing) -> dict[str, int]:
     return counted
 
 
-def _named(levels: Mapping[str, str]) -> str:
-    return culprit_words(levels)
-
-
 def _clause(row: CulpritRow, commits: bool) -> str:
     if commits:
         return (f"from commit {row.levels.get('commit', '?')} on: {share(row.rate_with)} of "
                 f"sessions ({row.failed_with} of {row.sessions_with}), "
                 f"{share(row.rate_without)} before it ({row.failed_without} of "
                 f"{row.sessions_without}) (p = {p_text(row.p_value)})")
-    return (f"{_named(row.levels)}: {share(row.rate_with)} of sessions with it "
+    return (f"{culprit_words(row.levels)}: {share(row.rate_with)} of sessions with it "
             f"({row.failed_with} of {row.sessions_with}), {share(row.rate_without)} without "
             f"({row.failed_without} of {row.sessions_without}) (p = {p_text(row.p_value)})")
 
